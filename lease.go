@@ -1,0 +1,327 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// holder is one ownership of a lock in Redis: what the watchdog renews and
+// what is lost as a whole. Re-entering a lock adds Leases to the same holder.
+type holder struct {
+	c        *Client
+	name     string
+	keys     lockKeys
+	owner    string
+	token    uint64
+	lease    time.Duration
+	watchdog bool // renewed by the watchdog; otherwise a fixed lease
+
+	mu        sync.Mutex
+	leases    map[*Lease]struct{} // live leases sharing this ownership
+	lastOK    time.Time           // when the last successful acquire or renewal was sent
+	releasing int                 // releases in flight: a renewal that finds the key gone is not a loss
+	done      bool                // released or lost: no longer renewed
+	err       error               // the loss reason
+	lost      chan struct{}
+}
+
+// deadline is when the lease could expire on the server, less a safety
+// margin of a tenth of the lease: the local clock starts before the command
+// that set the expiry was sent.
+func (h *holder) deadline() time.Time {
+	return h.lastOK.Add(h.lease - h.lease/10)
+}
+
+// lose ends the ownership with reason err: Lost closes, every lease's
+// context is cancelled with err as its cause. It reports whether this call
+// ended it.
+func (h *holder) lose(err error) bool {
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return false
+	}
+	h.done, h.err = true, err
+	leases := h.leases
+	h.leases = nil
+	close(h.lost)
+	h.mu.Unlock()
+	for l := range leases {
+		l.cancel(err)
+	}
+	h.c.watchdog.remove(h)
+	h.c.log.Warn("redisync: lease lost", "key", h.keys.lock, "reason", err)
+	return true
+}
+
+// Lease is one acquisition of a lock. It is safe for concurrent use.
+//
+// A Lease from Acquire may report a failed acquisition: then Err is not nil,
+// Lost and Context are already done and Unlock returns ErrNotHeld.
+type Lease struct {
+	h      *holder // nil when the acquisition failed
+	hold   string
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu          sync.Mutex
+	released    bool
+	failed      error       // why the acquisition failed, or why it was abandoned
+	stopReclaim func() bool // stops Acquire's reclaim of an unreceived lease
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// failedLease is the Lease Acquire delivers when acquisition fails.
+func failedLease(err error) *Lease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(err)
+	return &Lease{ctx: ctx, cancel: cancel, failed: err}
+}
+
+// ctxKey finds the lease a context carries for one lock of one client.
+type ctxKey struct {
+	c    *Client
+	lock string
+}
+
+// leaseFrom returns the live lease ctx carries for the lock, if any.
+func leaseFrom(ctx context.Context, c *Client, keys lockKeys) *Lease {
+	l, _ := ctx.Value(ctxKey{c, keys.lock}).(*Lease)
+	if l == nil || l.Err() != nil {
+		return nil
+	}
+	return l
+}
+
+// newLease makes the Lease for one hold of h, its context derived from the
+// values (not the cancellation) of the acquiring context.
+func newLease(parent context.Context, h *holder, hold string) *Lease {
+	l := &Lease{h: h, hold: hold}
+	ctx := context.WithValue(context.WithoutCancel(parent), ctxKey{h.c, h.keys.lock}, l)
+	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	return l
+}
+
+// Unlock releases this acquisition. A lease that re-entered its lock
+// releases only its own hold; the lock is free once every hold is released.
+//
+// Unlock is safe to retry: after an error from Redis or from ctx, calling
+// it again neither reports a false ErrNotHeld nor releases anyone else's
+// lock. It returns ErrNotHeld (errors.Is) when the lease no longer holds the
+// lock: already released, lost (the error then also matches the loss
+// reason), or never acquired. If the lease was reported lost while its key
+// still held it (ErrConnectionLost, ErrClosed), Unlock still frees the key
+// and returns nil. After a successful Unlock, Err returns ErrReleased,
+// Context is cancelled and Lost stays open.
+func (l *Lease) Unlock(ctx context.Context) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	}
+	l.mu.Lock()
+	failed, released := l.failed, l.released
+	l.mu.Unlock()
+	switch {
+	case failed != nil:
+		return fmt.Errorf("%w: %w", ErrNotHeld, failed)
+	case released:
+		return fmt.Errorf("%w: %w", ErrNotHeld, ErrReleased)
+	}
+	h := l.h
+	if h.c.isClosed() {
+		return fmt.Errorf("%w: %w", ErrNotHeld, ErrClosed)
+	}
+	h.mu.Lock()
+	h.releasing++
+	h.mu.Unlock()
+	st, err := h.c.release(ctx, h.keys, h.owner, l.hold)
+	h.mu.Lock()
+	h.releasing--
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if st == notHeld {
+		// Lost, and perhaps not noticed yet.
+		h.lose(ErrExpired)
+		h.mu.Lock()
+		reason := h.err
+		h.mu.Unlock()
+		l.fail(reason)
+		return fmt.Errorf("%w: %w", ErrNotHeld, reason)
+	}
+	l.end(ErrReleased)
+	if st == freed {
+		h.finish()
+	}
+	return nil
+}
+
+// end marks the lease released and cancels its context with reason.
+func (l *Lease) end(reason error) {
+	l.mu.Lock()
+	l.released = true
+	stop := l.stopReclaim
+	l.stopReclaim = nil
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	h := l.h
+	h.mu.Lock()
+	delete(h.leases, l)
+	h.mu.Unlock()
+	l.cancel(reason)
+}
+
+// fail marks a lease that turned out not to hold its lock.
+func (l *Lease) fail(reason error) {
+	l.mu.Lock()
+	if l.failed == nil {
+		l.failed = reason
+	}
+	l.mu.Unlock()
+	l.end(reason)
+}
+
+// finish ends an ownership whose lock was freed by a release: it is no
+// longer renewed, and leases of it still open learn that they lost it.
+func (h *holder) finish() {
+	h.mu.Lock()
+	rest := len(h.leases)
+	if rest == 0 {
+		h.done = true
+	}
+	h.mu.Unlock()
+	if rest > 0 {
+		h.lose(ErrExpired)
+		return
+	}
+	h.c.watchdog.remove(h)
+}
+
+// Lost returns a channel that is closed when the lease is lost: the
+// watchdog could not renew it in time, its key expired or was deleted,
+// another owner holds it, or the Client was closed. Err then tells which.
+// It is not closed by a successful Unlock (use Context for "ended for any
+// reason"). For a failed acquisition it is already closed.
+func (l *Lease) Lost() <-chan struct{} {
+	if l == nil || l.h == nil {
+		return closedChan
+	}
+	l.mu.Lock()
+	failed := l.failed
+	l.mu.Unlock()
+	if failed != nil {
+		return closedChan
+	}
+	return l.h.lost
+}
+
+// Err returns nil while the lease holds its lock. Otherwise it returns why
+// not: the acquisition error, ErrReleased after Unlock, or the loss reason
+// (ErrExpired, ErrTakenOver, ErrConnectionLost, ErrClosed).
+func (l *Lease) Err() error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	l.mu.Lock()
+	failed, released := l.failed, l.released
+	l.mu.Unlock()
+	switch {
+	case failed != nil:
+		return failed
+	case released:
+		return ErrReleased
+	}
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	return l.h.err
+}
+
+// Context returns a context that is cancelled when the lease ends, by Unlock
+// or by loss; context.Cause returns the reason (ErrReleased or the loss
+// reason). It carries the values of the context the lock was acquired with,
+// and the lease itself: acquiring the same lock of the same Client with it
+// (or a context derived from it) re-enters the lock instead of waiting.
+func (l *Lease) Context() context.Context {
+	if l == nil {
+		return failedLease(ErrNotHeld).ctx
+	}
+	return l.ctx
+}
+
+// Token returns the lease's fencing token: it is the same for every
+// re-entry of one ownership and strictly greater than the token of every
+// earlier ownership of the lock's name, also when that one expired or was
+// force-unlocked. Pass it to the resources the lock protects and have them
+// reject writes that carry an older token. It is 0 for a failed acquisition.
+func (l *Lease) Token() uint64 {
+	if l == nil || l.h == nil {
+		return 0
+	}
+	return l.h.token
+}
+
+// Name returns the name of the lock the lease is for ("" for a failed
+// acquisition).
+func (l *Lease) Name() string {
+	if l == nil || l.h == nil {
+		return ""
+	}
+	return l.h.name
+}
+
+// abandon releases a lease that Acquire delivered but nobody received
+// before ctx ended. The lease reports err.
+func (l *Lease) abandon(err error) {
+	l.mu.Lock()
+	done := l.released || l.failed != nil
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	h := l.h
+	ctx, cancel := detached(context.Background())
+	defer cancel()
+	st, rerr := h.c.release(ctx, h.keys, h.owner, l.hold)
+	if rerr != nil {
+		h.c.log.Error("redisync: release of an abandoned lease failed; it expires with its lease", "key", h.keys.lock, "err", rerr)
+	}
+	l.fail(err)
+	if st == freed {
+		h.finish()
+	}
+}
+
+// releaseState is what a release found.
+type releaseState int
+
+const (
+	notHeld   releaseState = iota // the owner did not hold the lock
+	freed                         // the lock is free now
+	stillHeld                     // the owner still holds it through other holds
+)
+
+// release runs the release script for one hold ("" for every hold) of an
+// owner.
+func (c *Client) release(ctx context.Context, keys lockKeys, owner, hold string) (releaseState, error) {
+	n, err := releaseScript.exec(ctx, c.rc, []string{keys.lock, keys.fence},
+		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel}).AsInt64()
+	if err != nil {
+		return notHeld, redisErr("release", err)
+	}
+	switch n {
+	case 1:
+		return freed, nil
+	case 2:
+		return stillHeld, nil
+	}
+	return notHeld, nil
+}

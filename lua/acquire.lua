@@ -1,0 +1,36 @@
+-- Acquire or re-enter a reentrant lock.
+-- KEYS[1] lock hash: owner, token, and one field per hold ("#<n>")
+-- KEYS[2] fence hash: t = last token handed out, r = last hold that released
+-- ARGV[1] owner id, ARGV[2] hold field, ARGV[3] lease ms, ARGV[4] fence retention ms
+-- Returns {1, token, holds} when held by ARGV[1] after the call,
+-- {0, pttl} when another owner holds the lock.
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == false then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
+  end
+  -- Tokens are server microseconds, or one more than the last token when the
+  -- clock has not moved past it: strictly increasing while the fence hash
+  -- lives, and afterwards as long as the clock never steps back further than
+  -- the retention.
+  local t = redis.call('TIME')
+  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('HGET', KEYS[2], 't') or '0')
+  if token <= last then
+    token = last + 1
+  end
+  token = string.format('%d', token)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, ARGV[2], '1')
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('HSET', KEYS[2], 't', token)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  return {1, token, 1}
+end
+if owner == ARGV[1] then
+  redis.call('HSET', KEYS[1], ARGV[2], '1')
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return {1, redis.call('HGET', KEYS[1], 'token'), redis.call('HLEN', KEYS[1]) - 2}
+end
+return {0, redis.call('PTTL', KEYS[1])}

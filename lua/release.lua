@@ -1,0 +1,27 @@
+-- Release one hold of a reentrant lock, or the whole ownership.
+-- KEYS[1] lock hash, KEYS[2] fence hash
+-- ARGV[1] owner id, ARGV[2] hold field ("" releases every hold of the owner),
+-- ARGV[3] fence retention ms, ARGV[4] channel
+-- Returns 1 when the lock is now free, 2 when the owner still holds it through
+-- other holds, 0 when the owner does not hold it. Retrying a release whose
+-- reply was lost returns the same answer: the hold is already gone, or the
+-- fence hash remembers that this hold freed the lock.
+local owner = redis.call('HGET', KEYS[1], 'owner')
+local mark = ARGV[1] .. ARGV[2]
+if owner == ARGV[1] then
+  if ARGV[2] ~= '' then
+    redis.call('HDEL', KEYS[1], ARGV[2])
+    if redis.call('HLEN', KEYS[1]) > 2 then
+      return 2
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'r', mark)
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  publish(ARGV[4], '1')
+  return 1
+end
+if redis.call('HGET', KEYS[2], 'r') == mark then
+  return 1
+end
+return 0

@@ -1,0 +1,459 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// LockOption configures a lock made by a Client.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	fixedLease time.Duration // 0: renewed by the watchdog
+}
+
+// WithFixedLease gives every acquisition of the lock a lease of d that the
+// watchdog does not renew: the lock expires d after it was acquired unless
+// released first, and the lease reports ErrExpired a tenth of d before that.
+// Re-entering a held lock keeps the lease mode of the first acquisition and
+// never shortens its remaining lease. d must be positive.
+func WithFixedLease(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		c.fixedLease = d
+		if d <= 0 {
+			c.fixedLease = -1
+		}
+	}
+}
+
+// Mutex is a reentrant distributed mutual-exclusion lock. It is a cheap
+// handle: make one per use or share one, from many goroutines.
+//
+// Mutual exclusion holds between leases, not goroutines: a lease's Context
+// carries ownership, and acquiring the Mutex with it (or a context derived
+// from it) re-enters the lock: the hold count grows in Redis and each Unlock
+// takes one hold back. Any other acquisition waits until the lock is free.
+//
+// Waiting costs nothing while the lock is free: a free lock is taken in one
+// round trip. A waiter subscribes to the lock's channel and is woken by the
+// release; it also looks again when the holder's lease would have expired,
+// since a crashed holder publishes nothing.
+type Mutex struct {
+	c    *Client
+	name string
+	keys lockKeys
+	cfg  lockConfig
+	err  error // invalid name or option
+}
+
+// Mutex returns the mutex with the given name. Any non-empty string is a
+// valid name, binary included. A name with a Cluster hash tag of its own
+// ("{user:7}:cart") keeps it, so locks can be placed in one slot. An invalid
+// name or option is reported by every method, as ErrInvalidArgument.
+func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
+	m := &Mutex{c: c, name: name}
+	for _, o := range opts {
+		if o != nil {
+			o(&m.cfg)
+		}
+	}
+	m.err = validName(name)
+	if m.err == nil && m.cfg.fixedLease < 0 {
+		m.err = fmt.Errorf("%w: fixed lease is not positive", ErrInvalidArgument)
+	}
+	if m.err == nil {
+		m.keys = c.keysFor(name)
+	}
+	return m
+}
+
+// Name returns the mutex's name.
+func (m *Mutex) Name() string { return m.name }
+
+func (m *Mutex) check(ctx context.Context) error {
+	switch {
+	case m == nil || m.c == nil:
+		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case m.err != nil:
+		return m.err
+	case m.c.isClosed():
+		return ErrClosed
+	}
+	return nil
+}
+
+// Lock acquires the mutex, waiting as long as ctx allows.
+//
+// It returns ctx.Err() when ctx ends first, ErrClosed when the Client is
+// closed, and Redis errors as they come (it does not retry them). Whenever
+// it returns an error nothing is held: if ctx ended while an acquisition was
+// already on its way to Redis, Lock releases what it may have taken before
+// returning.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, false)
+}
+
+// TryLock makes a single attempt. It returns ErrLocked when another owner
+// holds the mutex, and other errors as Lock does.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, true)
+}
+
+// Acquire acquires the mutex in the background and delivers one Lease on
+// the returned channel, then closes it. Select on it together with other
+// channels; to give up, cancel ctx.
+//
+// The Lease reports failure through Err (ctx's error, ErrClosed, a Redis
+// error), never by a nil Lease. If ctx ends after the lock was acquired but
+// before the Lease was received, the lock is released and the Lease reports
+// ctx's error; so receiving a Lease whose ctx has ended, check Err.
+func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease {
+	ch := make(chan *Lease, 1)
+	if err := m.check(ctx); err != nil {
+		ch <- failedLease(err)
+		close(ch)
+		return ch
+	}
+	m.c.waiters.Add(1)
+	go func() {
+		defer m.c.waiters.Done()
+		l, err := m.acquire(ctx, false)
+		if err != nil {
+			ch <- failedLease(err)
+			close(ch)
+			return
+		}
+		ch <- l
+		close(ch)
+		stop := context.AfterFunc(ctx, func() {
+			if len(ch) == 1 { // nobody took it
+				l.abandon(ctx.Err())
+			}
+		})
+		l.mu.Lock()
+		if l.released || l.failed != nil {
+			stop()
+		} else {
+			l.stopReclaim = stop
+		}
+		l.mu.Unlock()
+	}()
+	return ch
+}
+
+// acquire runs the acquisition loop.
+func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
+	c := m.c
+	parent := leaseFrom(ctx, c, m.keys)
+	var owner string
+	if parent != nil {
+		owner = parent.h.owner
+	} else {
+		owner = c.newOwner()
+	}
+	hold := c.newHold()
+	lease := m.cfg.fixedLease
+	if lease == 0 {
+		lease = c.cfg.watchdogLease
+	}
+	if parent != nil {
+		lease = parent.h.lease
+	}
+	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}
+
+	var sub *subscription
+	defer func() {
+		if sub != nil {
+			sub.leave()
+		}
+	}()
+	for {
+		sent := time.Now()
+		res, err := acquireScript.exec(ctx, c.rc, []string{m.keys.lock, m.keys.fence}, args).ToArray()
+		if err != nil {
+			if ctx.Err() != nil {
+				// The script may have run: take back what it may have taken.
+				m.releaseAbandoned(ctx, owner, hold)
+				return nil, ctx.Err()
+			}
+			return nil, redisErr("acquire", err)
+		}
+		ok, val, err := parseAcquire(res)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if ctx.Err() != nil {
+				m.releaseAbandoned(ctx, owner, hold)
+				return nil, ctx.Err()
+			}
+			return m.grant(ctx, parent, owner, hold, val, lease, sent)
+		}
+		if try {
+			return nil, ErrLocked
+		}
+		wait := time.Duration(val)*time.Millisecond + time.Millisecond
+		if val < 0 {
+			wait = time.Millisecond
+		}
+		if sub == nil {
+			if sub, err = c.notify.join(m.keys.channel); err != nil {
+				return nil, err
+			}
+			// A release published before the subscription took effect was
+			// missed: look again once it has.
+			if err := m.sleep(ctx, sub.ready, nil, wait); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		t := sub.sema.Wait()
+		if err := m.sleep(ctx, t.C, t.Cancel, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// sleep waits for wake, at most d. On ctx's end or the Client's close it
+// calls cancel (when not nil) and returns the error.
+func (m *Mutex) sleep(ctx context.Context, wake <-chan struct{}, cancel func(), d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-wake:
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+		if cancel != nil {
+			cancel()
+		}
+		return ctx.Err()
+	case <-m.c.closed:
+		if cancel != nil {
+			cancel()
+		}
+		return ErrClosed
+	}
+	if cancel != nil {
+		cancel()
+	}
+	return nil
+}
+
+// grant turns a successful script run into a Lease.
+func (m *Mutex) grant(ctx context.Context, parent *Lease, owner, hold string, token int64, lease time.Duration, sent time.Time) (*Lease, error) {
+	c := m.c
+	if parent != nil && parent.h.owner == owner {
+		h := parent.h
+		h.mu.Lock()
+		if h.done {
+			reason := h.err
+			h.mu.Unlock()
+			m.releaseAbandoned(ctx, owner, hold)
+			return nil, reason
+		}
+		l := newLease(ctx, h, hold)
+		h.leases[l] = struct{}{}
+		h.mu.Unlock()
+		return l, nil
+	}
+	h := &holder{
+		c: c, name: m.name, keys: m.keys, owner: owner, token: uint64(token),
+		lease: lease, watchdog: m.cfg.fixedLease == 0,
+		leases: make(map[*Lease]struct{}, 1), lastOK: sent, lost: make(chan struct{}),
+	}
+	l := newLease(ctx, h, hold)
+	h.leases[l] = struct{}{}
+	c.watchdog.add(h)
+	if c.isClosed() {
+		// Close may have missed this holder.
+		if h.lose(ErrClosed) {
+			m.releaseAbandoned(ctx, owner, hold)
+		}
+	}
+	return l, nil
+}
+
+// releaseAbandoned releases a hold the caller will not get.
+func (m *Mutex) releaseAbandoned(ctx context.Context, owner, hold string) {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	if _, err := m.c.release(dctx, m.keys, owner, hold); err != nil {
+		m.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", m.keys.lock, "err", err)
+	}
+}
+
+// parseAcquire reads the acquire script's reply: {1, token, holds} or
+// {0, pttl}.
+func parseAcquire(res []rueidis.RedisMessage) (ok bool, val int64, err error) {
+	if len(res) < 2 {
+		return false, 0, fmt.Errorf("redisync: acquire: unexpected reply of %d elements", len(res))
+	}
+	flag, err := res[0].AsInt64()
+	if err != nil {
+		return false, 0, fmt.Errorf("redisync: acquire: %w", err)
+	}
+	if flag == 1 {
+		s, err := res[1].ToString()
+		if err != nil {
+			return false, 0, fmt.Errorf("redisync: acquire: %w", err)
+		}
+		tok, err := strconv.ParseInt(s, 10, 64)
+		return true, tok, err
+	}
+	ttl, err := res[1].AsInt64()
+	return false, ttl, err
+}
+
+// MutexState is a snapshot of a mutex in Redis.
+type MutexState struct {
+	Locked bool
+	// Owner is the holder's owner id: the holding Client's ID, a colon and
+	// a sequence number.
+	Owner string
+	// Holds is the number of holds (re-entries count) of the owner.
+	Holds int
+	// TTL is the remaining lease; negative when the key has no expiry.
+	TTL time.Duration
+	// Token is the holder's fencing token.
+	Token uint64
+}
+
+// ClientID returns the id of the Client that holds the mutex ("" when free).
+func (s MutexState) ClientID() string {
+	if i := strings.LastIndexByte(s.Owner, ':'); i >= 0 {
+		return s.Owner[:i]
+	}
+	return s.Owner
+}
+
+// Inspect reads the mutex's state in one round trip.
+func (m *Mutex) Inspect(ctx context.Context) (MutexState, error) {
+	if err := m.check(ctx); err != nil {
+		return MutexState{}, err
+	}
+	res, err := inspectScript.exec(ctx, m.c.rc, []string{m.keys.lock}, nil).ToArray()
+	if err != nil {
+		return MutexState{}, redisErr("inspect", err)
+	}
+	if len(res) != 4 {
+		return MutexState{}, errors.New("redisync: inspect: unexpected reply")
+	}
+	var st MutexState
+	st.Owner, _ = res[0].ToString()
+	tok, _ := res[1].ToString()
+	st.Token, _ = strconv.ParseUint(tok, 10, 64)
+	holds, _ := res[2].AsInt64()
+	pttl, _ := res[3].AsInt64()
+	st.Holds = int(holds)
+	st.Locked = st.Owner != ""
+	if st.Locked {
+		st.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	return st, nil
+}
+
+// ForceUnlock deletes the lock whoever holds it and wakes a waiter. It
+// reports whether the mutex was locked. The holder's lease reports
+// ErrExpired at its next renewal, within a third of the watchdog lease. For
+// operators: a holder that is alive loses mutual exclusion.
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := m.check(ctx); err != nil {
+		return false, err
+	}
+	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock}, []string{m.keys.channel}).AsInt64()
+	if err != nil {
+		return false, redisErr("force unlock", err)
+	}
+	return n == 1, nil
+}
+
+// Locker returns a sync.Locker backed by the mutex, for code that wants
+// Lock() and Unlock() without contexts or errors.
+func (m *Mutex) Locker() *Locker { return &Locker{m: m} }
+
+// Locker adapts a Mutex to sync.Locker. Lock blocks until the mutex is
+// acquired; Unlock releases it. One Locker holds at most one lease at a
+// time, as sync.Mutex does: its Lock is not reentrant.
+//
+// sync.Locker has no way to report errors, so: Lock retries Redis errors
+// with backoff until it acquires, logging them; it returns without the lock
+// only when the Client is closed or the Mutex is invalid, which Err then
+// reports. Unlock of a Locker that holds nothing, or whose lease was lost,
+// logs the error. A lost lease is not noticed by code that only calls Lock
+// and Unlock: watch Lease().Lost() in long critical sections.
+type Locker struct {
+	m     *Mutex
+	mu    sync.Mutex
+	lease *Lease
+	err   error
+}
+
+// Lock acquires the mutex, waiting as long as it takes.
+func (l *Locker) Lock() {
+	backoff := 10 * time.Millisecond
+	for {
+		lease, err := l.m.Lock(context.Background())
+		if err == nil {
+			l.mu.Lock()
+			l.lease, l.err = lease, nil
+			l.mu.Unlock()
+			return
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			if l.m != nil && l.m.c != nil {
+				l.m.c.log.Error("redisync: Locker.Lock returns without the lock", "name", l.m.name, "err", err)
+			}
+			return
+		}
+		l.m.c.log.Warn("redisync: Locker.Lock failed; retrying", "key", l.m.keys.lock, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-l.m.c.closed:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Unlock releases the lease taken by Lock.
+func (l *Locker) Unlock() {
+	l.mu.Lock()
+	lease := l.lease
+	l.lease = nil
+	l.mu.Unlock()
+	if err := lease.Unlock(context.Background()); err != nil && l.m != nil && l.m.c != nil {
+		l.m.c.log.Error("redisync: Locker.Unlock", "name", l.m.name, "err", err)
+	}
+}
+
+// Lease returns the lease held through the Locker, or nil.
+func (l *Locker) Lease() *Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lease
+}
+
+// Err returns why the last Lock returned without the lock, or nil.
+func (l *Locker) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}

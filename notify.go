@@ -1,0 +1,221 @@
+package redisync
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync/internal/sema"
+)
+
+// notifier wakes the waiters of a Client. It keeps one pub/sub subscription
+// per lock channel that has local waiters, sharded (SSUBSCRIBE) where the
+// server supports it, counted by reference and dropped when the last waiter
+// leaves. Messages are fanned out to the waiters through a per-channel
+// sema.Sema: a release message wakes one local waiter, a "*" message wakes
+// all of them. When a subscription is re-established after the connection
+// broke (messages sent meanwhile are lost), every waiter of it looks again.
+type notifier struct {
+	c       *Client
+	classic atomic.Bool // the server has no sharded pub/sub
+
+	mu      sync.Mutex
+	subs    map[string]*subscription // live, by channel
+	closing map[string]*subscription // being torn down, by channel
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// subscription is one channel's subscription and its waiters.
+type subscription struct {
+	n       *notifier
+	channel string
+	refs    int // guarded by n.mu
+	sema    sema.Sema
+
+	ready    chan struct{} // closed at the first confirmation from the server
+	confirms atomic.Int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
+	gone   chan struct{} // closed when the server subscription is dropped
+}
+
+func newNotifier(c *Client) *notifier {
+	return &notifier{c: c, subs: make(map[string]*subscription), closing: make(map[string]*subscription)}
+}
+
+// join adds a waiter to the channel's subscription, subscribing first when
+// it has none. The waiter must call leave. Ready tells when messages flow.
+func (n *notifier) join(channel string) (*subscription, error) {
+	n.mu.Lock()
+	for {
+		if n.closed {
+			n.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if s := n.subs[channel]; s != nil {
+			s.refs++
+			s.sema.Join()
+			n.mu.Unlock()
+			return s, nil
+		}
+		old := n.closing[channel]
+		if old == nil {
+			break
+		}
+		// Subscribing again before the old subscription is dropped would let
+		// its UNSUBSCRIBE end the new one.
+		n.mu.Unlock()
+		<-old.gone
+		n.mu.Lock()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &subscription{
+		n: n, channel: channel, refs: 1,
+		ready: make(chan struct{}), ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), gone: make(chan struct{}),
+	}
+	s.sema.Join()
+	n.subs[channel] = s
+	n.wg.Add(1)
+	go s.run()
+	n.mu.Unlock()
+	return s, nil
+}
+
+// leave removes a waiter added by join; the last one out drops the
+// subscription, in the background.
+func (s *subscription) leave() {
+	n := s.n
+	n.mu.Lock()
+	s.refs--
+	s.sema.Leave()
+	if s.refs > 0 || n.subs[s.channel] != s {
+		n.mu.Unlock()
+		return
+	}
+	delete(n.subs, s.channel)
+	n.closing[s.channel] = s
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go s.drop()
+}
+
+// drop ends the subscription: stop receiving, then unsubscribe on the
+// server, whatever state the subscribe was in.
+func (s *subscription) drop() {
+	n := s.n
+	defer n.wg.Done()
+	s.cancel()
+	<-s.done
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	var cmd rueidis.Completed
+	if n.classic.Load() {
+		cmd = n.c.rc.B().Unsubscribe().Channel(s.channel).Build()
+	} else {
+		cmd = n.c.rc.B().Sunsubscribe().Channel(s.channel).Build()
+	}
+	if err := n.c.rc.Do(ctx, cmd).Error(); err != nil && !isClosing(err) {
+		n.c.log.Warn("redisync: unsubscribe failed", "channel", s.channel, "err", err)
+	}
+	cancel()
+	n.mu.Lock()
+	if n.closing[s.channel] == s {
+		delete(n.closing, s.channel)
+	}
+	n.mu.Unlock()
+	close(s.gone)
+}
+
+// run keeps the subscription up until it is dropped.
+func (s *subscription) run() {
+	n := s.n
+	defer n.wg.Done()
+	defer close(s.done)
+	backoff := 10 * time.Millisecond
+	for {
+		classic := n.classic.Load()
+		var cmd rueidis.Completed
+		if classic {
+			cmd = n.c.rc.B().Subscribe().Channel(s.channel).Build()
+		} else {
+			cmd = n.c.rc.B().Ssubscribe().Channel(s.channel).Build()
+		}
+		before := s.confirms.Load()
+		err := n.c.rc.Receive(rueidis.WithOnSubscriptionHook(s.ctx, s.confirmed), cmd, s.message)
+		if s.ctx.Err() != nil {
+			return
+		}
+		if err != nil && !classic && isUnknownCommand(err) {
+			n.classic.Store(true)
+			continue
+		}
+		if s.confirms.Load() > before {
+			backoff = 10 * time.Millisecond
+		}
+		if err != nil {
+			n.c.log.Warn("redisync: subscription broken; resubscribing", "channel", s.channel, "err", err)
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// confirmed runs in the connection's reader: it must not block.
+func (s *subscription) confirmed(ps rueidis.PubSubSubscription) {
+	if ps.Channel != s.channel || (ps.Kind != "subscribe" && ps.Kind != "ssubscribe") {
+		return
+	}
+	if s.confirms.Add(1) == 1 {
+		close(s.ready)
+		return
+	}
+	// Resubscribed: messages may have been lost meanwhile.
+	s.sema.ReleaseAll()
+}
+
+// message runs in the connection's reader: it must not block.
+func (s *subscription) message(m rueidis.PubSubMessage) {
+	if m.Message == "*" {
+		s.sema.ReleaseAll()
+	} else {
+		s.sema.Release(1)
+	}
+}
+
+// close drops every subscription and waits for the goroutines.
+func (n *notifier) close() {
+	n.mu.Lock()
+	n.closed = true
+	var live []*subscription
+	for ch, s := range n.subs {
+		delete(n.subs, ch)
+		n.closing[ch] = s
+		live = append(live, s)
+	}
+	n.wg.Add(len(live))
+	n.mu.Unlock()
+	for _, s := range live {
+		go s.drop()
+	}
+	n.wg.Wait()
+}
+
+func isUnknownCommand(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(strings.ToLower(re.Error()), "unknown command")
+}
+
+func isClosing(err error) bool {
+	return err == rueidis.ErrClosing
+}

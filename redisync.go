@@ -1,0 +1,306 @@
+// Package redisync provides distributed synchronization primitives on Redis:
+// what package sync gives the goroutines of one process, for a fleet of
+// processes.
+//
+// A Client wraps one rueidis.Client (one multiplexed connection per Redis
+// node) and owns the shared machinery every primitive uses: a random client
+// id, the watchdog that keeps leases alive, and the pub/sub subscriptions that
+// wake waiters. Primitives are cheap handles made from a Client:
+//
+//	c, _ := redisync.New(rc)
+//	m := c.Mutex("orders:42")
+//	l, err := m.Lock(ctx)
+//	if err != nil { ... }
+//	defer l.Unlock(context.WithoutCancel(ctx))
+//
+// A held lock is a Lease. Its Lost channel is closed when the lease is lost
+// (the watchdog could not renew it in time, the key expired or was deleted,
+// another owner took it, the Client was closed) and Err tells which.
+//
+// Every key and channel of one lock share a Redis Cluster hash tag, so the
+// library works unchanged on standalone Redis, Sentinel and Cluster. Redis
+// 7.0 or newer is the baseline; 6.2 works with classic instead of sharded
+// pub/sub.
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+)
+
+// Errors returned by the package. Match them with errors.Is: they are often
+// wrapped with detail, or joined with the Redis error that caused them.
+var (
+	// ErrInvalidArgument reports bad input: an empty name, a nil client or
+	// context, a duration that is not positive.
+	ErrInvalidArgument = errors.New("redisync: invalid argument")
+	// ErrClosed reports that the Client was closed. It is also the reason a
+	// lease reports when its Client is closed while it is held.
+	ErrClosed = errors.New("redisync: client closed")
+	// ErrLocked reports that a single attempt found the lock held by another
+	// owner. It is not a failure to reach Redis.
+	ErrLocked = errors.New("redisync: locked by another owner")
+	// ErrNotHeld reports an Unlock of a lease that no longer holds its lock:
+	// it was already released, it was lost, or it was never acquired.
+	ErrNotHeld = errors.New("redisync: lock not held")
+	// ErrWrongType reports that a lock's key holds a value the library did
+	// not write there.
+	ErrWrongType = errors.New("redisync: key holds a value of the wrong type")
+)
+
+// Reasons a Lease ends, reported by Lease.Err and by context.Cause of
+// Lease.Context.
+var (
+	// ErrReleased: the lease was released by Unlock.
+	ErrReleased = errors.New("redisync: lease released")
+	// ErrExpired: the lock's key expired or was deleted (ForceUnlock, a
+	// flush, a restart of a Redis server without persistence).
+	ErrExpired = errors.New("redisync: lease expired or lock deleted")
+	// ErrTakenOver: the lock's key is held by another owner (it expired and
+	// someone acquired it) or was overwritten.
+	ErrTakenOver = errors.New("redisync: lock taken over by another owner")
+	// ErrConnectionLost: the watchdog could not renew the lease before it
+	// could have expired on the server, so another client may now take the
+	// lock. Reported before that can happen, within a safety margin of a
+	// tenth of the lease.
+	ErrConnectionLost = errors.New("redisync: connection lost before the lease could be renewed")
+)
+
+const (
+	defaultWatchdogLease  = 30 * time.Second
+	defaultPrefix         = "redisync"
+	defaultFenceRetention = 24 * time.Hour
+	// cleanupTimeout bounds the releases the library sends on its own: after
+	// an abandoned acquire, on Close.
+	cleanupTimeout = 5 * time.Second
+)
+
+// Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	watchdogLease  time.Duration
+	prefix         string
+	logger         *slog.Logger
+	fenceRetention time.Duration
+}
+
+// WithWatchdogLease sets the lease of locks acquired without a fixed lease
+// (default 30s). The watchdog renews such leases every third of it; a lease
+// whose renewal has not succeeded for nine tenths of it is reported lost
+// (ErrConnectionLost). It must be positive.
+func WithWatchdogLease(d time.Duration) Option {
+	return func(c *config) { c.watchdogLease = d }
+}
+
+// WithPrefix sets the prefix of every key and channel (default "redisync").
+// It must be non-empty and contain no '{' or '}', which would break the
+// Cluster hash tags.
+func WithPrefix(p string) Option {
+	return func(c *config) { c.prefix = p }
+}
+
+// WithLogger sets the logger for what the library cannot return to a caller:
+// renewal failures, lost subscriptions, failed background releases. The
+// default is slog.Default(). Lines carry the lock's key.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithFenceRetention sets how long a lock's fencing counter outlives its last
+// use (default 24h). Fencing tokens are the server's clock in microseconds,
+// raised above the last token while the counter lives; after it expires they
+// stay increasing unless the server's clock steps back by more than this.
+// It must be positive.
+func WithFenceRetention(d time.Duration) Option {
+	return func(c *config) { c.fenceRetention = d }
+}
+
+// Client is the entry point: it owns the watchdog and the pub/sub
+// subscriptions shared by every primitive made from it. A Client is safe for
+// concurrent use. Make one per process (or per Redis deployment) and share it.
+type Client struct {
+	rc      rueidis.Client
+	ownsRC  bool
+	id      string
+	cfg     config
+	log     *slog.Logger
+	cluster bool
+	seq     atomic.Uint64
+
+	notify   *notifier
+	watchdog *watchdog
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	waiters   sync.WaitGroup // goroutines started by Acquire
+}
+
+// New returns a Client that uses rc for every command. rc stays the
+// caller's: Close does not close it. New sends nothing to Redis.
+func New(rc rueidis.Client, opts ...Option) (*Client, error) {
+	if rc == nil {
+		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
+	}
+	cfg := config{
+		watchdogLease:  defaultWatchdogLease,
+		prefix:         defaultPrefix,
+		fenceRetention: defaultFenceRetention,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	switch {
+	case cfg.watchdogLease <= 0:
+		return nil, fmt.Errorf("%w: watchdog lease %v is not positive", ErrInvalidArgument, cfg.watchdogLease)
+	case cfg.fenceRetention <= 0:
+		return nil, fmt.Errorf("%w: fence retention %v is not positive", ErrInvalidArgument, cfg.fenceRetention)
+	case cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}"):
+		return nil, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	c := &Client{
+		rc:      rc,
+		id:      uuid.NewString(),
+		cfg:     cfg,
+		cluster: rc.Mode() == rueidis.ClientModeCluster,
+		closed:  make(chan struct{}),
+	}
+	c.log = cfg.logger.With("redisync.client", c.id)
+	c.notify = newNotifier(c)
+	c.watchdog = newWatchdog(c)
+	return c, nil
+}
+
+// Dial connects to Redis with opt and returns a Client that owns the
+// connection: Close closes it too.
+func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(rc, opts...)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	c.ownsRC = true
+	return c, nil
+}
+
+// ID returns the client's random id, the first part of every owner id it
+// writes into Redis.
+func (c *Client) ID() string { return c.id }
+
+// Close stops the watchdog and every subscription and goroutine the Client
+// started. Every live Lease reports loss with ErrClosed, and its lock is
+// released in Redis at once (one pipelined batch, bounded by a few seconds)
+// so other clients do not wait for the lease to expire. Acquisitions in
+// progress return ErrClosed. Close is idempotent and returns nil; later calls
+// on the Client and its primitives return ErrClosed.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.watchdog.close()
+		c.waiters.Wait()
+		c.notify.close()
+		if c.ownsRC {
+			c.rc.Close()
+		}
+	})
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// newOwner returns a fresh owner id: unique across clients and never reused.
+func (c *Client) newOwner() string {
+	return c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// newHold returns a fresh hold field, unique within the client.
+func (c *Client) newHold() string {
+	return "#" + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// lockKeys are the Redis names of one lock. They share a hash tag.
+type lockKeys struct {
+	lock    string
+	fence   string
+	channel string
+}
+
+// keysFor names the keys of a lock. A name without braces becomes the hash
+// tag itself (prefix:{name}); a name with a hash tag of its own keeps it, so
+// callers can place locks in one slot (prefix::name); any other name with
+// braces is tagged with its digest (prefix:{#hex}:name). The three forms
+// cannot produce the same key for different names.
+func (c *Client) keysFor(name string) lockKeys {
+	var base string
+	switch {
+	case !strings.ContainsAny(name, "{}"):
+		base = c.cfg.prefix + ":{" + name + "}"
+	case hasHashTag(name):
+		base = c.cfg.prefix + "::" + name
+	default:
+		base = c.cfg.prefix + ":{#" + strconv.FormatUint(uint64(slotHash(name)), 16) + "}:" + name
+	}
+	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":ch"}
+}
+
+// hasHashTag reports whether Redis Cluster would hash s by a tag: a '{'
+// followed, later, by a '}' with at least one byte between them.
+func hasHashTag(s string) bool {
+	i := strings.IndexByte(s, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(s[i+1:], '}')
+	return j > 0
+}
+
+// validName checks a lock name.
+func validName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty lock name", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// redisErr wraps an error from Redis, marking wrong-type replies.
+func redisErr(op string, err error) error {
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
+		return fmt.Errorf("redisync: %s: %w: %w", op, ErrWrongType, err)
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
+		return fmt.Errorf("redisync: %s: %w: %w", op, ErrClosed, err)
+	}
+	return fmt.Errorf("redisync: %s: %w", op, err)
+}
+
+// detached returns a context for work the library must finish even though
+// the caller's context ended: releasing what an abandoned call may hold.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}

@@ -1,0 +1,279 @@
+package redisync
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+const (
+	// renewBatch is the most leases one renewal script covers.
+	renewBatch = 100
+	// renewRetry is the pause after a failed renewal pass, at most.
+	renewRetry = time.Second
+)
+
+// watchdog keeps the leases of one Client alive: one goroutine, whatever the
+// number of leases. Every third of the watchdog lease it renews every
+// watchdog lease and checks every fixed lease, in batched scripts grouped by
+// cluster slot and sent in one pipeline. It reports a lease lost when Redis
+// says it is gone or held by another owner, and when no renewal has
+// succeeded by the time the lease could expire on the server.
+type watchdog struct {
+	c      *Client
+	period time.Duration
+
+	mu      sync.Mutex
+	holders map[*holder]struct{}
+	running bool
+
+	kick chan struct{} // wakes the loop to look at a new holder
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newWatchdog(c *Client) *watchdog {
+	return &watchdog{
+		c:       c,
+		period:  c.cfg.watchdogLease / 3,
+		holders: make(map[*holder]struct{}),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+}
+
+// add registers a holder. It is called before the acquisition returns, so a
+// lease is never handed out unwatched.
+func (w *watchdog) add(h *holder) {
+	w.mu.Lock()
+	w.holders[h] = struct{}{}
+	if !w.running {
+		w.running = true
+		go w.run()
+	}
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// remove unregisters a holder: it is never renewed again.
+func (w *watchdog) remove(h *holder) {
+	w.mu.Lock()
+	delete(w.holders, h)
+	w.mu.Unlock()
+}
+
+// close stops the loop, reports every live lease lost with ErrClosed and
+// releases its lock in one pipelined batch.
+func (w *watchdog) close() {
+	w.mu.Lock()
+	running := w.running
+	w.running = true // no loop starts from now on
+	hs := make([]*holder, 0, len(w.holders))
+	for h := range w.holders {
+		hs = append(hs, h)
+	}
+	w.mu.Unlock()
+	close(w.stop)
+	if running {
+		<-w.done
+	}
+	var batch []rueidis.LuaExec
+	for _, h := range hs {
+		if h.lose(ErrClosed) {
+			batch = append(batch, rueidis.LuaExec{
+				Keys: []string{h.keys.lock, h.keys.fence},
+				Args: []string{h.owner, "", strconv.FormatInt(w.c.cfg.fenceRetention.Milliseconds(), 10), h.keys.channel},
+			})
+		}
+	}
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := detached(context.Background())
+	defer cancel()
+	for i, r := range releaseScript.batch(ctx, w.c.rc, batch) {
+		if err := r.Error(); err != nil {
+			w.c.log.Error("redisync: release on close failed; the lock expires with its lease", "key", batch[i].Keys[0], "err", err)
+		}
+	}
+}
+
+func (w *watchdog) run() {
+	defer close(w.done)
+	timer := time.NewTimer(w.period)
+	defer timer.Stop()
+	next := time.Now().Add(w.period)
+	for {
+		wait, any := w.expire(time.Now())
+		if !any {
+			wait = -1
+		} else if d := time.Until(next); d < wait {
+			wait = d
+		}
+		if wait >= 0 {
+			timer.Reset(max(wait, time.Millisecond))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-w.kick:
+			timer.Stop()
+			continue
+		case <-timer.C:
+		}
+		if now := time.Now(); !now.Before(next) {
+			if w.pass(now) {
+				next = now.Add(w.period)
+			} else {
+				next = now.Add(min(w.period, renewRetry))
+			}
+		}
+	}
+}
+
+// expire reports lost the leases whose deadline has passed, and returns the
+// time until the next deadline (any is false when nothing is watched).
+func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
+	w.mu.Lock()
+	var late []*holder
+	wait = time.Duration(1<<63 - 1)
+	for h := range w.holders {
+		h.mu.Lock()
+		d := h.deadline()
+		h.mu.Unlock()
+		if !now.Before(d) {
+			late = append(late, h)
+			continue
+		}
+		any = true
+		wait = min(wait, d.Sub(now))
+	}
+	w.mu.Unlock()
+	for _, h := range late {
+		if h.watchdog {
+			h.lose(ErrConnectionLost)
+		} else {
+			h.lose(ErrExpired)
+		}
+	}
+	return wait, any
+}
+
+// pass renews or checks every watched lease once. It reports whether every
+// batch got an answer from Redis.
+func (w *watchdog) pass(start time.Time) bool {
+	w.mu.Lock()
+	groups := make(map[uint16][]*holder)
+	soonest := time.Duration(1<<63 - 1)
+	for h := range w.holders {
+		var slot uint16
+		if w.c.cluster {
+			slot = slotHash(h.keys.lock)
+		}
+		groups[slot] = append(groups[slot], h)
+		h.mu.Lock()
+		soonest = min(soonest, h.deadline().Sub(start))
+		h.mu.Unlock()
+	}
+	w.mu.Unlock()
+	if len(groups) == 0 {
+		return true
+	}
+	var batch []rueidis.LuaExec
+	var members [][]*holder
+	for _, hs := range groups {
+		for len(hs) > 0 {
+			n := min(len(hs), renewBatch)
+			chunk := hs[:n]
+			hs = hs[n:]
+			e := rueidis.LuaExec{Keys: make([]string, n), Args: make([]string, 0, 2*n)}
+			for i, h := range chunk {
+				e.Keys[i] = h.keys.lock
+				lease := "0"
+				if h.watchdog {
+					lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
+				}
+				e.Args = append(e.Args, h.owner, lease)
+			}
+			batch = append(batch, e)
+			members = append(members, chunk)
+		}
+	}
+	// A pass never outlives the first deadline, so that loss is reported on
+	// time even when Redis does not answer.
+	ctx, cancel := context.WithTimeout(context.Background(), max(min(w.period, soonest), 10*time.Millisecond))
+	defer cancel()
+	ok := true
+	for i, r := range renewScript.batch(ctx, w.c.rc, batch) {
+		states, err := r.AsIntSlice()
+		if err != nil || len(states) != len(members[i]) {
+			ok = false
+			w.c.log.Warn("redisync: lease renewal failed; retrying", "keys", len(members[i]), "err", err)
+			continue
+		}
+		for j, h := range members[i] {
+			w.settle(h, states[j], start)
+		}
+	}
+	return ok
+}
+
+// settle applies one renewal answer to a holder.
+func (w *watchdog) settle(h *holder, state int64, sent time.Time) {
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return
+	}
+	if state == 1 {
+		if h.watchdog {
+			h.lastOK = sent
+		}
+		h.mu.Unlock()
+		return
+	}
+	// A release in flight explains a missing key; the next pass looks again.
+	releasing := h.releasing > 0
+	h.mu.Unlock()
+	if releasing {
+		return
+	}
+	if state == 0 {
+		h.lose(ErrExpired)
+	} else {
+		h.lose(ErrTakenOver)
+	}
+}
+
+// slotHash is the Redis Cluster slot of a key: CRC16 (XMODEM) of its hash
+// tag, or of the whole key when it has none, modulo 16384.
+func slotHash(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}
+

@@ -1,0 +1,67 @@
+package redisync
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	//go:embed lua/prelude.lua
+	preludeLua string
+	//go:embed lua/acquire.lua
+	acquireLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/renew.lua
+	renewLua string
+	//go:embed lua/force.lua
+	forceLua string
+	//go:embed lua/inspect.lua
+	inspectLua string
+)
+
+var (
+	acquireScript = newScript(acquireLua)
+	releaseScript = newScript(preludeLua + releaseLua)
+	renewScript   = newScript(renewLua)
+	forceScript   = newScript(preludeLua + forceLua)
+	inspectScript = newScript(inspectLua)
+)
+
+// script is a Lua script run as EVALSHA, falling back to EVAL when the
+// server does not know it yet (after a restart or a failover).
+type script struct {
+	lua *rueidis.Lua
+	sha string
+}
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{lua: rueidis.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
+}
+
+func (s script) exec(ctx context.Context, rc rueidis.Client, keys, args []string) rueidis.RedisResult {
+	return s.lua.Exec(ctx, rc, keys, args)
+}
+
+// batch runs the script once per entry in one pipeline, then again with
+// EVAL, one by one, for the entries the server answered NOSCRIPT. Unlike
+// rueidis.Lua.ExecMulti it sends no SCRIPT LOAD first, so a batch the server
+// knows costs one round trip.
+func (s script) batch(ctx context.Context, rc rueidis.Client, batch []rueidis.LuaExec) []rueidis.RedisResult {
+	cmds := make(rueidis.Commands, len(batch))
+	for i, b := range batch {
+		cmds[i] = rc.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(b.Keys))).Key(b.Keys...).Arg(b.Args...).Build()
+	}
+	res := rc.DoMulti(ctx, cmds...)
+	for i, r := range res {
+		if re, ok := rueidis.IsRedisErr(r.Error()); ok && re.IsNoScript() {
+			res[i] = s.exec(ctx, rc, batch[i].Keys, batch[i].Args)
+		}
+	}
+	return res
+}
