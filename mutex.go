@@ -93,11 +93,14 @@ func (m *Mutex) check(ctx context.Context) error {
 
 // Lock acquires the mutex, waiting as long as ctx allows.
 //
-// It returns ctx.Err() when ctx ends first, ErrClosed when the Client is
-// closed, and Redis errors as they come (it does not retry them). Whenever
-// it returns an error nothing is held: if ctx ended while an acquisition was
-// already on its way to Redis, Lock releases what it may have taken before
-// returning.
+// It returns ctx.Err() when ctx ends first, and ErrClosed when the Client is
+// closed. Connection errors do not end the wait: Lock retries them with
+// backoff (up to a second apart) until ctx ends, then returns ctx's error
+// wrapping the last of them. Errors Redis replies with (a key of the wrong
+// type, a script error) are returned at once. Whenever Lock returns an
+// error nothing is held: if ctx ended while an attempt was on its way to
+// Redis, Lock waits for its outcome (half a second at most) and releases
+// what it took before returning.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
@@ -106,7 +109,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 }
 
 // TryLock makes a single attempt. It returns ErrLocked when another owner
-// holds the mutex, and other errors as Lock does.
+// holds the mutex, and any error from Redis or the connection at once.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
@@ -182,16 +185,31 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 			sub.leave()
 		}
 	}()
+	var lastErr error
+	backoff := 10 * time.Millisecond
 	for {
 		sent := time.Now()
-		res, err := acquireScript.exec(ctx, c.rc, []string{m.keys.lock, m.keys.fence}, args).ToArray()
+		res, err := m.attempt(ctx, args)
 		if err != nil {
 			if ctx.Err() != nil {
-				// The script may have run: take back what it may have taken.
+				// The script's outcome is unknown: take back what it may
+				// have taken.
 				m.releaseAbandoned(ctx, owner, hold)
-				return nil, ctx.Err()
+				return nil, ctxErr(ctx, lastErr)
 			}
-			return nil, redisErr("acquire", err)
+			err = redisErr("acquire", err)
+			if try || !transient(err) {
+				return nil, err
+			}
+			// Retrying with the same owner and hold is idempotent.
+			c.log.Warn("redisync: acquire failed; retrying", "key", m.keys.lock, "err", err)
+			lastErr = err
+			if err := m.sleep(ctx, nil, nil, backoff); err != nil {
+				m.releaseAbandoned(ctx, owner, hold)
+				return nil, ctxErr(ctx, lastErr)
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
 		ok, val, err := parseAcquire(res)
 		if err != nil {
@@ -227,6 +245,40 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 			return nil, err
 		}
 	}
+}
+
+// inflightGrace is how long an acquisition already sent to Redis may still
+// take after the caller's context ended: long enough to learn its outcome
+// from a live server and release what it took, short enough to give up on
+// a hung one.
+const inflightGrace = 500 * time.Millisecond
+
+// attempt runs the acquire script once. The caller's context ending does
+// not abandon a script already on its way: that would leave its outcome
+// unknown, and a release sent on another connection of the multiplexed
+// client could overtake it. The attempt is abandoned only inflightGrace
+// after the context ended.
+func (m *Mutex) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(inflightGrace, cancel) })
+	defer stop()
+	return acquireScript.exec(actx, m.c.rc, []string{m.keys.lock, m.keys.fence}, args).ToArray()
+}
+
+// transient reports whether an acquisition error is worth retrying: the
+// connection failed, rather than Redis refusing the command.
+func transient(err error) bool {
+	var re *rueidis.RedisError
+	return !errors.As(err, &re) && !errors.Is(err, ErrClosed)
+}
+
+// ctxErr is ctx's error, with the last Redis error seen while retrying.
+func ctxErr(ctx context.Context, last error) error {
+	if last == nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
 }
 
 // sleep waits for wake, at most d. On ctx's end or the Client's close it

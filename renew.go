@@ -108,34 +108,46 @@ func (w *watchdog) close() {
 
 func (w *watchdog) run() {
 	defer close(w.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	timer := time.NewTimer(w.period)
 	defer timer.Stop()
 	next := time.Now().Add(w.period)
+	// A pass runs on its own goroutine, one at a time, so that deadlines are
+	// enforced on time even when Redis does not answer (a connection to a
+	// hung server can block longer than the pass's context).
+	passed := make(chan bool, 1)
+	inflight := false
 	for {
-		wait, any := w.expire(time.Now())
-		if !any {
-			wait = -1
-		} else if d := time.Until(next); d < wait {
-			wait = d
+		now := time.Now()
+		wait, any := w.expire(now)
+		if any && !inflight && !now.Before(next) {
+			inflight = true
+			go func() { passed <- w.pass(ctx, now) }()
 		}
-		if wait >= 0 {
+		if any && !inflight {
+			wait = min(wait, next.Sub(now))
+		}
+		if any {
 			timer.Reset(max(wait, time.Millisecond))
 		} else {
 			timer.Stop()
 		}
 		select {
 		case <-w.stop:
+			if inflight {
+				cancel()
+				<-passed
+			}
 			return
 		case <-w.kick:
-			timer.Stop()
-			continue
 		case <-timer.C:
-		}
-		if now := time.Now(); !now.Before(next) {
-			if w.pass(now) {
-				next = now.Add(w.period)
+		case ok := <-passed:
+			inflight = false
+			if ok {
+				next = time.Now().Add(w.period)
 			} else {
-				next = now.Add(min(w.period, renewRetry))
+				next = time.Now().Add(min(w.period, renewRetry))
 			}
 		}
 	}
@@ -171,7 +183,7 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
 
 // pass renews or checks every watched lease once. It reports whether every
 // batch got an answer from Redis.
-func (w *watchdog) pass(start time.Time) bool {
+func (w *watchdog) pass(ctx context.Context, start time.Time) bool {
 	w.mu.Lock()
 	groups := make(map[uint16][]*holder)
 	soonest := time.Duration(1<<63 - 1)
@@ -211,7 +223,7 @@ func (w *watchdog) pass(start time.Time) bool {
 	}
 	// A pass never outlives the first deadline, so that loss is reported on
 	// time even when Redis does not answer.
-	ctx, cancel := context.WithTimeout(context.Background(), max(min(w.period, soonest), 10*time.Millisecond))
+	ctx, cancel := context.WithTimeout(ctx, max(min(w.period, soonest), 10*time.Millisecond))
 	defer cancel()
 	ok := true
 	for i, r := range renewScript.batch(ctx, w.c.rc, batch) {
@@ -276,4 +288,3 @@ func slotHash(key string) uint16 {
 	}
 	return crc & 16383
 }
-
