@@ -2,11 +2,16 @@ package redisync
 
 import (
 	"context"
-	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/redistest"
 )
 
 func TestMutexLockUnlock(t *testing.T) {
@@ -109,6 +114,291 @@ func TestMutexReentrant(t *testing.T) {
 		require.NoError(t, l1.Unlock(ctx))
 		st, _ = m.Inspect(ctx)
 		require.False(t, st.Locked)
-		_ = errors.New
 	})
+}
+
+func TestMutexFixedLeaseExpires(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		m := c.Mutex(t.Name(), WithFixedLease(400*time.Millisecond))
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.LessOrEqual(t, st.TTL, 400*time.Millisecond)
+		select {
+		case <-l.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatal("fixed lease never reported lost")
+		}
+		require.ErrorIs(t, l.Err(), ErrExpired)
+		// Lost closes before the key expires, so nobody has it yet.
+		// Then the lock is free once the lease is over.
+		other := e.client(t).Mutex(t.Name())
+		eventually(t, 5*time.Second, func() bool {
+			l2, err := other.TryLock(ctx)
+			if err != nil {
+				return false
+			}
+			require.Greater(t, l2.Token(), l.Token(), "tokens grow across an expiry")
+			require.NoError(t, l2.Unlock(ctx))
+			return true
+		}, "lock not free after its lease")
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+	})
+}
+
+func TestMutexWatchdogKeepsLeaseAlive(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t, WithWatchdogLease(300*time.Millisecond))
+		m := c.Mutex(t.Name())
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		select {
+		case <-l.Lost():
+			t.Fatalf("lost: %v", l.Err())
+		case <-time.After(1500 * time.Millisecond): // five leases
+		}
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked)
+		require.Greater(t, st.TTL, time.Duration(0))
+		require.NoError(t, l.Unlock(ctx))
+		c.watchdog.mu.Lock()
+		n := len(c.watchdog.holders)
+		c.watchdog.mu.Unlock()
+		require.Zero(t, n, "a released lease is never renewed again")
+		time.Sleep(300 * time.Millisecond)
+		st, err = m.Inspect(ctx)
+		require.NoError(t, err)
+		require.False(t, st.Locked)
+	})
+}
+
+func TestMutexWaiterWakesAtTTLWhenHolderDies(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		// A holder that dies publishes nothing: its lease runs out.
+		dead := e.client(t)
+		_, err := dead.Mutex(t.Name(), WithFixedLease(500*time.Millisecond)).Lock(ctx)
+		require.NoError(t, err)
+		start := time.Now()
+		l, err := e.client(t).Mutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+func TestMutexRetriedUnlock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		a, b := e.client(t), e.client(t)
+		m := a.Mutex(t.Name())
+		outer, err := m.Lock(ctx)
+		require.NoError(t, err)
+		inner, err := m.Lock(outer.Context())
+		require.NoError(t, err)
+
+		// The inner release reaches Redis but its reply is lost; the retry
+		// must not take a second hold.
+		st, err := a.release(ctx, m.keys, outer.h.owner, inner.hold)
+		require.NoError(t, err)
+		require.Equal(t, stillHeld, st)
+		require.NoError(t, inner.Unlock(ctx))
+		s, _ := m.Inspect(ctx)
+		require.Equal(t, 1, s.Holds)
+
+		// The final release reaches Redis, its reply is lost, another client
+		// takes the lock: the retry reports success and leaves b's lock alone.
+		st, err = a.release(ctx, m.keys, outer.h.owner, outer.hold)
+		require.NoError(t, err)
+		require.Equal(t, freed, st)
+		lb, err := b.Mutex(t.Name()).TryLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, outer.Unlock(ctx))
+		s, _ = m.Inspect(ctx)
+		require.True(t, s.Locked)
+		require.Equal(t, b.ID(), s.ClientID())
+		require.NoError(t, lb.Unlock(ctx))
+	})
+}
+
+func TestMutexNestedCodeReenters(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		c := e.client(t)
+		m := c.Mutex(t.Name())
+		var depth func(ctx context.Context, n int) error
+		depth = func(ctx context.Context, n int) error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			defer l.Unlock(context.Background())
+			if n > 0 {
+				return depth(l.Context(), n-1)
+			}
+			st, err := m.Inspect(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 5, st.Holds)
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, depth(ctx, 4))
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.False(t, st.Locked)
+		// Another client's context does not re-enter.
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		_, err = e.client(t).Mutex(t.Name()).TryLock(l.Context())
+		require.ErrorIs(t, err, ErrLocked)
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+func TestMutexReentryLostWithOwner(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
+		m := c.Mutex(t.Name())
+		outer, err := m.Lock(ctx)
+		require.NoError(t, err)
+		inner, err := m.Lock(outer.Context())
+		require.NoError(t, err)
+		require.NoError(t, outer.Unlock(ctx), "releasing out of order keeps the inner hold")
+		s, _ := m.Inspect(ctx)
+		require.True(t, s.Locked)
+		_, err = m.ForceUnlock(ctx)
+		require.NoError(t, err)
+		select {
+		case <-inner.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatal("inner lease not lost")
+		}
+		require.ErrorIs(t, context.Cause(inner.Context()), ErrExpired)
+		require.ErrorIs(t, outer.Err(), ErrReleased)
+	})
+}
+
+func TestMutexMutualExclusion(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const clients, perClient, rounds = 4, 4, 40
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		counterKey := "counter:" + t.Name()
+		rc := e.rueidisClient(t)
+		var inside, overlaps atomic.Int32
+		var wg sync.WaitGroup
+		for range clients {
+			c := e.client(t)
+			m := c.Mutex(t.Name())
+			for range perClient {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						l, err := m.Lock(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if inside.Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						// A read-modify-write only the lock protects.
+						n, _ := rc.Do(ctx, rc.B().Get().Key(counterKey).Build()).AsInt64()
+						rc.Do(ctx, rc.B().Set().Key(counterKey).Value(strconv.FormatInt(n+1, 10)).Build())
+						inside.Add(-1)
+						if err := l.Unlock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		n, err := rc.Do(ctx, rc.B().Get().Key(counterKey).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, overlaps.Load(), "overlapping holders")
+		require.EqualValues(t, clients*perClient*rounds, n, "lost updates")
+		rc.Do(ctx, rc.B().Del().Key(counterKey).Build())
+	})
+}
+
+func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const waiters = 20
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		holder := e.client(t)
+		l, err := holder.Mutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		c := e.client(t)
+		m := c.Mutex(t.Name())
+		results := make([]<-chan *Lease, waiters)
+		for i := range results {
+			results[i] = m.Acquire(ctx)
+		}
+		channel := m.keys.channel
+		eventually(t, 5*time.Second, func() bool {
+			c.notify.mu.Lock()
+			defer c.notify.mu.Unlock()
+			s := c.notify.subs[channel]
+			return s != nil && s.refs == waiters && s.confirms.Load() == 1
+		}, "waiters did not subscribe")
+		require.Equal(t, []string{channel}, e.channels(t), "one subscription for all waiters")
+
+		before := scriptCalls(t, e)
+		require.NoError(t, l.Unlock(ctx))
+		var wg sync.WaitGroup
+		for _, r := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := <-r
+				if err := l.Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		// Script runs: the releases (waiters + 1) and the acquire attempts.
+		attempts := scriptCalls(t, e) - before - (waiters + 1)
+		// About one attempt per grant when each release wakes one waiter; a
+		// release that woke everyone would cost about waiters²/2.
+		require.LessOrEqual(t, attempts, int64(waiters+waiters/2), "acquire attempts for %d grants", waiters)
+		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscription left: %v", e.channels(t))
+	})
+}
+
+// scriptCalls counts the script executions on the env's servers.
+func scriptCalls(t testing.TB, e *env) int64 {
+	t.Helper()
+	var total int64
+	servers := []*redistest.Server{e.server}
+	if e.cluster != nil {
+		servers = e.cluster.Masters
+	}
+	for _, s := range servers {
+		out, err := s.Do("INFO", "commandstats")
+		require.NoError(t, err)
+		for _, line := range strings.Split(out, "\n") {
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+				continue
+			}
+			f := strings.TrimPrefix(line[strings.IndexByte(line, ':')+1:], "calls=")
+			n, _ := strconv.ParseInt(f[:strings.IndexByte(f, ',')], 10, 64)
+			total += n
+		}
+	}
+	return total
 }

@@ -1,0 +1,191 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/redisync/redisync/internal/redistest"
+)
+
+// soak scales a count up when REDISYNC_SOAK is set (make soak).
+func soak(n int) int {
+	if os.Getenv("REDISYNC_SOAK") != "" {
+		return 10 * n
+	}
+	return n
+}
+
+func TestMutexCancellationsLeaveNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ignore := goleak.IgnoreCurrent()
+		total := soak(10000)
+		const prefix = "cancel"
+		names := []string{"a", "b", "c", "{d}"}
+		var clients []*Client
+		for range 3 {
+			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
+			require.NoError(t, err)
+			clients = append(clients, c)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		left := total
+		acquired := 0
+		for i := range 24 {
+			c := clients[i%len(clients)]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					mu.Lock()
+					if left == 0 {
+						mu.Unlock()
+						return
+					}
+					left--
+					mu.Unlock()
+					m := c.Mutex(names[rand.IntN(len(names))])
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(2000))*time.Microsecond)
+					var l *Lease
+					if rand.IntN(2) == 0 {
+						l, _ = m.Lock(ctx)
+					} else {
+						select {
+						case l = <-m.Acquire(ctx):
+						case <-ctx.Done():
+						}
+					}
+					if l != nil && l.Err() == nil {
+						mu.Lock()
+						acquired++
+						mu.Unlock()
+						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+						if err := l.Unlock(context.Background()); err != nil && !strings.Contains(err.Error(), "not held") {
+							t.Error(err)
+						}
+					}
+					cancel()
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("%d attempts, %d acquired", total, acquired)
+		require.NotZero(t, acquired)
+		eventually(t, 10*time.Second, func() bool {
+			for _, k := range e.keys(t, prefix+":*") {
+				if !strings.HasSuffix(k, ":fence") {
+					return false
+				}
+			}
+			return true
+		}, "lock keys left: %v", e.keys(t, prefix+":*"))
+		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		for _, c := range clients {
+			require.NoError(t, c.Close())
+		}
+		goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+	})
+}
+
+// ownServer is a standalone env whose server the test may restart or pause.
+func ownServer(t *testing.T) *env {
+	s := redistest.Standalone(t)
+	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
+}
+
+func TestMutexRedisRestart(t *testing.T) {
+	e := ownServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := e.client(t, WithWatchdogLease(time.Second))
+	l, err := holder.Mutex("restart").Lock(ctx)
+	require.NoError(t, err)
+	waiter := e.client(t)
+	w := waiter.Mutex("restart").Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+
+	require.NoError(t, e.server.Restart())
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("holder did not notice the restart")
+	}
+	// Gone, or already taken by the waiter when the watchdog looked.
+	require.True(t, errorsIsAny(l.Err(), ErrExpired, ErrConnectionLost, ErrTakenOver), "reason: %v", l.Err())
+	select {
+	case wl := <-w:
+		require.NoError(t, wl.Err())
+		require.NoError(t, wl.Unlock(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter did not acquire after the restart")
+	}
+	require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+}
+
+func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
+	e := ownServer(t)
+	ctx := context.Background()
+	const lease = 600 * time.Millisecond
+	c := e.client(t, WithWatchdogLease(lease))
+	l, err := c.Mutex("hang").Lock(ctx)
+	require.NoError(t, err)
+	time.Sleep(lease / 2)
+	require.NoError(t, e.server.Pause())
+	paused := time.Now()
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		e.server.Resume()
+		t.Fatal("Lost not closed while Redis hangs")
+	}
+	detected := time.Since(paused)
+	require.NoError(t, e.server.Resume())
+	require.ErrorIs(t, l.Err(), ErrConnectionLost)
+	// The lease was last renewed before the pause, so it ends within one
+	// lease of it: Lost must come no later.
+	require.Less(t, detected, lease, "loss reported after the key could have expired")
+	t.Logf("loss reported %v after Redis stopped answering (lease %v)", detected, lease)
+}
+
+func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
+	e := ownServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := e.client(t)
+	l, err := holder.Mutex("resub").Lock(ctx)
+	require.NoError(t, err)
+	waiter := e.client(t)
+	w := waiter.Mutex("resub").Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+	// Drop the waiter's connections; the release is published while it
+	// resubscribes, or before.
+	_, err = e.server.Do("CLIENT", "KILL", "TYPE", "pubsub")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	select {
+	case wl := <-w:
+		require.NoError(t, wl.Err())
+		require.NoError(t, wl.Unlock(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter missed the release")
+	}
+}
+
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

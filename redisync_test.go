@@ -1,0 +1,99 @@
+package redisync
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewRejectsBadInput(t *testing.T) {
+	e := standaloneEnv(t)
+	rc := e.rueidisClient(t)
+	_, err := New(nil)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	for _, opt := range []Option{
+		WithWatchdogLease(0),
+		WithWatchdogLease(-time.Second),
+		WithFenceRetention(0),
+		WithPrefix(""),
+		WithPrefix("a{b"),
+		WithPrefix("a}b"),
+	} {
+		_, err := New(rc, opt)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+	}
+	c, err := New(rc, nil) // a nil option is ignored
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+}
+
+func TestKeysShareOneSlot(t *testing.T) {
+	e := standaloneEnv(t)
+	c := e.client(t)
+	names := []string{
+		"orders:42", "{user:7}:cart", "}", "{", "{}", "}{", "a}b{c", "x{}y{z}",
+		"with space", "\x00\xff binary", strings.Repeat("long", 10000),
+	}
+	seen := map[string]string{}
+	for _, n := range names {
+		k := c.keysFor(n)
+		s := slotHash(k.lock)
+		require.Equal(t, s, slotHash(k.fence), "name %q", n)
+		require.Equal(t, s, slotHash(k.channel), "name %q", n)
+		require.True(t, strings.HasPrefix(k.lock, "redisync:"))
+		prev, dup := seen[k.lock]
+		require.False(t, dup, "%q and %q share a key", n, prev)
+		seen[k.lock] = n
+	}
+	// A name's own hash tag decides its slot.
+	require.Equal(t, slotHash("{user:7}"), slotHash(c.keysFor("{user:7}:cart").lock))
+	// Names that look alike do not collide.
+	require.NotEqual(t, c.keysFor("{x}").lock, c.keysFor("x").lock)
+}
+
+func TestSlotHashMatchesRedis(t *testing.T) {
+	e := clusterEnv(t)
+	for _, k := range []string{"a", "redisync:{orders:42}", "{user1000}.following", "foo{}{bar}", "123456789"} {
+		got, err := e.cluster.Masters[0].Do("CLUSTER", "KEYSLOT", k)
+		require.NoError(t, err)
+		require.Equal(t, got, strconv.Itoa(int(slotHash(k))), "key %q", k)
+	}
+}
+
+func TestCloseLosesAndReleasesLeases(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		a, b := e.client(t), e.client(t)
+		l, err := a.Mutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		held, err := b.Mutex(t.Name() + "/other").Lock(ctx)
+		require.NoError(t, err)
+		defer held.Unlock(ctx)
+		waiting := a.Mutex(t.Name() + "/other").Acquire(ctx)
+		next := b.Mutex(t.Name()).Acquire(ctx)
+
+		require.NoError(t, a.Close())
+		require.NoError(t, a.Close(), "Close is idempotent")
+		<-l.Lost()
+		require.ErrorIs(t, l.Err(), ErrClosed)
+		require.ErrorIs(t, context.Cause(l.Context()), ErrClosed)
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+
+		// The lock was released at once: b gets it without waiting for the lease.
+		select {
+		case nl := <-next:
+			require.NoError(t, nl.Err())
+			require.NoError(t, nl.Unlock(ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatal("lock not released by Close")
+		}
+		// a's waiter ended with ErrClosed.
+		require.ErrorIs(t, (<-waiting).Err(), ErrClosed)
+		_, err = a.Mutex(t.Name()).Lock(ctx)
+		require.ErrorIs(t, err, ErrClosed)
+	})
+}
