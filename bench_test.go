@@ -1,0 +1,426 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync/internal/redistest"
+)
+
+// The benchmarks run against one standalone redis-server on loopback. Read
+// their times in units of BenchmarkPing, the round trip every command pays.
+//
+// Command counts come from INFO commandstats, taken before and after the
+// timed loop:
+//
+//   - cmds/op: commands the clients sent (EVALSHA, EVAL, SSUBSCRIBE,
+//     SUNSUBSCRIBE, PING, ...), that is round trips and pub/sub traffic.
+//   - allcmds/op: every command the server executed, including those the Lua
+//     scripts run inside EVALSHA (commandstats counts them as well).
+//
+// The commands the benchmarks send to observe the server (INFO, PUBSUB) are
+// left out of both.
+
+// BenchmarkPing measures the PING round trip through a rueidis client.
+func BenchmarkPing(b *testing.B) {
+	e := standaloneEnv(b)
+	rc := e.rueidisClient(b)
+	ctx := context.Background()
+	ping := rc.B().Ping().Build().Pin()
+	if err := rc.Do(ctx, ping).Error(); err != nil {
+		b.Fatalf("PING: %v", err)
+	}
+	before := commandCalls(b, e.server)
+	b.ResetTimer()
+	for range b.N {
+		if err := rc.Do(ctx, ping).Error(); err != nil {
+			b.Fatalf("PING: %v", err)
+		}
+	}
+	b.StopTimer()
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	reportCommands(b, d, b.N, "op")
+}
+
+// BenchmarkMutexUncontended measures Lock+Unlock of a free lock: every
+// goroutine has a key of its own, all share one Client.
+func BenchmarkMutexUncontended(b *testing.B) {
+	e := standaloneEnv(b)
+	c := e.client(b)
+	ctx := context.Background()
+	prefix := "bench:uncontended:"
+	// Loads the scripts, starts the watchdog.
+	benchLockUnlock(b, c.Mutex(prefix+"warm-up"))
+
+	var ids atomic.Int64
+	before := commandCalls(b, e.server)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		m := c.Mutex(prefix + strconv.FormatInt(ids.Add(1), 10))
+		for pb.Next() {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				b.Errorf("Lock: %v", err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Errorf("Unlock: %v", err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if b.Failed() {
+		return
+	}
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	reportCommands(b, d, b.N, "op")
+}
+
+// BenchmarkMutexContended measures Lock+Unlock of one lock that goroutines
+// on four Clients (four connections) fight for. ns/op is the time per
+// acquisition; attempts/op is the acquire script's executions per
+// acquisition (1 when no waiter ever looks in vain).
+func BenchmarkMutexContended(b *testing.B) {
+	const clients = 4
+	e := standaloneEnv(b)
+	ctx := context.Background()
+	const name = "bench:contended"
+	ms := make([]*Mutex, clients)
+	for i := range ms {
+		ms[i] = e.client(b).Mutex(name)
+		benchLockUnlock(b, ms[i])
+	}
+	channel := ms[0].keys.channel
+	benchWaitUnsubscribed(b, e, channel)
+	// At least two goroutines per Client.
+	b.SetParallelism(max(1, (2*clients+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
+
+	var next, inside, overlaps atomic.Int64
+	before := commandCalls(b, e.server)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		m := ms[int(next.Add(1)-1)%clients]
+		for pb.Next() {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				b.Errorf("Lock: %v", err)
+				return
+			}
+			if inside.Add(1) != 1 {
+				overlaps.Add(1)
+			}
+			inside.Add(-1)
+			if err := l.Unlock(ctx); err != nil {
+				b.Errorf("Unlock: %v", err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if n := overlaps.Load(); n > 0 {
+		b.Fatalf("mutual exclusion violated: %d acquisitions found the lock held by another lease", n)
+	}
+	if b.Failed() {
+		return
+	}
+	// The last waiters drop their subscriptions in the background.
+	benchWaitUnsubscribed(b, e, channel)
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	reportCommands(b, d, b.N, "op")
+	scripts := d.calls["evalsha"] + d.calls["eval"]
+	b.ReportMetric(float64(scripts-int64(b.N))/float64(b.N), "attempts/op")
+}
+
+// BenchmarkMutexHandOff measures how long a lock takes to pass from its
+// holder to a waiter on another Client: from just before the holder's
+// Unlock until the waiter's Lock returns. The waiter is blocked when the
+// release comes: it has subscribed to the lock's channel and found the lock
+// held after the subscription took effect. The two Clients swap roles at
+// every iteration.
+//
+// ns/op is the mean hand-off latency; p50-µs and p99-µs its percentiles,
+// p50/ping the median in PING round trips (ping-µs, the median of PINGs
+// sent before the loop). cmds/handoff counts the holder's release and the
+// waiter's whole way: first attempt, SSUBSCRIBE, attempt once subscribed,
+// attempt once woken, SUNSUBSCRIBE and the PING rueidis writes after every
+// unsubscribe command (7 in all).
+func BenchmarkMutexHandOff(b *testing.B) {
+	e := standaloneEnv(b)
+	ctx := context.Background()
+	probe := e.rueidisClient(b)
+	const name = "bench:handoff"
+	ms := [2]*Mutex{e.client(b).Mutex(name), e.client(b).Mutex(name)}
+	channel := ms[0].keys.channel
+
+	held, err := ms[0].Lock(ctx)
+	if err != nil {
+		b.Fatalf("Lock: %v", err)
+	}
+	// One hand-off each way, untimed.
+	held, _ = benchHandOff(b, probe, held, ms[1])
+	held, _ = benchHandOff(b, probe, held, ms[0])
+	benchWaitUnsubscribed(b, e, channel)
+	ping := benchPingRoundTrip(b, probe, 1000)
+
+	latencies := make([]time.Duration, 0, b.N)
+	before := commandCalls(b, e.server)
+	b.StopTimer() // benchHandOff times each hand-off
+	b.ResetTimer()
+	for i := range b.N {
+		var lat time.Duration
+		held, lat = benchHandOff(b, probe, held, ms[(i+1)%2])
+		latencies = append(latencies, lat)
+	}
+	// The last waiter drops its subscription in the background.
+	benchWaitUnsubscribed(b, e, channel)
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	if err := held.Unlock(ctx); err != nil {
+		b.Fatalf("Unlock: %v", err)
+	}
+
+	slices.Sort(latencies)
+	p50, p99 := benchPercentile(latencies, 50), benchPercentile(latencies, 99)
+	b.ReportMetric(float64(p50)/float64(time.Microsecond), "p50-µs")
+	b.ReportMetric(float64(p99)/float64(time.Microsecond), "p99-µs")
+	b.ReportMetric(float64(ping)/float64(time.Microsecond), "ping-µs")
+	b.ReportMetric(float64(p50)/float64(ping), "p50/ping")
+	reportCommands(b, d, b.N, "handoff")
+}
+
+// benchHandOff starts a Lock of to while held is held, waits until the
+// waiter is blocked, and releases held. It returns the waiter's lease and
+// the time from the release to the waiter's Lock returning, the only part
+// of it the benchmark timer runs for.
+func benchHandOff(b *testing.B, probe rueidis.Client, held *Lease, to *Mutex) (*Lease, time.Duration) {
+	b.Helper()
+	type result struct {
+		l   *Lease
+		err error
+		at  time.Time
+	}
+	start := benchScriptCalls(b, probe)
+	done := make(chan result, 1)
+	go func() {
+		l, err := to.Lock(context.Background())
+		done <- result{l, err, time.Now()}
+	}()
+	// The waiter runs the acquire script once, subscribes, and once the
+	// subscription is confirmed runs it again before it waits: after these
+	// two executions (nothing else runs scripts meanwhile) it is blocked, or
+	// about to block with the wake-up kept for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for benchScriptCalls(b, probe) < start+2 {
+		if time.Now().After(deadline) {
+			b.Fatal("the waiter did not reach its wait")
+		}
+		select {
+		case r := <-done:
+			b.Fatalf("Lock returned while the lock was held: %v", r.err)
+		default:
+		}
+	}
+	b.StartTimer()
+	t0 := time.Now()
+	if err := held.Unlock(context.Background()); err != nil {
+		b.Fatalf("Unlock: %v", err)
+	}
+	r := <-done
+	b.StopTimer()
+	if r.err != nil {
+		b.Fatalf("Lock: %v", r.err)
+	}
+	return r.l, r.at.Sub(t0)
+}
+
+// benchScriptCalls returns the EVALSHA and EVAL calls the server executed,
+// asked over the probe's connection.
+func benchScriptCalls(tb testing.TB, probe rueidis.Client) int64 {
+	tb.Helper()
+	info, err := probe.Do(context.Background(), probe.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		tb.Fatalf("INFO commandstats: %v", err)
+	}
+	calls, err := parseCommandStats(info)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return calls["evalsha"] + calls["eval"]
+}
+
+// benchPingRoundTrip returns the median of n PING round trips.
+func benchPingRoundTrip(tb testing.TB, rc rueidis.Client, n int) time.Duration {
+	tb.Helper()
+	ctx := context.Background()
+	ping := rc.B().Ping().Build().Pin()
+	rtts := make([]time.Duration, n)
+	for i := range rtts {
+		start := time.Now()
+		if err := rc.Do(ctx, ping).Error(); err != nil {
+			tb.Fatalf("PING: %v", err)
+		}
+		rtts[i] = time.Since(start)
+	}
+	slices.Sort(rtts)
+	return benchPercentile(rtts, 50)
+}
+
+// benchPercentile returns the p-th percentile (nearest rank) of sorted.
+func benchPercentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// benchLockUnlock locks and unlocks m once.
+func benchLockUnlock(tb testing.TB, m *Mutex) {
+	tb.Helper()
+	ctx := context.Background()
+	l, err := m.Lock(ctx)
+	if err != nil {
+		tb.Fatalf("Lock: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		tb.Fatalf("Unlock: %v", err)
+	}
+}
+
+// benchWaitUnsubscribed waits until nobody is subscribed to channel, so that
+// the unsubscriptions of waiters that left are counted.
+func benchWaitUnsubscribed(tb testing.TB, e *env, channel string) {
+	tb.Helper()
+	eventually(tb, 5*time.Second, func() bool {
+		return !slices.Contains(e.channels(tb), channel)
+	}, "%s still has subscribers", channel)
+}
+
+// commandCalls returns, by the name INFO commandstats gives them ("evalsha",
+// "pubsub|shardchannels"), the calls of every command srv executed since it
+// started.
+func commandCalls(tb testing.TB, srv *redistest.Server) map[string]int64 {
+	tb.Helper()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		tb.Fatalf("INFO commandstats: %v", err)
+	}
+	calls, err := parseCommandStats(info)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return calls
+}
+
+// parseCommandStats reads the calls of the lines
+// "cmdstat_NAME:calls=N,usec=...,..." of INFO commandstats.
+func parseCommandStats(info string) (map[string]int64, error) {
+	calls := make(map[string]int64)
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok {
+			return nil, fmt.Errorf("commandstats: malformed line %q", line)
+		}
+		found := false
+		for f := range strings.SplitSeq(fields, ",") {
+			v, ok := strings.CutPrefix(f, "calls=")
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("commandstats: line %q: %w", line, err)
+			}
+			calls[name], found = n, true
+			break
+		}
+		if !found {
+			return nil, fmt.Errorf("commandstats: no calls in line %q", line)
+		}
+	}
+	if len(calls) == 0 {
+		return nil, fmt.Errorf("commandstats: no cmdstat_ line in %q", info)
+	}
+	return calls, nil
+}
+
+// commandCount is what the server executed between two commandCalls.
+type commandCount struct {
+	calls  map[string]int64 // by command, observation commands left out
+	all    int64            // every command, those run by scripts included
+	client int64            // the commands clients sent
+}
+
+// benchObserver reports the commands the benchmarks send to watch the
+// server: INFO and PUBSUB.
+func benchObserver(name string) bool {
+	return name == "info" || strings.HasPrefix(name, "pubsub|")
+}
+
+// commandDelta counts the commands executed between before and after.
+// Commands a Lua script of the library calls are taken as run by scripts:
+// the library sends none of them itself.
+func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
+	tb.Helper()
+	inScripts := scriptCommands(tb)
+	d := commandCount{calls: make(map[string]int64)}
+	for name, n := range after {
+		n -= before[name]
+		if n == 0 || benchObserver(name) {
+			continue
+		}
+		d.calls[name] = n
+		d.all += n
+		if !inScripts[name] {
+			d.client += n
+		}
+	}
+	return d
+}
+
+// reportCommands reports cmds/<per> and allcmds/<per> for n units of work.
+func reportCommands(b *testing.B, d commandCount, n int, per string) {
+	b.Helper()
+	b.ReportMetric(float64(d.client)/float64(n), "cmds/"+per)
+	b.ReportMetric(float64(d.all)/float64(n), "allcmds/"+per)
+}
+
+var scriptCallPattern = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]`)
+
+// scriptCommands returns the lower-cased names of the commands called by
+// the library's Lua scripts (lua/*.lua).
+func scriptCommands(tb testing.TB) map[string]bool {
+	tb.Helper()
+	files, err := filepath.Glob(filepath.Join("lua", "*.lua"))
+	if err != nil || len(files) == 0 {
+		tb.Fatalf("no Lua scripts in lua/: %v", err)
+	}
+	names := make(map[string]bool)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, m := range scriptCallPattern.FindAllStringSubmatch(string(src), -1) {
+			names[strings.ToLower(m[1])] = true
+		}
+	}
+	return names
+}
