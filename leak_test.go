@@ -174,3 +174,17 @@ func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, arg
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// redisAddr is the address of a Redis server for the examples.
+func redisAddr() string {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedServer == nil {
+		s, err := redistest.StartServer()
+		if err != nil {
+			panic("starting redis-server for the examples: " + err.Error())
+		}
+		sharedServer = s
+	}
+	return sharedServer.Addr
+}

@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -53,7 +54,11 @@ func (h *holder) lose(err error) bool {
 		l.cancel(err)
 	}
 	h.c.watchdog.remove(h)
-	h.c.log.Warn("redisync: lease lost", "key", h.keys.lock, "reason", err)
+	level := slog.LevelWarn
+	if err == ErrClosed {
+		level = slog.LevelDebug
+	}
+	h.c.log.Log(context.Background(), level, "redisync: lease lost", "key", h.keys.lock, "reason", err)
 	return true
 }
 

@@ -1,0 +1,144 @@
+package redisync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync"
+)
+
+// redisAddr is the address of a Redis server: here one the tests start.
+var redisAddr = redisync.RedisAddrForExamples
+
+// Acquire delivers the lease on a channel, so waiting for a lock combines
+// with anything else in a select. Cancelling ctx abandons the wait, and a
+// lock acquired just then is released: nothing stays held.
+func Example() {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	if err != nil {
+		panic(err)
+	}
+	defer rc.Close()
+	c, err := redisync.New(rc)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m := c.Mutex("example:orders:42")
+	shutdown := make(chan struct{})
+	select {
+	case l := <-m.Acquire(ctx):
+		if err := l.Err(); err != nil {
+			fmt.Println("not acquired:", err)
+			return
+		}
+		defer l.Unlock(context.Background())
+		fmt.Println("holding", l.Name())
+	case <-shutdown:
+		cancel()
+	}
+	// Output: holding example:orders:42
+}
+
+// TryLock tells "somebody else holds it" apart from failures.
+func ExampleMutex_TryLock() {
+	ctx := context.Background()
+	a, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	defer a.Close()
+	b, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	defer b.Close()
+
+	l, err := a.Mutex("example:report").TryLock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	_, err = b.Mutex("example:report").TryLock(ctx)
+	fmt.Println(errors.Is(err, redisync.ErrLocked))
+	l.Unlock(ctx)
+	// Output: true
+}
+
+// A Locker serves code written against sync.Locker.
+func ExampleMutex_Locker() {
+	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	defer c.Close()
+
+	var mu sync.Locker = c.Mutex("example:counter").Locker()
+	counter := 0
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mu.Lock()
+			counter++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	fmt.Println(counter)
+	// Output: 10
+}
+
+// A long job watches Lost: when the lease is lost (here an operator breaks
+// the lock), the job stops, and Err says why. The fencing token lets the
+// resources the job writes to refuse a stale holder.
+func ExampleLease_Lost() {
+	ctx := context.Background()
+	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}},
+		redisync.WithWatchdogLease(300*time.Millisecond))
+	defer c.Close()
+	m := c.Mutex("example:nightly-job")
+
+	l, err := m.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	go m.ForceUnlock(ctx) // an operator, elsewhere
+
+	work := time.After(time.Minute)
+	select {
+	case <-l.Lost():
+		fmt.Println("stopped:", errors.Is(l.Err(), redisync.ErrExpired))
+	case <-work:
+		l.Unlock(ctx)
+	}
+
+	next, _ := m.Lock(ctx)
+	fmt.Println("newer token:", next.Token() > l.Token())
+	next.Unlock(ctx)
+	// Output:
+	// stopped: true
+	// newer token: true
+}
+
+// Code that already holds a lock takes it again through the lease's
+// context instead of deadlocking; each Unlock gives one hold back.
+func ExampleLease_Context() {
+	ctx := context.Background()
+	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	defer c.Close()
+	m := c.Mutex("example:account:7")
+
+	outer, _ := m.Lock(ctx)
+	inner, err := m.Lock(outer.Context()) // re-enters
+	fmt.Println(err == nil, inner.Token() == outer.Token())
+	st, _ := m.Inspect(ctx)
+	fmt.Println("holds:", st.Holds)
+	inner.Unlock(ctx)
+	outer.Unlock(ctx)
+	st, _ = m.Inspect(ctx)
+	fmt.Println("locked:", st.Locked)
+	// Output:
+	// true true
+	// holds: 2
+	// locked: false
+}
