@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -188,4 +189,40 @@ func errorsIsAny(err error, targets ...error) bool {
 		}
 	}
 	return false
+}
+
+func TestMutexReplicaAck(t *testing.T) {
+	e := ownServer(t)
+	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
+	eventually(t, 10*time.Second, func() bool {
+		info, err := replica.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "replica did not sync")
+	ctx := context.Background()
+	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
+	m := c.Mutex("acked")
+	l, err := m.Lock(ctx)
+	require.NoError(t, err)
+	owner, err := replica.Do("HGET", m.keys.lock, "owner")
+	require.NoError(t, err)
+	require.Equal(t, l.h.owner, owner, "the replica has the lock when Lock returns")
+	require.NoError(t, l.Unlock(ctx))
+
+	// A replica that does not answer: the acquisition is undone.
+	require.NoError(t, replica.Pause())
+	defer replica.Resume()
+	_, err = m.TryLock(ctx)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	st, err := m.Inspect(ctx)
+	require.NoError(t, err)
+	require.False(t, st.Locked, "nothing held after a failed acknowledgement")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = m.Lock(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, ErrNotReplicated, "Lock retried until its context ended")
+	require.NoError(t, replica.Resume())
+	l, err = m.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
 }

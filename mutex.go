@@ -197,7 +197,9 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 				m.releaseAbandoned(ctx, owner, hold)
 				return nil, ctxErr(ctx, lastErr)
 			}
-			err = redisErr("acquire", err)
+			if !errors.Is(err, ErrNotReplicated) {
+				err = redisErr("acquire", err)
+			}
 			if try || !transient(err) {
 				return nil, err
 			}
@@ -263,14 +265,26 @@ func (m *Mutex) attempt(ctx context.Context, args []string) ([]rueidis.RedisMess
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(inflightGrace, cancel) })
 	defer stop()
-	return acquireScript.exec(actx, m.c.rc, []string{m.keys.lock, m.keys.fence}, args).ToArray()
+	keys := []string{m.keys.lock, m.keys.fence}
+	if m.c.cfg.ackReplicas == 0 {
+		return acquireScript.exec(actx, m.c.rc, keys, args).ToArray()
+	}
+	res, acked, err := acquireScript.execAndWait(actx, m.c.rc, keys, args, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if ok, _, _ := parseAcquire(res); ok && acked < int64(m.c.cfg.ackReplicas) {
+		m.releaseAbandoned(ctx, args[0], args[1])
+		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
+	}
+	return res, nil
 }
 
 // transient reports whether an acquisition error is worth retrying: the
 // connection failed, rather than Redis refusing the command.
 func transient(err error) bool {
 	var re *rueidis.RedisError
-	return !errors.As(err, &re) && !errors.Is(err, ErrClosed)
+	return errors.Is(err, ErrNotReplicated) || !errors.As(err, &re) && !errors.Is(err, ErrClosed)
 }
 
 // ctxErr is ctx's error, with the last Redis error seen while retrying.

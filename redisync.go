@@ -56,6 +56,9 @@ var (
 	// ErrWrongType reports that a lock's key holds a value the library did
 	// not write there.
 	ErrWrongType = errors.New("redisync: key holds a value of the wrong type")
+	// ErrNotReplicated reports that an acquisition was not acknowledged by
+	// the replicas WithReplicaAck asks for in time. The lock was released.
+	ErrNotReplicated = errors.New("redisync: acquisition not acknowledged by enough replicas")
 )
 
 // Reasons a Lease ends, reported by Lease.Err and by context.Cause of
@@ -93,6 +96,8 @@ type config struct {
 	prefix         string
 	logger         *slog.Logger
 	fenceRetention time.Duration
+	ackReplicas    int
+	ackTimeout     time.Duration
 }
 
 // WithWatchdogLease sets the lease of locks acquired without a fixed lease
@@ -124,6 +129,25 @@ func WithLogger(l *slog.Logger) Option {
 // It must be positive.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) { c.fenceRetention = d }
+}
+
+// WithReplicaAck makes every acquisition wait, after taking the lock on the
+// primary, until at least replicas replicas have acknowledged it (Redis
+// WAIT), for at most timeout. If fewer do, the lock is released and the
+// attempt fails with ErrNotReplicated: TryLock returns it, Lock retries like
+// a connection error until its context ends. This narrows the window in
+// which a failover to a replica that never saw the lock lets a second client
+// take it; it does not close it (replication stays asynchronous, and
+// renewals are not waited for). Each acquisition then takes a dedicated
+// connection from rueidis' pool for the script and the WAIT. replicas must
+// be at least 1 and timeout positive; off by default.
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return func(c *config) {
+		c.ackReplicas, c.ackTimeout = replicas, timeout
+		if replicas < 1 {
+			c.ackReplicas = -1
+		}
+	}
 }
 
 // Client is the entry point: it owns the watchdog and the pub/sub
@@ -167,6 +191,8 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: watchdog lease %v is not positive", ErrInvalidArgument, cfg.watchdogLease)
 	case cfg.fenceRetention <= 0:
 		return nil, fmt.Errorf("%w: fence retention %v is not positive", ErrInvalidArgument, cfg.fenceRetention)
+	case cfg.ackReplicas < 0 || (cfg.ackReplicas > 0 && cfg.ackTimeout <= 0):
+		return nil, fmt.Errorf("%w: replica acknowledgement needs at least one replica and a positive timeout", ErrInvalidArgument)
 	case cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}"):
 		return nil, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
 	}

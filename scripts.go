@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -36,12 +37,13 @@ var (
 // server does not know it yet (after a restart or a failover).
 type script struct {
 	lua *rueidis.Lua
+	src string
 	sha string
 }
 
 func newScript(src string) script {
 	sum := sha1.Sum([]byte(src))
-	return script{lua: rueidis.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
+	return script{lua: rueidis.NewLuaScript(src), src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 func (s script) exec(ctx context.Context, rc rueidis.Client, keys, args []string) rueidis.RedisResult {
@@ -64,4 +66,25 @@ func (s script) batch(ctx context.Context, rc rueidis.Client, batch []rueidis.Lu
 		}
 	}
 	return res
+}
+
+// execAndWait runs the script and then WAIT on one dedicated connection, so
+// that the WAIT covers the script's writes. It returns the script's reply
+// and the number of replicas that acknowledged.
+func (s script) execAndWait(ctx context.Context, rc rueidis.Client, keys, args []string, replicas int, timeout time.Duration) (res []rueidis.RedisMessage, acked int64, err error) {
+	err = rc.Dedicated(func(d rueidis.DedicatedClient) error {
+		wait := func() rueidis.Completed {
+			return d.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
+		}
+		out := d.DoMulti(ctx, d.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
+		if re, ok := rueidis.IsRedisErr(out[0].Error()); ok && re.IsNoScript() {
+			out = d.DoMulti(ctx, d.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
+		}
+		if res, err = out[0].ToArray(); err != nil {
+			return err
+		}
+		acked, err = out[1].AsInt64()
+		return err
+	})
+	return res, acked, err
 }
