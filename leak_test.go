@@ -25,6 +25,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(workerEnv); cfg != "" {
+		os.Exit(runWorker(cfg))
+	}
 	code := m.Run()
 	sharedMu.Lock()
 	if sharedServer != nil {

@@ -1,0 +1,157 @@
+package redisync
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/redistest"
+)
+
+// ownCluster is a Cluster the test may fail over.
+func ownCluster(t *testing.T) *env {
+	c := redistest.NewCluster(t, 3, 1)
+	return &env{name: "cluster", addrs: c.Addrs(), cluster: c}
+}
+
+// slotOwner returns the master serving key's slot and its replica.
+func slotOwner(t *testing.T, c *redistest.Cluster, key string) (master, replica *redistest.Server) {
+	t.Helper()
+	slot, err := strconv.Atoi(mustDo(t, c.Masters[0], "CLUSTER", "KEYSLOT", key))
+	require.NoError(t, err)
+	for _, m := range c.Masters {
+		for _, line := range strings.Split(mustDo(t, m, "CLUSTER", "NODES"), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 9 || !strings.Contains(f[2], "myself") {
+				continue
+			}
+			for _, r := range f[8:] {
+				lo, hi, _ := strings.Cut(r, "-")
+				a, _ := strconv.Atoi(lo)
+				b := a
+				if hi != "" {
+					b, _ = strconv.Atoi(hi)
+				}
+				if slot >= a && slot <= b {
+					master = m
+				}
+			}
+		}
+	}
+	require.NotNil(t, master, "no master serves slot %d", slot)
+	for _, r := range c.Replicas {
+		if strings.Contains(mustDo(t, r, "INFO", "replication"), "master_port:"+strconv.Itoa(master.Port)) {
+			replica = r
+		}
+	}
+	require.NotNil(t, replica, "no replica of %s", master.Addr)
+	return master, replica
+}
+
+func replOffset(t *testing.T, s *redistest.Server, field string) string {
+	for _, line := range strings.Split(mustDo(t, s, "INFO", "replication"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func mustDo(t *testing.T, s *redistest.Server, args ...string) string {
+	t.Helper()
+	out, err := s.Do(args...)
+	require.NoError(t, err, "%v on %s", args, s.Addr)
+	return out
+}
+
+// A failover to a replica that has caught up keeps the lock: renewals and
+// wake-ups move to the new master.
+func TestClusterFailoverKeepsLock(t *testing.T) {
+	e := ownCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := e.client(t, WithWatchdogLease(3*time.Second))
+	m := holder.Mutex("failover")
+	l, err := m.Lock(ctx)
+	require.NoError(t, err)
+	next := e.client(t).Mutex("failover").Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+
+	master, replica := slotOwner(t, e.cluster, m.keys.lock)
+	// Once the replica has everything the master wrote, it takes over.
+	eventually(t, 10*time.Second, func() bool {
+		return replOffset(t, master, "master_repl_offset") == replOffset(t, replica, "slave_repl_offset")
+	}, "replica not caught up")
+	mustDo(t, replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+	eventually(t, 20*time.Second, func() bool {
+		role, err := replica.Do("ROLE")
+		return err == nil && strings.HasPrefix(role, "master")
+	}, "replica not promoted")
+
+	// Three renewal periods on the new master.
+	select {
+	case <-l.Lost():
+		t.Fatalf("lock lost in a graceful failover: %v", l.Err())
+	case <-time.After(3 * time.Second):
+	}
+	st, err := m.Inspect(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Locked)
+	require.Equal(t, l.Token(), st.Token)
+
+	start := time.Now()
+	require.NoError(t, l.Unlock(ctx))
+	select {
+	case nl := <-next:
+		require.NoError(t, nl.Err())
+		require.Greater(t, nl.Token(), l.Token())
+		t.Logf("hand-off after failover took %v", time.Since(start))
+		require.NoError(t, nl.Unlock(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken after the failover")
+	}
+}
+
+// When the master serving a lock dies, its replica is promoted. The lock
+// survives if it had been replicated (asynchronously); either way the
+// holder's lease is either kept or reported lost, and the lock works again
+// afterwards.
+func TestClusterMasterKilled(t *testing.T) {
+	e := ownCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := e.client(t, WithWatchdogLease(10*time.Second))
+	m := holder.Mutex("killed-master")
+	l, err := m.Lock(ctx)
+	require.NoError(t, err)
+	master, replica := slotOwner(t, e.cluster, m.keys.lock)
+	require.NoError(t, master.Kill())
+	eventually(t, 30*time.Second, func() bool {
+		role, err := replica.Do("ROLE")
+		return err == nil && strings.HasPrefix(role, "master")
+	}, "replica not promoted")
+
+	other := e.client(t).Mutex("killed-master")
+	select {
+	case <-l.Lost():
+		t.Logf("lease reported lost: %v", l.Err())
+		nl, err := other.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, nl.Unlock(ctx))
+	case <-time.After(5 * time.Second):
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked, "lease kept, so the lock must be held")
+		t.Logf("lease kept across the failover")
+		_, err = other.TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		require.NoError(t, l.Unlock(ctx))
+		nl, err := other.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, nl.Unlock(ctx))
+	}
+}
