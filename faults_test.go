@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -84,7 +85,7 @@ func TestMutexCancellationsLeaveNothing(t *testing.T) {
 		require.NotZero(t, acquired)
 		eventually(t, 10*time.Second, func() bool {
 			for _, k := range e.keys(t, prefix+":*") {
-				if !strings.HasSuffix(k, ":fence") {
+				if !strings.HasPrefix(k, prefix+":fence:") {
 					return false
 				}
 			}
@@ -94,7 +95,7 @@ func TestMutexCancellationsLeaveNothing(t *testing.T) {
 		for _, c := range clients {
 			require.NoError(t, c.Close())
 		}
-		goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
 	})
 }
 
@@ -225,4 +226,47 @@ func TestMutexReplicaAck(t *testing.T) {
 	l, err = m.Lock(ctx)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
+}
+
+// An Unlock whose reply never came is retried after other holders came and
+// went: the retry reports success, and touches nobody else's lock.
+func TestMutexUnlockRetryAfterLostReply(t *testing.T) {
+	e := ownServer(t)
+	p, err := faultproxy.New(e.server.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	ctx := context.Background()
+	a, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	b := e.client(t)
+
+	// Load the scripts, so that the release below is one EVALSHA.
+	warm, err := a.Mutex("warm-up").Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	l, err := a.Mutex("lost-reply").Lock(ctx)
+	require.NoError(t, err)
+	p.SetLatency(300 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = l.Unlock(short)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the reply is late")
+	// The release reaches Redis; others take the lock and release it.
+	for range 3 {
+		bl, err := b.Mutex("lost-reply").Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, bl.Unlock(ctx))
+	}
+	bl, err := b.Mutex("lost-reply").Lock(ctx)
+	require.NoError(t, err)
+	p.SetLatency(0)
+	require.NoError(t, l.Unlock(ctx), "the retry must not report a false error")
+	require.ErrorIs(t, l.Err(), ErrReleased)
+	st, err := b.Mutex("lost-reply").Inspect(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Locked)
+	require.Equal(t, b.ID(), st.ClientID(), "b's lock untouched")
+	require.NoError(t, bl.Unlock(ctx))
 }

@@ -38,14 +38,20 @@ func TestMain(m *testing.M) {
 	}
 	sharedMu.Unlock()
 	if code == 0 {
-		// rueidis closes the connections a cluster topology refresh drops
-		// five seconds later, in a goroutine of its own.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2")); err != nil {
+		if err := goleak.Find(rueidisLingering...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// rueidisLingering are goroutines a closed rueidis cluster client leaves
+// behind for a few seconds: the delayed close of the connections a topology
+// refresh dropped, and a delayed refresh.
+var rueidisLingering = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo"),
 }
 
 // env is one Redis deployment the tests run against.

@@ -26,6 +26,7 @@ type holder struct {
 	releasing int                 // releases in flight: a renewal that finds the key gone is not a loss
 	done      bool                // released or lost: no longer renewed
 	err       error               // the loss reason
+	lostAt    time.Time           // when the loss was noticed
 	lost      chan struct{}
 }
 
@@ -45,7 +46,7 @@ func (h *holder) lose(err error) bool {
 		h.mu.Unlock()
 		return false
 	}
-	h.done, h.err = true, err
+	h.done, h.err, h.lostAt = true, err, time.Now()
 	leases := h.leases
 	h.leases = nil
 	close(h.lost)
@@ -76,6 +77,7 @@ type Lease struct {
 	released    bool
 	failed      error       // why the acquisition failed, or why it was abandoned
 	stopReclaim func() bool // stops Acquire's reclaim of an unreceived lease
+	unsure      time.Time   // when a release whose outcome is unknown was sent
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -139,18 +141,35 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, ErrReleased)
 	}
 	h := l.h
+	if h == nil {
+		return fmt.Errorf("%w: not a Lease from a lock", ErrNotHeld)
+	}
 	if h.c.isClosed() {
 		return fmt.Errorf("%w: %w", ErrNotHeld, ErrClosed)
 	}
 	h.mu.Lock()
 	h.releasing++
 	h.mu.Unlock()
+	sent := time.Now()
 	st, err := h.c.release(ctx, h.keys, h.owner, l.hold)
 	h.mu.Lock()
 	h.releasing--
+	lostAt := h.lostAt
 	h.mu.Unlock()
+	l.mu.Lock()
+	unsure := l.unsure
+	if err != nil && unsure.IsZero() {
+		l.unsure = sent
+	}
+	l.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if st == notHeld && !unsure.IsZero() && (lostAt.IsZero() || lostAt.After(unsure)) {
+		// An earlier attempt, whose reply never came, reached Redis while
+		// the lease was held: it freed the lock, and the lock has moved on
+		// since, out of reach of the release mark the script keeps.
+		st = freed
 	}
 	if st == notHeld {
 		// Lost, and perhaps not noticed yet.
@@ -244,6 +263,8 @@ func (l *Lease) Err() error {
 		return failed
 	case released:
 		return ErrReleased
+	case l.h == nil:
+		return fmt.Errorf("%w: not a Lease from a lock", ErrNotHeld)
 	}
 	l.h.mu.Lock()
 	defer l.h.mu.Unlock()
@@ -256,7 +277,7 @@ func (l *Lease) Err() error {
 // and the lease itself: acquiring the same lock of the same Client with it
 // (or a context derived from it) re-enters the lock instead of waiting.
 func (l *Lease) Context() context.Context {
-	if l == nil {
+	if l == nil || l.ctx == nil {
 		return failedLease(ErrNotHeld).ctx
 	}
 	return l.ctx

@@ -23,11 +23,11 @@ type lockConfig struct {
 // watchdog does not renew: the lock expires d after it was acquired unless
 // released first, and the lease reports ErrExpired a tenth of d before that.
 // Re-entering a held lock keeps the lease mode of the first acquisition and
-// never shortens its remaining lease. d must be positive.
+// never shortens its remaining lease. d must be at least a millisecond.
 func WithFixedLease(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		c.fixedLease = d
-		if d <= 0 {
+		if d < time.Millisecond {
 			c.fixedLease = -1
 		}
 	}
@@ -66,7 +66,10 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	}
 	m.err = validName(name)
 	if m.err == nil && m.cfg.fixedLease < 0 {
-		m.err = fmt.Errorf("%w: fixed lease is not positive", ErrInvalidArgument)
+		m.err = fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
+	}
+	if c == nil {
+		m.err = fmt.Errorf("%w: nil Client", ErrInvalidArgument)
 	}
 	if m.err == nil {
 		m.keys = c.keysFor(name)
@@ -75,16 +78,23 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 }
 
 // Name returns the mutex's name.
-func (m *Mutex) Name() string { return m.name }
+func (m *Mutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
 
 func (m *Mutex) check(ctx context.Context) error {
 	switch {
-	case m == nil || m.c == nil:
+	case m == nil:
 		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	case m.err != nil:
 		return m.err
+	case m.c == nil:
+		return fmt.Errorf("%w: Mutex not made by a Client", ErrInvalidArgument)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	case m.c.isClosed():
 		return ErrClosed
 	}

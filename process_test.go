@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync/internal/faultproxy"
 )
 
 // Worker processes: the test binary runs itself again with workerEnv set to
@@ -422,4 +425,38 @@ func TestProcessHolderPaused(t *testing.T) {
 		}
 		l.Unlock(context.Background())
 	})
+}
+
+// Mutual exclusion across processes whose connections are cut at random.
+func TestProcessesMutualExclusionUnderCuts(t *testing.T) {
+	e := ownServer(t)
+	p, err := faultproxy.New(e.server.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	const procs = 4
+	total := soak(2000, 100000)
+	name := "cuts"
+	cuts := 0
+	results := runContenders(t, []string{p.Addr()}, e.server.Addr, name, procs, total, func(stop <-chan struct{}) {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(20+rand.IntN(80)) * time.Millisecond):
+				// One connection, or now and then all of them.
+				if open := p.Open(); len(open) > 0 {
+					if rand.IntN(10) == 0 {
+						p.Cut()
+					} else {
+						p.CutConn(open[rand.IntN(len(open))])
+					}
+					cuts++
+				}
+			}
+		}
+	})
+	t.Logf("%d cuts", cuts)
+	checkContention(t, e, name, results, total)
 }

@@ -103,7 +103,8 @@ type config struct {
 // WithWatchdogLease sets the lease of locks acquired without a fixed lease
 // (default 30s). The watchdog renews such leases every third of it; a lease
 // whose renewal has not succeeded for nine tenths of it is reported lost
-// (ErrConnectionLost). It must be positive.
+// (ErrConnectionLost). Redis counts in milliseconds: it must be at least
+// one.
 func WithWatchdogLease(d time.Duration) Option {
 	return func(c *config) { c.watchdogLease = d }
 }
@@ -126,7 +127,7 @@ func WithLogger(l *slog.Logger) Option {
 // use (default 24h). Fencing tokens are the server's clock in microseconds,
 // raised above the last token while the counter lives; after it expires they
 // stay increasing unless the server's clock steps back by more than this.
-// It must be positive.
+// It must be at least a millisecond.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) { c.fenceRetention = d }
 }
@@ -140,7 +141,7 @@ func WithFenceRetention(d time.Duration) Option {
 // take it; it does not close it (replication stays asynchronous, and
 // renewals are not waited for). Each acquisition then takes a dedicated
 // connection from rueidis' pool for the script and the WAIT. replicas must
-// be at least 1 and timeout positive; off by default.
+// be at least 1 and timeout at least a millisecond; off by default.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) {
 		c.ackReplicas, c.ackTimeout = replicas, timeout
@@ -187,11 +188,11 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 		}
 	}
 	switch {
-	case cfg.watchdogLease <= 0:
-		return nil, fmt.Errorf("%w: watchdog lease %v is not positive", ErrInvalidArgument, cfg.watchdogLease)
-	case cfg.fenceRetention <= 0:
-		return nil, fmt.Errorf("%w: fence retention %v is not positive", ErrInvalidArgument, cfg.fenceRetention)
-	case cfg.ackReplicas < 0 || (cfg.ackReplicas > 0 && cfg.ackTimeout <= 0):
+	case cfg.watchdogLease < time.Millisecond:
+		return nil, fmt.Errorf("%w: watchdog lease %v is under a millisecond", ErrInvalidArgument, cfg.watchdogLease)
+	case cfg.fenceRetention < time.Millisecond:
+		return nil, fmt.Errorf("%w: fence retention %v is under a millisecond", ErrInvalidArgument, cfg.fenceRetention)
+	case cfg.ackReplicas < 0 || (cfg.ackReplicas > 0 && cfg.ackTimeout < time.Millisecond):
 		return nil, fmt.Errorf("%w: replica acknowledgement needs at least one replica and a positive timeout", ErrInvalidArgument)
 	case cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}"):
 		return nil, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
@@ -230,7 +231,12 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 
 // ID returns the client's random id, the first part of every owner id it
 // writes into Redis.
-func (c *Client) ID() string { return c.id }
+func (c *Client) ID() string {
+	if c == nil {
+		return ""
+	}
+	return c.id
+}
 
 // Close stops the watchdog and every subscription and goroutine the Client
 // started. Every live Lease reports loss with ErrClosed, and its lock is
@@ -239,6 +245,9 @@ func (c *Client) ID() string { return c.id }
 // progress return ErrClosed. Close is idempotent and returns nil; later calls
 // on the Client and its primitives return ErrClosed.
 func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		c.watchdog.close()
@@ -277,22 +286,26 @@ type lockKeys struct {
 	channel string
 }
 
-// keysFor names the keys of a lock. A name without braces becomes the hash
-// tag itself (prefix:{name}); a name with a hash tag of its own keeps it, so
-// callers can place locks in one slot (prefix::name); any other name with
-// braces is tagged with its digest (prefix:{#hex}:name). The three forms
-// cannot produce the same key for different names.
+// keysFor names the keys of a lock: prefix:T for the lock, prefix:fence:T
+// for its fencing counter and prefix:ch:T for its channel, where the tagged
+// name T is {name} for a name without braces, :name for a name with a hash
+// tag of its own (so callers can place locks in one slot), and {#hhhh}:name,
+// tagged with the name's digest, for any other name with braces. T always
+// starts with '{' or ':', so no lock key is another lock's fence or channel,
+// and different names give different keys. The first hash tag of every key
+// lies in T, so all three share a slot.
 func (c *Client) keysFor(name string) lockKeys {
-	var base string
+	var tagged string
 	switch {
 	case !strings.ContainsAny(name, "{}"):
-		base = c.cfg.prefix + ":{" + name + "}"
+		tagged = "{" + name + "}"
 	case hasHashTag(name):
-		base = c.cfg.prefix + "::" + name
+		tagged = ":" + name
 	default:
-		base = c.cfg.prefix + ":{#" + strconv.FormatUint(uint64(slotHash(name)), 16) + "}:" + name
+		tagged = fmt.Sprintf("{#%04x}:%s", slotHash(name), name)
 	}
-	return lockKeys{lock: base, fence: base + ":fence", channel: base + ":ch"}
+	p := c.cfg.prefix + ":"
+	return lockKeys{lock: p + tagged, fence: p + "fence:" + tagged, channel: p + "ch:" + tagged}
 }
 
 // hasHashTag reports whether Redis Cluster would hash s by a tag: a '{'

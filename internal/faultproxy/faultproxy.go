@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -155,6 +156,19 @@ func (p *Proxy) Conns() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// Open returns the accept indexes of the open client connections, in
+// accept order.
+func (p *Proxy) Open() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]int, 0, len(p.conns))
+	for id := range p.conns {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // CutConn closes, on both sides, the i-th accepted connection (0-based, in
