@@ -3,8 +3,10 @@ package redisync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,31 +109,66 @@ func ownServer(t *testing.T) *env {
 
 func TestMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
+	ignore := goleak.IgnoreCurrent()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	holder := e.client(t, WithWatchdogLease(time.Second))
-	l, err := holder.Mutex("restart").Lock(ctx)
-	require.NoError(t, err)
-	waiter := e.client(t)
-	w := waiter.Mutex("restart").Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+	const locks = 5
+	dial := func() *Client {
+		c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true},
+			WithWatchdogLease(time.Second), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		return c
+	}
+	holder, waiter := dial(), dial()
+	var held []*Lease
+	var waiting []<-chan *Lease
+	for i := range locks {
+		name := fmt.Sprintf("restart:%d", i)
+		l, err := holder.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		held = append(held, l)
+		// Two waiting goroutines per lock.
+		waiting = append(waiting, waiter.Mutex(name).Acquire(ctx), waiter.Mutex(name).Acquire(ctx))
+	}
+	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == locks }, "waiters did not subscribe")
 
 	require.NoError(t, e.server.Restart())
-	select {
-	case <-l.Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("holder did not notice the restart")
+	for _, l := range held {
+		select {
+		case <-l.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("holder did not notice the restart")
+		}
+		// Gone, or already taken by a waiter when the watchdog looked.
+		require.True(t, errorsIsAny(l.Err(), ErrExpired, ErrConnectionLost, ErrTakenOver), "reason: %v", l.Err())
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	}
-	// Gone, or already taken by the waiter when the watchdog looked.
-	require.True(t, errorsIsAny(l.Err(), ErrExpired, ErrConnectionLost, ErrTakenOver), "reason: %v", l.Err())
-	select {
-	case wl := <-w:
-		require.NoError(t, wl.Err())
-		require.NoError(t, wl.Unlock(ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter did not acquire after the restart")
+	var wg sync.WaitGroup
+	for _, w := range waiting {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case wl := <-w:
+				if err := wl.Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := wl.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("waiter did not acquire after the restart")
+			}
+		}()
 	}
-	require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+	wg.Wait()
+	require.NoError(t, holder.Close())
+	require.NoError(t, waiter.Close())
+	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	// The restarted redis-server is waited for by a goroutine of its own.
+	goleak.VerifyNone(t, append(rueidisLingering, ignore,
+		goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
 }
 
 func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
@@ -269,4 +306,95 @@ func TestMutexUnlockRetryAfterLostReply(t *testing.T) {
 	require.True(t, st.Locked)
 	require.Equal(t, b.ID(), st.ClientID(), "b's lock untouched")
 	require.NoError(t, bl.Unlock(ctx))
+}
+
+// A holder whose network goes silent learns it lost the lease before any
+// other client can take the lock, in every trial.
+func TestMutexLossBeforeTakeover(t *testing.T) {
+	e := ownServer(t)
+	const lease = time.Second
+	trials := soak(50, 500)
+	contender := e.client(t)
+	var (
+		mu      sync.Mutex
+		margins []time.Duration
+	)
+	for round := 0; round < trials; round += 10 {
+		var wg sync.WaitGroup
+		for i := round; i < min(round+10, trials); i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m, err := lossTrial(e, contender, fmt.Sprintf("blackhole:%d", i), lease)
+				if err != nil {
+					t.Errorf("trial %d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				margins = append(margins, m)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	if t.Failed() {
+		return
+	}
+	slices.Sort(margins)
+	t.Logf("%d trials, lease %v: Lost closed before the takeover by %v (min), %v (median), %v (max)",
+		len(margins), lease, margins[0], margins[len(margins)/2], margins[len(margins)-1])
+}
+
+// lossTrial blackholes a holder's connection and returns how long before
+// the contender's acquisition its Lost channel closed.
+func lossTrial(e *env, contender *Client, name string, lease time.Duration) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := faultproxy.New(e.server.Addr)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	holder, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true},
+		WithWatchdogLease(lease), WithLogger(quietLogger()))
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		p.Heal()
+		holder.Close()
+	}()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	acquired := make(chan time.Time, 1)
+	go func() {
+		cl, err := contender.Mutex(name).Lock(ctx)
+		at := time.Now()
+		if err == nil {
+			cl.Unlock(context.Background())
+		}
+		acquired <- at
+	}()
+	// Any phase of the renewal cycle.
+	time.Sleep(time.Duration(rand.Int64N(int64(lease / 3))))
+	p.Blackhole()
+	var lostAt time.Time
+	select {
+	case <-l.Lost():
+		lostAt = time.Now()
+	case at := <-acquired:
+		return 0, fmt.Errorf("taken over at %v, before Lost closed", at)
+	case <-ctx.Done():
+		return 0, errors.New("Lost never closed")
+	}
+	if !errors.Is(l.Err(), ErrConnectionLost) {
+		return 0, fmt.Errorf("reason %v", l.Err())
+	}
+	at := <-acquired
+	if !lostAt.Before(at) {
+		return 0, fmt.Errorf("Lost closed %v after the takeover", lostAt.Sub(at))
+	}
+	return at.Sub(lostAt), nil
 }
