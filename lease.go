@@ -7,14 +7,43 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
-// holder is one ownership of a lock in Redis: what the watchdog renews and
-// what is lost as a whole. Re-entering a lock adds Leases to the same holder.
+// leaseKind is how the watchdog handles one kind of holder.
+type leaseKind struct {
+	// renew renews (or, with a lease of "0", checks) a batch of holders of
+	// one slot: KEYS[i] is a holder's key, ARGV[2i-1] its owner id, ARGV[2i]
+	// its lease in milliseconds. It answers, per key, 1 (held), 0 (gone) or 2
+	// (held by another owner).
+	renew script
+	// release frees everything a holder holds, when its Client closes; the
+	// script run releaseAll builds.
+	release    script
+	releaseAll func(h *holder) rueidis.LuaExec
+}
+
+// mutexKind is the kind of Mutex holders.
+var mutexKind = &leaseKind{
+	renew:   renewScript,
+	release: releaseScript,
+	releaseAll: func(h *holder) rueidis.LuaExec {
+		return rueidis.LuaExec{
+			Keys: []string{h.keys.lock, h.keys.fence},
+			Args: []string{h.owner, "", strconv.FormatInt(h.c.cfg.fenceRetention.Milliseconds(), 10), h.keys.channel},
+		}
+	},
+}
+
+// holder is one ownership in Redis: what the watchdog renews and what is
+// lost as a whole. Re-entering a lock adds Leases to the same holder.
 type holder struct {
 	c        *Client
+	kind     *leaseKind
 	name     string
 	keys     lockKeys
+	key      string // the key the watchdog renews
 	owner    string
 	token    uint64
 	lease    time.Duration

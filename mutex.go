@@ -349,7 +349,7 @@ func (m *Mutex) grant(ctx context.Context, parent *Lease, owner, hold string, to
 		return l, nil
 	}
 	h := &holder{
-		c: c, name: m.name, keys: m.keys, owner: owner, token: uint64(token),
+		c: c, kind: mutexKind, name: m.name, keys: m.keys, key: m.keys.lock, owner: owner, token: uint64(token),
 		lease: lease, watchdog: m.cfg.fixedLease == 0,
 		leases: make(map[*Lease]struct{}, 1), lastOK: sent, lost: make(chan struct{}),
 	}

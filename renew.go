@@ -85,23 +85,19 @@ func (w *watchdog) close() {
 	if running {
 		<-w.done
 	}
-	var batch []rueidis.LuaExec
+	batches := make(map[*leaseKind][]rueidis.LuaExec)
 	for _, h := range hs {
 		if h.lose(ErrClosed) {
-			batch = append(batch, rueidis.LuaExec{
-				Keys: []string{h.keys.lock, h.keys.fence},
-				Args: []string{h.owner, "", strconv.FormatInt(w.c.cfg.fenceRetention.Milliseconds(), 10), h.keys.channel},
-			})
+			batches[h.kind] = append(batches[h.kind], h.kind.releaseAll(h))
 		}
-	}
-	if len(batch) == 0 {
-		return
 	}
 	ctx, cancel := detached(context.Background())
 	defer cancel()
-	for i, r := range releaseScript.batch(ctx, w.c.rc, batch) {
-		if err := r.Error(); err != nil {
-			w.c.log.Error("redisync: release on close failed; the lock expires with its lease", "key", batch[i].Keys[0], "err", err)
+	for kind, batch := range batches {
+		for i, r := range kind.release.batch(ctx, w.c.rc, batch) {
+			if err := r.Error(); err != nil {
+				w.c.log.Error("redisync: release on close failed; it expires with its lease", "key", batch[i].Keys[0], "err", err)
+			}
 		}
 	}
 }
@@ -185,32 +181,48 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
 // batch got an answer from Redis.
 func (w *watchdog) pass(ctx context.Context, start time.Time) bool {
 	w.mu.Lock()
-	groups := make(map[uint16][]*holder)
+	kinds := make(map[*leaseKind]map[uint16][]*holder)
 	soonest := time.Duration(1<<63 - 1)
 	for h := range w.holders {
 		var slot uint16
 		if w.c.cluster {
-			slot = slotHash(h.keys.lock)
+			slot = slotHash(h.key)
 		}
-		groups[slot] = append(groups[slot], h)
+		if kinds[h.kind] == nil {
+			kinds[h.kind] = make(map[uint16][]*holder)
+		}
+		kinds[h.kind][slot] = append(kinds[h.kind][slot], h)
 		h.mu.Lock()
 		soonest = min(soonest, h.deadline().Sub(start))
 		h.mu.Unlock()
 	}
 	w.mu.Unlock()
-	if len(groups) == 0 {
-		return true
+	// A pass never outlives the first deadline, so that loss is reported on
+	// time even when Redis does not answer.
+	ctx, cancel := context.WithTimeout(ctx, max(min(w.period, soonest), 10*time.Millisecond))
+	defer cancel()
+	ok := true
+	for kind, slots := range kinds {
+		if !w.renew(ctx, kind, slots, start) {
+			ok = false
+		}
 	}
+	return ok
+}
+
+// renew renews or checks the holders of one kind, in one script run per
+// slot and per renewBatch holders, all sent in one pipeline.
+func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16][]*holder, start time.Time) bool {
 	var batch []rueidis.LuaExec
 	var members [][]*holder
-	for _, hs := range groups {
+	for _, hs := range slots {
 		for len(hs) > 0 {
 			n := min(len(hs), renewBatch)
 			chunk := hs[:n]
 			hs = hs[n:]
 			e := rueidis.LuaExec{Keys: make([]string, n), Args: make([]string, 0, 2*n)}
 			for i, h := range chunk {
-				e.Keys[i] = h.keys.lock
+				e.Keys[i] = h.key
 				lease := "0"
 				if h.watchdog {
 					lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
@@ -221,12 +233,8 @@ func (w *watchdog) pass(ctx context.Context, start time.Time) bool {
 			members = append(members, chunk)
 		}
 	}
-	// A pass never outlives the first deadline, so that loss is reported on
-	// time even when Redis does not answer.
-	ctx, cancel := context.WithTimeout(ctx, max(min(w.period, soonest), 10*time.Millisecond))
-	defer cancel()
 	ok := true
-	for i, r := range renewScript.batch(ctx, w.c.rc, batch) {
+	for i, r := range kind.renew.batch(ctx, w.c.rc, batch) {
 		states, err := r.AsIntSlice()
 		if err != nil || len(states) != len(members[i]) {
 			ok = false
