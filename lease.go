@@ -22,6 +22,8 @@ type leaseKind struct {
 	// script run releaseAll builds.
 	release    script
 	releaseAll func(h *holder) rueidis.LuaExec
+	// unlock releases one hold of a holder ("" for all of them).
+	unlock func(ctx context.Context, h *holder, hold string) (releaseState, error)
 }
 
 // mutexKind is the kind of Mutex holders.
@@ -33,6 +35,9 @@ var mutexKind = &leaseKind{
 			Keys: []string{h.keys.lock, h.keys.fence},
 			Args: []string{h.owner, "", strconv.FormatInt(h.c.cfg.fenceRetention.Milliseconds(), 10), h.keys.channel},
 		}
+	},
+	unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
+		return h.c.release(ctx, h.keys, h.owner, hold)
 	},
 }
 
@@ -78,11 +83,12 @@ func (h *holder) lose(err error) bool {
 	h.done, h.err, h.lostAt = true, err, time.Now()
 	leases := h.leases
 	h.leases = nil
-	close(h.lost)
 	h.mu.Unlock()
+	// Contexts first: whoever sees Lost closed finds their cause set.
 	for l := range leases {
 		l.cancel(err)
 	}
+	close(h.lost)
 	h.c.watchdog.remove(h)
 	level := slog.LevelWarn
 	if err == ErrClosed {
@@ -180,7 +186,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	h.releasing++
 	h.mu.Unlock()
 	sent := time.Now()
-	st, err := h.c.release(ctx, h.keys, h.owner, l.hold)
+	st, err := h.kind.unlock(ctx, h, l.hold)
 	h.mu.Lock()
 	h.releasing--
 	lostAt := h.lostAt
@@ -333,8 +339,9 @@ func (l *Lease) Name() string {
 	return l.h.name
 }
 
-// abandon releases a lease that Acquire delivered but nobody received
-// before ctx ended. The lease reports err.
+// abandon releases a lease that its acquirer will not get: Acquire
+// delivered it but nobody received it before ctx ended, or ctx ended as it
+// was granted. The lease reports err.
 func (l *Lease) abandon(err error) {
 	l.mu.Lock()
 	done := l.released || l.failed != nil
@@ -345,13 +352,19 @@ func (l *Lease) abandon(err error) {
 	h := l.h
 	ctx, cancel := detached(context.Background())
 	defer cancel()
-	st, rerr := h.c.release(ctx, h.keys, h.owner, l.hold)
-	if rerr != nil {
-		h.c.log.Error("redisync: release of an abandoned lease failed; it expires with its lease", "key", h.keys.lock, "err", rerr)
-	}
+	st, rerr := h.kind.unlock(ctx, h, l.hold)
 	l.fail(err)
-	if st == freed {
+	switch {
+	case st == freed:
 		h.finish()
+	case rerr != nil:
+		h.c.log.Error("redisync: release of an abandoned lease failed; it expires with its lease", "key", h.key, "err", rerr)
+		h.mu.Lock()
+		orphan := len(h.leases) == 0
+		h.mu.Unlock()
+		if orphan {
+			h.lose(err) // stop renewing it
+		}
 	}
 }
 

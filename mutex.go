@@ -136,199 +136,70 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // before the Lease was received, the lock is released and the Lease reports
 // ctx's error; so receiving a Lease whose ctx has ended, check Err.
 func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease {
-	ch := make(chan *Lease, 1)
 	if err := m.check(ctx); err != nil {
-		ch <- failedLease(err)
-		close(ch)
-		return ch
+		return (*Client)(nil).acquireAsync(ctx, err, nil)
 	}
-	m.c.waiters.Add(1)
-	go func() {
-		defer m.c.waiters.Done()
-		l, err := m.acquire(ctx, false)
-		if err != nil {
-			ch <- failedLease(err)
-			close(ch)
-			return
-		}
-		ch <- l
-		close(ch)
-		stop := context.AfterFunc(ctx, func() {
-			if len(ch) == 1 { // nobody took it
-				l.abandon(ctx.Err())
-			}
-		})
-		l.mu.Lock()
-		if l.released || l.failed != nil {
-			stop()
-		} else {
-			l.stopReclaim = stop
-		}
-		l.mu.Unlock()
-	}()
-	return ch
+	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.acquire(ctx, false) })
 }
 
 // acquire runs the acquisition loop.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	c := m.c
 	parent := leaseFrom(ctx, c, m.keys)
-	var owner string
-	if parent != nil {
-		owner = parent.h.owner
-	} else {
-		owner = c.newOwner()
-	}
-	hold := c.newHold()
-	lease := m.cfg.fixedLease
+	owner, lease := c.newOwner(), m.cfg.fixedLease
 	if lease == 0 {
 		lease = c.cfg.watchdogLease
 	}
 	if parent != nil {
-		lease = parent.h.lease
+		owner, lease = parent.h.owner, parent.h.lease
 	}
+	hold := c.newHold()
 	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}
-
-	var sub *subscription
-	defer func() {
-		if sub != nil {
-			sub.leave()
-		}
-	}()
-	var lastErr error
-	backoff := 10 * time.Millisecond
-	for {
-		sent := time.Now()
-		res, err := m.attempt(ctx, args)
-		if err != nil {
-			if ctx.Err() != nil {
-				// The script's outcome is unknown: take back what it may
-				// have taken.
-				m.releaseAbandoned(ctx, owner, hold)
-				return nil, ctxErr(ctx, lastErr)
+	a := acquisition{
+		c: c, channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked,
+		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
+			sent := time.Now()
+			res, err := m.attempt(ctx, args)
+			if err != nil {
+				return nil, 0, err
 			}
-			if !errors.Is(err, ErrNotReplicated) {
-				err = redisErr("acquire", err)
+			ok, val, err := parseAcquire(res)
+			if err != nil {
+				return nil, 0, err
 			}
-			if try || !transient(err) {
-				return nil, err
+			if !ok {
+				return nil, time.Duration(val)*time.Millisecond + time.Millisecond, nil
 			}
-			// Retrying with the same owner and hold is idempotent.
-			c.log.Warn("redisync: acquire failed; retrying", "key", m.keys.lock, "err", err)
-			lastErr = err
-			if err := m.sleep(ctx, nil, nil, backoff); err != nil {
-				m.releaseAbandoned(ctx, owner, hold)
-				return nil, ctxErr(ctx, lastErr)
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		ok, val, err := parseAcquire(res)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			if ctx.Err() != nil {
-				m.releaseAbandoned(ctx, owner, hold)
-				return nil, ctx.Err()
-			}
-			return m.grant(ctx, parent, owner, hold, val, lease, sent)
-		}
-		if try {
-			return nil, ErrLocked
-		}
-		wait := time.Duration(val)*time.Millisecond + time.Millisecond
-		if val < 0 {
-			wait = time.Millisecond
-		}
-		if sub == nil {
-			if sub, err = c.notify.join(m.keys.channel); err != nil {
-				return nil, err
-			}
-			// A release published before the subscription took effect was
-			// missed: look again once it has.
-			if err := m.sleep(ctx, sub.ready, nil, wait); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		t := sub.sema.Wait()
-		if err := m.sleep(ctx, t.C, t.Cancel, wait); err != nil {
-			return nil, err
-		}
+			l, err := m.grant(ctx, parent, owner, hold, val, lease, sent)
+			return l, 0, err
+		},
+		undo: func(ctx context.Context) { m.releaseAbandoned(ctx, owner, hold) },
 	}
+	return a.run(ctx, try)
 }
 
-// inflightGrace is how long an acquisition already sent to Redis may still
-// take after the caller's context ended: long enough to learn its outcome
-// from a live server and release what it took, short enough to give up on
-// a hung one.
-const inflightGrace = 500 * time.Millisecond
-
-// attempt runs the acquire script once. The caller's context ending does
-// not abandon a script already on its way: that would leave its outcome
-// unknown, and a release sent on another connection of the multiplexed
-// client could overtake it. The attempt is abandoned only inflightGrace
-// after the context ended.
+// attempt runs the acquire script once, and the WAIT that WithReplicaAck
+// asks for.
 func (m *Mutex) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
-	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(inflightGrace, cancel) })
-	defer stop()
+	actx, done := inflight(ctx)
+	defer done()
 	keys := []string{m.keys.lock, m.keys.fence}
 	if m.c.cfg.ackReplicas == 0 {
-		return acquireScript.exec(actx, m.c.rc, keys, args).ToArray()
+		res, err := acquireScript.exec(actx, m.c.rc, keys, args).ToArray()
+		if err != nil {
+			return nil, redisErr("acquire", err)
+		}
+		return res, nil
 	}
 	res, acked, err := acquireScript.execAndWait(actx, m.c.rc, keys, args, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
 	if err != nil {
-		return nil, err
+		return nil, redisErr("acquire", err)
 	}
 	if ok, _, _ := parseAcquire(res); ok && acked < int64(m.c.cfg.ackReplicas) {
 		m.releaseAbandoned(ctx, args[0], args[1])
 		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
 	}
 	return res, nil
-}
-
-// transient reports whether an acquisition error is worth retrying: the
-// connection failed, rather than Redis refusing the command.
-func transient(err error) bool {
-	var re *rueidis.RedisError
-	return errors.Is(err, ErrNotReplicated) || !errors.As(err, &re) && !errors.Is(err, ErrClosed)
-}
-
-// ctxErr is ctx's error, with the last Redis error seen while retrying.
-func ctxErr(ctx context.Context, last error) error {
-	if last == nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
-}
-
-// sleep waits for wake, at most d. On ctx's end or the Client's close it
-// calls cancel (when not nil) and returns the error.
-func (m *Mutex) sleep(ctx context.Context, wake <-chan struct{}, cancel func(), d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-wake:
-		return nil
-	case <-timer.C:
-	case <-ctx.Done():
-		if cancel != nil {
-			cancel()
-		}
-		return ctx.Err()
-	case <-m.c.closed:
-		if cancel != nil {
-			cancel()
-		}
-		return ErrClosed
-	}
-	if cancel != nil {
-		cancel()
-	}
-	return nil
 }
 
 // grant turns a successful script run into a Lease.
@@ -341,7 +212,7 @@ func (m *Mutex) grant(ctx context.Context, parent *Lease, owner, hold string, to
 			reason := h.err
 			h.mu.Unlock()
 			m.releaseAbandoned(ctx, owner, hold)
-			return nil, reason
+			return nil, fmt.Errorf("%w: the outer lease ended: %w", ErrNotHeld, reason)
 		}
 		l := newLease(ctx, h, hold)
 		h.leases[l] = struct{}{}

@@ -16,9 +16,11 @@ import (
 // per lock channel that has local waiters, sharded (SSUBSCRIBE) where the
 // server supports it, counted by reference and dropped when the last waiter
 // leaves. Messages are fanned out to the waiters through a per-channel
-// sema.Sema: a release message wakes one local waiter, a "*" message wakes
-// all of them. When a subscription is re-established after the connection
-// broke (messages sent meanwhile are lost), every waiter of it looks again.
+// sema.Sema: a release message ("1") wakes one local waiter, a "*" message
+// wakes all of them, and "w:ID" wakes the waiter that expects ID (FIFO
+// primitives name the waiter at the head of their queue). When a
+// subscription is re-established after the connection broke (messages sent
+// meanwhile are lost), every waiter of it looks again.
 type notifier struct {
 	c       *Client
 	classic atomic.Bool // the server has no sharded pub/sub
@@ -39,6 +41,9 @@ type subscription struct {
 
 	ready    chan struct{} // closed at the first confirmation from the server
 	confirms atomic.Int64
+
+	tmu     sync.Mutex
+	targets map[string]chan struct{} // waiters woken by name
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -182,14 +187,56 @@ func (s *subscription) confirmed(ps rueidis.PubSubSubscription) {
 	}
 	// Resubscribed: messages may have been lost meanwhile.
 	s.sema.ReleaseAll()
+	s.tmu.Lock()
+	for _, ch := range s.targets {
+		signal(ch)
+	}
+	s.tmu.Unlock()
 }
 
 // message runs in the connection's reader: it must not block.
 func (s *subscription) message(m rueidis.PubSubMessage) {
-	if m.Message == "*" {
+	switch {
+	case m.Message == "*":
 		s.sema.ReleaseAll()
-	} else {
+	case strings.HasPrefix(m.Message, "w:"):
+		s.tmu.Lock()
+		if ch := s.targets[m.Message[2:]]; ch != nil {
+			signal(ch)
+		}
+		s.tmu.Unlock()
+	default:
 		s.sema.Release(1)
+	}
+}
+
+// expect returns the channel that a "w:id" message signals. A signal sent
+// while nobody was receiving is kept for the next receive.
+func (s *subscription) expect(id string) <-chan struct{} {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.targets == nil {
+		s.targets = make(map[string]chan struct{})
+	}
+	ch := s.targets[id]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		s.targets[id] = ch
+	}
+	return ch
+}
+
+// forget drops what expect registered.
+func (s *subscription) forget(id string) {
+	s.tmu.Lock()
+	delete(s.targets, id)
+	s.tmu.Unlock()
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 

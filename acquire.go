@@ -1,0 +1,212 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// acquisition is the waiting loop every primitive's acquisition runs: try,
+// and while the thing is taken, wait for a release message on channel or
+// for the wait the attempt returned (a holder that dies publishes nothing),
+// then try again. It retries connection errors with backoff until ctx ends,
+// and undoes an attempt whose outcome is unknown when ctx ends.
+type acquisition struct {
+	c       *Client
+	channel string // where releases are announced
+	key     string // for log lines
+	// attempt runs the acquire script once, with a context from inflight.
+	// It returns the granted Lease, or how long to wait at most before the
+	// next attempt (the holder's remaining lease), or an error.
+	attempt func(ctx context.Context) (*Lease, time.Duration, error)
+	// undo releases what an attempt may have taken; it gets a detached
+	// context.
+	undo func(ctx context.Context)
+	// busy is the error of a single attempt (once) that found the thing
+	// taken.
+	busy error
+	// target, if set, is the waiter id that targeted messages wake.
+	target string
+}
+
+func (a *acquisition) run(ctx context.Context, once bool) (*Lease, error) {
+	var sub *subscription
+	var targeted <-chan struct{}
+	defer func() {
+		if sub != nil {
+			if a.target != "" {
+				sub.forget(a.target)
+			}
+			sub.leave()
+		}
+	}()
+	var lastErr error
+	backoff := 10 * time.Millisecond
+	for {
+		l, wait, err := a.attempt(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The script's outcome is unknown: take back what it may
+				// have taken.
+				a.abandon(ctx)
+				return nil, ctxErr(ctx, lastErr)
+			}
+			if once || !transient(err) {
+				return nil, err
+			}
+			a.c.log.Warn("redisync: acquire failed; retrying", "key", a.key, "err", err)
+			lastErr = err
+			if err := a.c.sleep(ctx, nil, nil, backoff); err != nil {
+				a.abandon(ctx)
+				return nil, ctxErr(ctx, lastErr)
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		if l != nil {
+			if ctx.Err() != nil {
+				l.abandon(ctx.Err())
+				return nil, ctx.Err()
+			}
+			return l, nil
+		}
+		if once {
+			return nil, a.busy
+		}
+		wait = max(wait, time.Millisecond)
+		if sub == nil {
+			if sub, err = a.c.notify.join(a.channel); err != nil {
+				return nil, err
+			}
+			if a.target != "" {
+				targeted = sub.expect(a.target)
+			}
+			// A release published before the subscription took effect was
+			// missed: look again once it has.
+			if err := a.c.sleep(ctx, sub.ready, nil, wait); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if targeted != nil {
+			if err := a.c.sleep(ctx, targeted, nil, wait); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		t := sub.sema.Wait()
+		if err := a.c.sleep(ctx, t.C, t.Cancel, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// abandon runs undo with a detached context.
+func (a *acquisition) abandon(ctx context.Context) {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	a.undo(dctx)
+}
+
+// sleep waits for wake, at most d. On ctx's end or the Client's close it
+// calls cancel (when not nil) and returns the error.
+func (c *Client) sleep(ctx context.Context, wake <-chan struct{}, cancel func(), d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-wake:
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+		if cancel != nil {
+			cancel()
+		}
+		return ctx.Err()
+	case <-c.closed:
+		if cancel != nil {
+			cancel()
+		}
+		return ErrClosed
+	}
+	if cancel != nil {
+		cancel()
+	}
+	return nil
+}
+
+// inflightGrace is how long an attempt already sent to Redis may still take
+// after the caller's context ended: long enough to learn its outcome from a
+// live server and release what it took, short enough to give up on a hung
+// one.
+const inflightGrace = 500 * time.Millisecond
+
+// inflight returns the context for one acquire script. The caller's context
+// ending does not abandon a script already on its way: that would leave its
+// outcome unknown, and a release sent on another connection of the
+// multiplexed client could overtake it. It is abandoned only inflightGrace
+// after the context ended. Call done when the script returned.
+func inflight(ctx context.Context) (actx context.Context, done func()) {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(inflightGrace, cancel) })
+	return actx, func() { stop(); cancel() }
+}
+
+// acquireAsync runs acquire in the background and delivers one Lease on the
+// returned channel, then closes it; failure is a Lease whose Err is set. If
+// ctx ends after the acquisition but before anybody received the Lease, the
+// Lease is abandoned: what it holds is released and its Err is ctx's error.
+// A nil Client serves to deliver a check error.
+func (c *Client) acquireAsync(ctx context.Context, check error, acquire func(context.Context) (*Lease, error)) <-chan *Lease {
+	ch := make(chan *Lease, 1)
+	if check != nil {
+		ch <- failedLease(check)
+		close(ch)
+		return ch
+	}
+	c.waiters.Add(1)
+	go func() {
+		defer c.waiters.Done()
+		l, err := acquire(ctx)
+		if err != nil {
+			ch <- failedLease(err)
+			close(ch)
+			return
+		}
+		ch <- l
+		close(ch)
+		stop := context.AfterFunc(ctx, func() {
+			if len(ch) == 1 { // nobody took it
+				l.abandon(ctx.Err())
+			}
+		})
+		l.mu.Lock()
+		if l.released || l.failed != nil {
+			stop()
+		} else {
+			l.stopReclaim = stop
+		}
+		l.mu.Unlock()
+	}()
+	return ch
+}
+
+// transient reports whether an acquisition error is worth retrying: the
+// connection failed, rather than Redis refusing the command.
+func transient(err error) bool {
+	var re *rueidis.RedisError
+	if errors.Is(err, ErrNotReplicated) {
+		return true
+	}
+	return !errors.As(err, &re) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrInvalidArgument)
+}
+
+// ctxErr is ctx's error, with the last Redis error seen while retrying.
+func ctxErr(ctx context.Context, last error) error {
+	if last == nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
+}
