@@ -286,26 +286,36 @@ type lockKeys struct {
 	channel string
 }
 
-// keysFor names the keys of a lock: prefix:T for the lock, prefix:fence:T
-// for its fencing counter and prefix:ch:T for its channel, where the tagged
-// name T is {name} for a name without braces, :name for a name with a hash
-// tag of its own (so callers can place locks in one slot), and {#hhhh}:name,
-// tagged with the name's digest, for any other name with braces. T always
-// starts with '{' or ':', so no lock key is another lock's fence or channel,
-// and different names give different keys. The first hash tag of every key
-// lies in T, so all three share a slot.
+// keysFor names the keys of a Mutex: prefix:T for the lock, prefix:fence:T
+// for its fencing counter and prefix:ch:T for its channel, where T is
+// tagged(name). Other primitives name theirs with key.
 func (c *Client) keysFor(name string) lockKeys {
-	var tagged string
+	t := tagged(name)
+	return lockKeys{lock: c.cfg.prefix + ":" + t, fence: c.key("fence", name), channel: c.key("ch", name)}
+}
+
+// key names one key (or channel) of a primitive: prefix:kind:T. Kinds are
+// short words ("fence", "ch", "fair"...), and T always starts with '{' or
+// ':', so keys of different kinds, of Mutex locks and of different names
+// never coincide, and the first hash tag of every key of one name lies in
+// T: they share a slot.
+func (c *Client) key(kind, name string) string {
+	return c.cfg.prefix + ":" + kind + ":" + tagged(name)
+}
+
+// tagged is a name with its Cluster hash tag: {name} for a name without
+// braces, :name for a name with a hash tag of its own (so callers can place
+// things in one slot), and {#hhhh}:name, tagged with the name's digest, for
+// any other name with braces. Different names give different results.
+func tagged(name string) string {
 	switch {
 	case !strings.ContainsAny(name, "{}"):
-		tagged = "{" + name + "}"
+		return "{" + name + "}"
 	case hasHashTag(name):
-		tagged = ":" + name
+		return ":" + name
 	default:
-		tagged = fmt.Sprintf("{#%04x}:%s", slotHash(name), name)
+		return fmt.Sprintf("{#%04x}:%s", slotHash(name), name)
 	}
-	p := c.cfg.prefix + ":"
-	return lockKeys{lock: p + tagged, fence: p + "fence:" + tagged, channel: p + "ch:" + tagged}
 }
 
 // hasHashTag reports whether Redis Cluster would hash s by a tag: a '{'
