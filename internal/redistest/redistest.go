@@ -50,6 +50,7 @@ type Server struct {
 
 	bin  string   // path of redis-server
 	dir  string   // working directory with the log and, in cluster mode, nodes.conf
+	conf string   // config file given as the first argument, or ""
 	args []string // extra redis-server arguments
 	bus  bool     // cluster mode: Port+busOffset is reserved as well
 
@@ -72,6 +73,14 @@ type Server struct {
 // It returns ErrNoRedisServer when redis-server is not on PATH. On error no
 // process or directory is left behind. The caller must call Stop.
 func StartServer(args ...string) (*Server, error) {
+	return startServer("", args...)
+}
+
+// startServer is StartServer with an optional configuration: when conf is
+// not empty, it is written to redis.conf in the server's directory before
+// each try and that file is given to redis-server as its first argument (the
+// server may rewrite it, as Sentinel does, and Start after Kill reuses it).
+func startServer(conf string, args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNoRedisServer
@@ -87,11 +96,21 @@ func StartServer(args ...string) (*Server, error) {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
+		var confPath string
+		if conf != "" {
+			confPath = filepath.Join(dir, "redis.conf")
+			if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+				releasePort(port, bus)
+				_ = os.RemoveAll(dir)
+				return nil, fmt.Errorf("redistest: write server config: %w", err)
+			}
+		}
 		s := &Server{
 			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 			Port: port,
 			bin:  bin,
 			dir:  dir,
+			conf: confPath,
 			args: append([]string(nil), args...),
 			bus:  bus,
 		}
@@ -231,7 +250,11 @@ func (s *Server) start() error {
 	}
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
-	args := []string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf) // a config file must come first
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
@@ -239,7 +262,7 @@ func (s *Server) start() error {
 		"--appendonly", "no",
 		"--enable-debug-command", "yes",
 		"--dir", s.dir,
-	}
+	)
 	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	cmd.Dir = s.dir
 	cmd.Stdout = logFile
