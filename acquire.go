@@ -25,6 +25,10 @@ type acquisition struct {
 	// undo releases what an attempt may have taken; it gets a detached
 	// context.
 	undo func(ctx context.Context)
+	// leave, if set, runs (with a detached context) whenever a waiting
+	// acquisition ends without the lease: queued primitives give up their
+	// place.
+	leave func(ctx context.Context)
 	// busy is the error of a single attempt (once) that found the thing
 	// taken.
 	busy error
@@ -32,7 +36,16 @@ type acquisition struct {
 	target string
 }
 
-func (a *acquisition) run(ctx context.Context, once bool) (*Lease, error) {
+func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
+	if a.leave != nil && !once {
+		defer func() {
+			if granted == nil {
+				dctx, cancel := detached(ctx)
+				defer cancel()
+				a.leave(dctx)
+			}
+		}()
+	}
 	var sub *subscription
 	var targeted <-chan struct{}
 	defer func() {

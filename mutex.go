@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -332,75 +331,10 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 
 // Locker returns a sync.Locker backed by the mutex, for code that wants
 // Lock() and Unlock() without contexts or errors.
-func (m *Mutex) Locker() *Locker { return &Locker{m: m} }
-
-// Locker adapts a Mutex to sync.Locker. Lock blocks until the mutex is
-// acquired; Unlock releases it. One Locker holds at most one lease at a
-// time, as sync.Mutex does: its Lock is not reentrant.
-//
-// sync.Locker has no way to report errors, so: Lock retries Redis errors
-// with backoff until it acquires, logging them; it returns without the lock
-// only when the Client is closed or the Mutex is invalid, which Err then
-// reports. Unlock of a Locker that holds nothing, or whose lease was lost,
-// logs the error. A lost lease is not noticed by code that only calls Lock
-// and Unlock: watch Lease().Lost() in long critical sections.
-type Locker struct {
-	m     *Mutex
-	mu    sync.Mutex
-	lease *Lease
-	err   error
-}
-
-// Lock acquires the mutex, waiting as long as it takes.
-func (l *Locker) Lock() {
-	backoff := 10 * time.Millisecond
-	for {
-		lease, err := l.m.Lock(context.Background())
-		if err == nil {
-			l.mu.Lock()
-			l.lease, l.err = lease, nil
-			l.mu.Unlock()
-			return
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalidArgument) {
-			l.mu.Lock()
-			l.err = err
-			l.mu.Unlock()
-			if l.m != nil && l.m.c != nil {
-				l.m.c.log.Error("redisync: Locker.Lock returns without the lock", "name", l.m.name, "err", err)
-			}
-			return
-		}
-		l.m.c.log.Warn("redisync: Locker.Lock failed; retrying", "key", l.m.keys.lock, "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-l.m.c.closed:
-		}
-		backoff = min(2*backoff, time.Second)
+func (m *Mutex) Locker() *Locker {
+	var c *Client
+	if m != nil {
+		c = m.c
 	}
-}
-
-// Unlock releases the lease taken by Lock.
-func (l *Locker) Unlock() {
-	l.mu.Lock()
-	lease := l.lease
-	l.lease = nil
-	l.mu.Unlock()
-	if err := lease.Unlock(context.Background()); err != nil && l.m != nil && l.m.c != nil {
-		l.m.c.log.Error("redisync: Locker.Unlock", "name", l.m.name, "err", err)
-	}
-}
-
-// Lease returns the lease held through the Locker, or nil.
-func (l *Locker) Lease() *Lease {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lease
-}
-
-// Err returns why the last Lock returned without the lock, or nil.
-func (l *Locker) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	return newLocker(c, m.Name(), m.Lock)
 }
