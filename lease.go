@@ -11,6 +11,42 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// grant turns a successful acquire script run into a Lease: the first hold
+// of a new holder, registered with the watchdog before it is returned, or
+// one more hold of the parent's holder. It fails when the parent's
+// ownership ended meanwhile; the caller then releases the hold.
+func (c *Client) grant(ctx context.Context, kind *leaseKind, name string, keys lockKeys, key string, parent *Lease,
+	owner, hold string, token int64, lease time.Duration, watchdog bool, sent time.Time) (*Lease, error) {
+	if parent != nil && parent.h.owner == owner {
+		h := parent.h
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.done {
+			return nil, fmt.Errorf("%w: the outer lease ended: %w", ErrNotHeld, h.err)
+		}
+		l := newLease(ctx, h, hold)
+		h.leases[l] = struct{}{}
+		return l, nil
+	}
+	h := &holder{
+		c: c, kind: kind, name: name, keys: keys, key: key, owner: owner, token: uint64(token),
+		lease: lease, watchdog: watchdog,
+		leases: make(map[*Lease]struct{}, 1), lastOK: sent, lost: make(chan struct{}),
+	}
+	l := newLease(ctx, h, hold)
+	h.leases[l] = struct{}{}
+	c.watchdog.add(h)
+	if c.isClosed() && h.lose(ErrClosed) {
+		// Close may have missed this holder.
+		dctx, cancel := detached(ctx)
+		defer cancel()
+		if _, err := kind.unlock(dctx, h, hold); err != nil {
+			c.log.Error("redisync: release after close failed; it expires with its lease", "key", key, "err", err)
+		}
+	}
+	return l, nil
+}
+
 // leaseKind is how the watchdog handles one kind of holder.
 type leaseKind struct {
 	// renew renews (or, with a lease of "0", checks) a batch of holders of
@@ -380,8 +416,14 @@ const (
 // release runs the release script for one hold ("" for every hold) of an
 // owner.
 func (c *Client) release(ctx context.Context, keys lockKeys, owner, hold string) (releaseState, error) {
-	n, err := releaseScript.exec(ctx, c.rc, []string{keys.lock, keys.fence},
-		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel}).AsInt64()
+	return releaseResult(releaseScript.exec(ctx, c.rc, []string{keys.lock, keys.fence},
+		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel}))
+}
+
+// releaseResult reads a release script's answer: 1 freed, 2 still held,
+// 0 not held.
+func releaseResult(r rueidis.RedisResult) (releaseState, error) {
+	n, err := r.AsInt64()
 	if err != nil {
 		return notHeld, redisErr("release", err)
 	}

@@ -15,7 +15,8 @@ import (
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
-	fixedLease time.Duration // 0: renewed by the watchdog
+	fixedLease   time.Duration // 0: renewed by the watchdog
+	waiterExpiry time.Duration // FairMutex only
 }
 
 // WithFixedLease gives every acquisition of the lock a lease of d that the
@@ -169,7 +170,10 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 			if !ok {
 				return nil, time.Duration(val)*time.Millisecond + time.Millisecond, nil
 			}
-			l, err := m.grant(ctx, parent, owner, hold, val, lease, sent)
+			l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, parent, owner, hold, val, lease, m.cfg.fixedLease == 0, sent)
+			if err != nil {
+				m.releaseAbandoned(ctx, owner, hold)
+			}
 			return l, 0, err
 		},
 		undo: func(ctx context.Context) { m.releaseAbandoned(ctx, owner, hold) },
@@ -199,40 +203,6 @@ func (m *Mutex) attempt(ctx context.Context, args []string) ([]rueidis.RedisMess
 		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
 	}
 	return res, nil
-}
-
-// grant turns a successful script run into a Lease.
-func (m *Mutex) grant(ctx context.Context, parent *Lease, owner, hold string, token int64, lease time.Duration, sent time.Time) (*Lease, error) {
-	c := m.c
-	if parent != nil && parent.h.owner == owner {
-		h := parent.h
-		h.mu.Lock()
-		if h.done {
-			reason := h.err
-			h.mu.Unlock()
-			m.releaseAbandoned(ctx, owner, hold)
-			return nil, fmt.Errorf("%w: the outer lease ended: %w", ErrNotHeld, reason)
-		}
-		l := newLease(ctx, h, hold)
-		h.leases[l] = struct{}{}
-		h.mu.Unlock()
-		return l, nil
-	}
-	h := &holder{
-		c: c, kind: mutexKind, name: m.name, keys: m.keys, key: m.keys.lock, owner: owner, token: uint64(token),
-		lease: lease, watchdog: m.cfg.fixedLease == 0,
-		leases: make(map[*Lease]struct{}, 1), lastOK: sent, lost: make(chan struct{}),
-	}
-	l := newLease(ctx, h, hold)
-	h.leases[l] = struct{}{}
-	c.watchdog.add(h)
-	if c.isClosed() {
-		// Close may have missed this holder.
-		if h.lose(ErrClosed) {
-			m.releaseAbandoned(ctx, owner, hold)
-		}
-	}
-	return l, nil
 }
 
 // releaseAbandoned releases a hold the caller will not get.
@@ -300,6 +270,11 @@ func (m *Mutex) Inspect(ctx context.Context) (MutexState, error) {
 	if len(res) != 4 {
 		return MutexState{}, errors.New("redisync: inspect: unexpected reply")
 	}
+	return parseMutexState(res), nil
+}
+
+// parseMutexState reads {owner, token, holds, pttl, ...}.
+func parseMutexState(res []rueidis.RedisMessage) MutexState {
 	var st MutexState
 	st.Owner, _ = res[0].ToString()
 	tok, _ := res[1].ToString()
@@ -311,7 +286,7 @@ func (m *Mutex) Inspect(ctx context.Context) (MutexState, error) {
 	if st.Locked {
 		st.TTL = time.Duration(pttl) * time.Millisecond
 	}
-	return st, nil
+	return st
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It

@@ -31,6 +31,7 @@ type workerConfig struct {
 	Addrs  []string `json:"addrs"`  // where the Clients connect (maybe a proxy)
 	Direct string   `json:"direct"` // Redis itself, for the shared counter
 	Name   string   `json:"name"`
+	Fair   bool     `json:"fair"` // a FairMutex instead of a Mutex
 	Lease  string   `json:"lease"` // watchdog lease
 	// contend: Clients × Goroutines goroutines share Acquisitions.
 	Clients      int `json:"clients"`
@@ -141,7 +142,10 @@ func contendWorker(cfg workerConfig, lease time.Duration) int {
 	}
 	fmt.Println("ready")
 	for _, c := range clients {
-		m := c.Mutex(cfg.Name)
+		lock := c.Mutex(cfg.Name).Lock
+		if cfg.Fair {
+			lock = c.FairMutex(cfg.Name).Lock
+		}
 		for range cfg.Goroutines {
 			wg.Add(1)
 			go func() {
@@ -156,7 +160,7 @@ func contendWorker(cfg workerConfig, lease time.Duration) int {
 					left--
 					mu.Unlock()
 					ctx, cancel := context.WithTimeout(bg, 30*time.Second)
-					l, err := m.Lock(ctx)
+					l, err := lock(ctx)
 					cancel()
 					if err != nil {
 						note(func(r *contendResult) {
@@ -285,18 +289,22 @@ func (w *worker) signal(sig syscall.Signal) {
 }
 
 func TestProcessesMutualExclusion(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		const procs = 4
-		total := soak(2000, 100000)
-		name := "mp:" + t.Name()
-		results := runContenders(t, e.addrs, e.addrs[0], name, procs, total, nil)
-		checkContention(t, e, name, results, total)
-	})
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
+			eachEnv(t, func(t *testing.T, e *env) {
+				const procs = 4
+				total := soak(1000, 100000)
+				name := "mp:" + t.Name()
+				results := runContenders(t, e.addrs, e.addrs[0], name, fair, procs, total, nil)
+				checkContention(t, e, name, results, total)
+			})
+		})
+	}
 }
 
 // runContenders runs procs contend workers sharing total acquisitions and
 // returns their results. during, if not nil, runs while they work.
-func runContenders(t *testing.T, addrs []string, direct, name string, procs, total int, during func(stop <-chan struct{})) []contendResult {
+func runContenders(t *testing.T, addrs []string, direct, name string, fair bool, procs, total int, during func(stop <-chan struct{})) []contendResult {
 	t.Helper()
 	var ws []*worker
 	for i := range procs {
@@ -305,7 +313,7 @@ func runContenders(t *testing.T, addrs []string, direct, name string, procs, tot
 			n++
 		}
 		ws = append(ws, startWorker(t, workerConfig{
-			Mode: "contend", Addrs: addrs, Direct: direct, Name: name, Lease: "3s",
+			Mode: "contend", Addrs: addrs, Direct: direct, Name: name, Fair: fair, Lease: "3s",
 			Clients: 2, Goroutines: 2, Acquisitions: n,
 		}))
 	}
@@ -429,6 +437,14 @@ func TestProcessHolderPaused(t *testing.T) {
 
 // Mutual exclusion across processes whose connections are cut at random.
 func TestProcessesMutualExclusionUnderCuts(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
+			testCuts(t, fair)
+		})
+	}
+}
+
+func testCuts(t *testing.T, fair bool) {
 	e := ownServer(t)
 	p, err := faultproxy.New(e.server.Addr)
 	if err != nil {
@@ -436,10 +452,10 @@ func TestProcessesMutualExclusionUnderCuts(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Close() })
 	const procs = 4
-	total := soak(2000, 100000)
+	total := soak(1000, 100000)
 	name := "cuts"
 	cuts := 0
-	results := runContenders(t, []string{p.Addr()}, e.server.Addr, name, procs, total, func(stop <-chan struct{}) {
+	results := runContenders(t, []string{p.Addr()}, e.server.Addr, name, fair, procs, total, func(stop <-chan struct{}) {
 		for {
 			select {
 			case <-stop:

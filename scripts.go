@@ -23,6 +23,18 @@ var (
 	forceLua string
 	//go:embed lua/inspect.lua
 	inspectLua string
+	//go:embed lua/fair_prelude.lua
+	fairPreludeLua string
+	//go:embed lua/fair_acquire.lua
+	fairAcquireLua string
+	//go:embed lua/fair_release.lua
+	fairReleaseLua string
+	//go:embed lua/fair_leave.lua
+	fairLeaveLua string
+	//go:embed lua/fair_force.lua
+	fairForceLua string
+	//go:embed lua/fair_inspect.lua
+	fairInspectLua string
 )
 
 var (

@@ -1,0 +1,291 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+const defaultWaiterExpiry = 3 * time.Second
+
+// WithWaiterExpiry sets how long a FairMutex waiter that stopped coming back
+// (its process died, its connection broke) keeps its place in the queue
+// (default 3s). Live waiters renew their place every third of it, so the
+// queue never stalls for longer behind a dead one. Other locks ignore it. It
+// must be at least a millisecond.
+func WithWaiterExpiry(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		c.waiterExpiry = d
+		if d < time.Millisecond {
+			c.waiterExpiry = -1
+		}
+	}
+}
+
+// FairMutex is a reentrant distributed lock that is granted strictly in the
+// order acquisitions first reached Redis, across clients and processes.
+// Apart from that it behaves as a Mutex: the same leases (watchdog or fixed,
+// Lost with a reason, Context for re-entry, fencing tokens), the same
+// Acquire, Lock and TryLock forms. It is a cheap handle, safe for concurrent
+// use.
+//
+// A waiter that does not get the lock at once takes a place at the tail of
+// the lock's queue. A release wakes exactly the waiter at the head: one
+// message, whatever the number of waiters. A waiter whose context ends
+// leaves the queue at once; one whose process died is passed over once its
+// place expires (WithWaiterExpiry). Deadlines are the Redis server's time,
+// never a client's clock. TryLock never queues, and fails (ErrLocked) while
+// others wait, even if the lock itself is free.
+type FairMutex struct {
+	c    *Client
+	name string
+	keys fairKeys
+	cfg  lockConfig
+	err  error
+}
+
+type fairKeys struct {
+	lockKeys
+	queue   string // zset: waiter id -> arrival number
+	waiters string // hash: waiter id -> deadline in server ms
+}
+
+var (
+	fairAcquireScript = newScript(fairAcquireLua)
+	fairReleaseScript = newScript(preludeLua + fairPreludeLua + fairReleaseLua)
+	fairLeaveScript   = newScript(preludeLua + fairPreludeLua + fairLeaveLua)
+	fairForceScript   = newScript(preludeLua + fairPreludeLua + fairForceLua)
+	fairInspectScript = newScript(fairInspectLua)
+)
+
+// fairKind is the kind of FairMutex holders: renewed as Mutex holders are
+// (the lock hash has the same shape), released with a wake-up of the head.
+var fairKind = &leaseKind{
+	renew:      renewScript,
+	release:    fairReleaseScript,
+	releaseAll: func(h *holder) rueidis.LuaExec { return fairRelease(h, "") },
+	unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
+		e := fairRelease(h, hold)
+		return releaseResult(fairReleaseScript.exec(ctx, h.c.rc, e.Keys, e.Args))
+	},
+}
+
+// fairRelease is the release script run for one hold of h ("" for all).
+func fairRelease(h *holder, hold string) rueidis.LuaExec {
+	k := h.c.fairKeysFor(h.name)
+	return rueidis.LuaExec{
+		Keys: []string{k.lock, k.fence, k.queue, k.waiters},
+		Args: []string{h.owner, hold, strconv.FormatInt(h.c.cfg.fenceRetention.Milliseconds(), 10), k.channel},
+	}
+}
+
+func (c *Client) fairKeysFor(name string) fairKeys {
+	return fairKeys{
+		lockKeys: lockKeys{lock: c.key("fair", name), fence: c.key("fairfence", name), channel: c.key("fairch", name)},
+		queue:    c.key("fairq", name),
+		waiters:  c.key("fairw", name),
+	}
+}
+
+// FairMutex returns the fair mutex with the given name. Names follow the
+// rules of Mutex; a FairMutex and a Mutex of the same name are different
+// locks. An invalid name or option is reported by every method, as
+// ErrInvalidArgument.
+func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
+	m := &FairMutex{c: c, name: name, cfg: lockConfig{waiterExpiry: defaultWaiterExpiry}}
+	for _, o := range opts {
+		if o != nil {
+			o(&m.cfg)
+		}
+	}
+	switch {
+	case c == nil:
+		m.err = fmt.Errorf("%w: nil Client", ErrInvalidArgument)
+	case validName(name) != nil:
+		m.err = validName(name)
+	case m.cfg.fixedLease < 0:
+		m.err = fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
+	case m.cfg.waiterExpiry < 0:
+		m.err = fmt.Errorf("%w: waiter expiry under a millisecond", ErrInvalidArgument)
+	default:
+		m.keys = c.fairKeysFor(name)
+	}
+	return m
+}
+
+// Name returns the mutex's name.
+func (m *FairMutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
+
+func (m *FairMutex) check(ctx context.Context) error {
+	switch {
+	case m == nil:
+		return fmt.Errorf("%w: nil FairMutex", ErrInvalidArgument)
+	case m.err != nil:
+		return m.err
+	case m.c == nil:
+		return fmt.Errorf("%w: FairMutex not made by a Client", ErrInvalidArgument)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case m.c.isClosed():
+		return ErrClosed
+	}
+	return nil
+}
+
+// Lock acquires the mutex in queue order, waiting as long as ctx allows.
+// Errors are as for Mutex.Lock; whenever Lock returns an error, the caller
+// holds nothing and has left the queue.
+func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, false)
+}
+
+// TryLock makes a single attempt and never queues. It returns ErrLocked
+// when the mutex is held or others are waiting for it.
+func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, true)
+}
+
+// Acquire acquires the mutex in the background, as Mutex.Acquire does, and
+// delivers one Lease on the returned channel. Cancelling ctx gives up the
+// place in the queue.
+func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease {
+	if err := m.check(ctx); err != nil {
+		return (*Client)(nil).acquireAsync(ctx, err, nil)
+	}
+	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.acquire(ctx, false) })
+}
+
+func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
+	c := m.c
+	parent := leaseFrom(ctx, c, m.keys.lockKeys)
+	owner, lease := c.newOwner(), m.cfg.fixedLease
+	if lease == 0 {
+		lease = c.cfg.watchdogLease
+	}
+	if parent != nil {
+		owner, lease = parent.h.owner, parent.h.lease
+	}
+	hold := c.newHold()
+	once := "0"
+	if try {
+		once = "1"
+	}
+	keys := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters}
+	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10),
+		strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
+		owner, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), once}
+	heartbeat := m.cfg.waiterExpiry / 3
+	a := acquisition{
+		c: c, channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: owner,
+		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
+			sent := time.Now()
+			actx, done := inflight(ctx)
+			res, err := fairAcquireScript.exec(actx, c.rc, keys, args).ToArray()
+			done()
+			if err != nil {
+				return nil, 0, redisErr("acquire", err)
+			}
+			ok, val, err := parseAcquire(res)
+			if err != nil {
+				return nil, 0, err
+			}
+			if !ok {
+				// Coming back renews the place in the queue.
+				return nil, min(time.Duration(val)*time.Millisecond+time.Millisecond, heartbeat), nil
+			}
+			l, err := c.grant(ctx, fairKind, m.name, m.keys.lockKeys, m.keys.lock, parent, owner, hold, val, lease, m.cfg.fixedLease == 0, sent)
+			if err != nil {
+				m.undo(owner, hold)(ctx)
+			}
+			return l, 0, err
+		},
+		undo:  m.undo(owner, hold),
+		leave: m.leave(owner),
+	}
+	return a.run(ctx, try)
+}
+
+// undo releases a hold an attempt may have taken, and the place it may have
+// queued.
+func (m *FairMutex) undo(owner, hold string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		h := &holder{c: m.c, name: m.name, owner: owner}
+		if _, err := fairKind.unlock(ctx, h, hold); err != nil {
+			m.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", m.keys.lock, "err", err)
+		}
+		m.leave(owner)(ctx)
+	}
+}
+
+// leave gives up a place in the queue.
+func (m *FairMutex) leave(waiter string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		err := fairLeaveScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{waiter, m.keys.channel}).Error()
+		if err != nil {
+			m.c.log.Warn("redisync: leaving the queue failed; the place expires", "key", m.keys.queue, "err", err)
+		}
+	}
+}
+
+// FairMutexState is a snapshot of a fair mutex in Redis.
+type FairMutexState struct {
+	MutexState
+	// Waiters is the number of places in the queue, including places of
+	// dead waiters that have not expired yet.
+	Waiters int
+}
+
+// Inspect reads the mutex's state in one round trip.
+func (m *FairMutex) Inspect(ctx context.Context) (FairMutexState, error) {
+	if err := m.check(ctx); err != nil {
+		return FairMutexState{}, err
+	}
+	res, err := fairInspectScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue}, nil).ToArray()
+	if err != nil {
+		return FairMutexState{}, redisErr("inspect", err)
+	}
+	if len(res) != 5 {
+		return FairMutexState{}, errors.New("redisync: inspect: unexpected reply")
+	}
+	st := FairMutexState{MutexState: parseMutexState(res)}
+	n, _ := res[4].AsInt64()
+	st.Waiters = int(n)
+	return st, nil
+}
+
+// ForceUnlock deletes the lock whoever holds it and wakes the head of the
+// queue, as Mutex.ForceUnlock does.
+func (m *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := m.check(ctx); err != nil {
+		return false, err
+	}
+	n, err := fairForceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{m.keys.channel}).AsInt64()
+	if err != nil {
+		return false, redisErr("force unlock", err)
+	}
+	return n == 1, nil
+}
+
+// Locker returns a sync.Locker backed by the mutex.
+func (m *FairMutex) Locker() *Locker {
+	var c *Client
+	if m != nil {
+		c = m.c
+	}
+	return newLocker(c, m.Name(), m.Lock)
+}

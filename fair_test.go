@@ -1,0 +1,378 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/redisync/redisync/internal/faultproxy"
+)
+
+func TestFairMutexBasics(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		m := c.FairMutex(t.Name())
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		require.NotZero(t, l.Token())
+		inner, err := m.Lock(l.Context())
+		require.NoError(t, err, "re-entry")
+		require.Equal(t, l.Token(), inner.Token())
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked)
+		require.Equal(t, 2, st.Holds)
+		require.Zero(t, st.Waiters)
+
+		_, err = e.client(t).FairMutex(t.Name()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		st, _ = m.Inspect(ctx)
+		require.Zero(t, st.Waiters, "TryLock never queues")
+
+		require.NoError(t, inner.Unlock(ctx))
+		require.NoError(t, l.Unlock(ctx))
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		l2, err := m.TryLock(ctx)
+		require.NoError(t, err)
+		require.Greater(t, l2.Token(), l.Token())
+		require.NoError(t, l2.Unlock(ctx))
+		requireOnlyFences(t, e, "redisync:")
+	})
+}
+
+// requireOnlyFences checks that the keys under prefix are fencing counters
+// only, each with an expiry.
+func requireOnlyFences(t *testing.T, e *env, prefix string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		for _, k := range e.keys(t, prefix+"*") {
+			rest := strings.TrimPrefix(k, prefix)
+			if !strings.HasPrefix(rest, "fence:") && !strings.HasPrefix(rest, "fairfence:") {
+				return false
+			}
+		}
+		return true
+	}, "keys left: %v", e.keys(t, prefix+"*"))
+}
+
+// queueUp starts n waiters, one after another, each once the one before
+// holds its place; it returns their result channels in queue order.
+func queueUp(t *testing.T, ctx context.Context, clients []*Client, name string, n int, opts ...LockOption) []<-chan *Lease {
+	t.Helper()
+	probe := clients[0].FairMutex(name)
+	var out []<-chan *Lease
+	for i := range n {
+		out = append(out, clients[i%len(clients)].FairMutex(name, opts...).Acquire(ctx))
+		eventually(t, 5*time.Second, func() bool {
+			st, err := probe.Inspect(ctx)
+			return err == nil && st.Waiters == i+1
+		}, "waiter %d did not queue", i)
+	}
+	return out
+}
+
+func TestFairMutexStrictFIFO(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const waiters = 24
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		clients := []*Client{e.client(t), e.client(t), e.client(t), e.client(t)}
+		first, err := clients[0].FairMutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		queue := queueUp(t, ctx, clients, t.Name(), waiters)
+
+		var mu sync.Mutex
+		var order []int
+		var wg sync.WaitGroup
+		for i, ch := range queue {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := <-ch
+				if err := l.Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		before := scriptCalls(t, e)
+		require.NoError(t, first.Unlock(ctx))
+		wg.Wait()
+		calls := scriptCalls(t, e) - before
+		inversions := 0
+		for i := range order {
+			for j := i + 1; j < len(order); j++ {
+				if order[i] > order[j] {
+					inversions++
+				}
+			}
+		}
+		require.Zero(t, inversions, "order %v", order)
+		// Each grant: the holder's release and the head's one attempt.
+		perGrant := float64(calls) / waiters
+		t.Logf("%d waiters: %.2f script runs per hand-off", waiters, perGrant)
+		require.Less(t, perGrant, 3.0)
+		requireOnlyFences(t, e, "redisync:")
+	})
+}
+
+func TestFairMutexCancelledWaiterLeavesAtOnce(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		a, b := e.client(t), e.client(t)
+		held, err := a.FairMutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		q := queueUp(t, wctx, []*Client{b}, t.Name(), 1)
+		cancel()
+		require.ErrorIs(t, (<-q[0]).Err(), context.Canceled)
+		st, err := a.FairMutex(t.Name()).Inspect(ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Waiters, "the cancelled waiter left the queue")
+		require.NoError(t, held.Unlock(ctx))
+		requireOnlyFences(t, e, "redisync:")
+		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	})
+}
+
+// A waiter whose process is gone (here: its network is) keeps its place
+// only until it expires; the queue moves on behind it.
+func TestFairMutexDeadWaiterPassedOver(t *testing.T) {
+	e := ownServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const expiry = time.Second
+	p, err := faultproxy.New(e.server.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	dead, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Heal(); dead.Close() })
+	holder, next := e.client(t), e.client(t)
+
+	l, err := holder.FairMutex("dead-waiter").Lock(ctx)
+	require.NoError(t, err)
+	q := queueUp(t, ctx, []*Client{dead, next}, "dead-waiter", 2, WithWaiterExpiry(expiry))
+	p.Blackhole() // the first waiter is gone
+	require.NoError(t, l.Unlock(ctx))
+	released := time.Now()
+	select {
+	case nl := <-q[1]:
+		require.NoError(t, nl.Err())
+		took := time.Since(released)
+		t.Logf("second waiter acquired %v after the release, passing over a dead first waiter (expiry %v)", took, expiry)
+		require.Less(t, took, expiry+2*time.Second)
+		require.NoError(t, nl.Unlock(ctx))
+	case <-time.After(20 * time.Second):
+		t.Fatal("queue stalled behind a dead waiter")
+	}
+}
+
+func TestFairMutexHolderCrash(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := e.client(t).FairMutex(t.Name(), WithFixedLease(500*time.Millisecond)).Lock(ctx)
+		require.NoError(t, err)
+		start := time.Now()
+		l, err := e.client(t).FairMutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+func TestFairMutexMutualExclusion(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const clients, perClient, rounds = 3, 3, 30
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var inside, overlaps, n atomic.Int32
+		var wg sync.WaitGroup
+		for range clients {
+			m := e.client(t).FairMutex(t.Name())
+			for range perClient {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						l, err := m.Lock(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if inside.Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						v := n.Load()
+						time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
+						n.Store(v + 1)
+						inside.Add(-1)
+						if err := l.Unlock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		require.Zero(t, overlaps.Load())
+		require.EqualValues(t, clients*perClient*rounds, n.Load())
+		requireOnlyFences(t, e, "redisync:")
+	})
+}
+
+func TestFairMutexCancellationsLeaveNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ignore := goleak.IgnoreCurrent()
+		total := soak(5000, 100000)
+		const prefix = "fcancel"
+		var clients []*Client
+		for range 3 {
+			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
+			require.NoError(t, err)
+			clients = append(clients, c)
+		}
+		var left atomic.Int64
+		left.Store(int64(total))
+		var acquired atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 24 {
+			c := clients[i%len(clients)]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for left.Add(-1) >= 0 {
+					m := c.FairMutex(strconv.Itoa(rand.IntN(3)))
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(6000))*time.Microsecond)
+					var l *Lease
+					if rand.IntN(2) == 0 {
+						l, _ = m.Lock(ctx)
+					} else {
+						select {
+						case l = <-m.Acquire(ctx):
+						case <-ctx.Done():
+						}
+					}
+					if l != nil && l.Err() == nil {
+						acquired.Add(1)
+						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+						l.Unlock(context.Background())
+					}
+					cancel()
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("%d attempts, %d acquired", total, acquired.Load())
+		require.NotZero(t, acquired.Load())
+		requireOnlyFences(t, e, prefix+":")
+		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		for _, c := range clients {
+			require.NoError(t, c.Close())
+		}
+		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
+	})
+}
+
+func TestFairMutexRedisRestart(t *testing.T) {
+	e := ownServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := e.client(t, WithWatchdogLease(time.Second))
+	l, err := holder.FairMutex("restart").Lock(ctx)
+	require.NoError(t, err)
+	q := queueUp(t, ctx, []*Client{e.client(t), e.client(t)}, "restart", 4)
+	require.NoError(t, e.server.Restart())
+	<-l.Lost()
+	// The queue is gone with the data; the waiters come back, queue again
+	// and get the lock one by one.
+	var wg sync.WaitGroup
+	for i, ch := range q {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case wl := <-ch:
+				if err := wl.Err(); err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				wl.Unlock(ctx)
+			case <-time.After(15 * time.Second):
+				t.Errorf("waiter %d did not acquire after the restart", i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkFairMutexHandOff drains queues of 1, 10 and 100 waiters (on four
+// Clients) and reports, per hand-off, the time and the scripts Redis ran
+// (the release and the next waiter's acquisition: constant if the release
+// wakes only the head).
+func BenchmarkFairMutexHandOff(b *testing.B) {
+	for _, waiters := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("waiters=%d", waiters), func(b *testing.B) {
+			e := standaloneEnv(b)
+			ctx := context.Background()
+			clients := []*Client{e.client(b), e.client(b), e.client(b), e.client(b)}
+			name := fmt.Sprintf("bench-fair-%d-%d", waiters, b.N)
+			probe := clients[0].FairMutex(name)
+			var grants, calls int64
+			var elapsed time.Duration
+			for grants < int64(b.N) {
+				first, err := probe.Lock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				n := min(waiters, b.N-int(grants))
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						l, err := clients[i%len(clients)].FairMutex(name).Lock(ctx)
+						if err == nil {
+							l.Unlock(ctx)
+						}
+					}()
+				}
+				for {
+					st, _ := probe.Inspect(ctx)
+					if st.Waiters == n {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+				before := scriptCalls(b, e)
+				start := time.Now()
+				first.Unlock(ctx)
+				wg.Wait()
+				elapsed += time.Since(start)
+				calls += scriptCalls(b, e) - before
+				grants += int64(n)
+			}
+			b.ReportMetric(float64(calls)/float64(grants), "scripts/handoff")
+			b.ReportMetric(float64(elapsed.Microseconds())/float64(grants), "µs/handoff")
+		})
+	}
+}

@@ -1,0 +1,13 @@
+-- Delete a fair lock whoever holds it and wake the head of its queue.
+-- KEYS[1] lock hash, KEYS[2] queue zset, KEYS[3] waiters hash; ARGV[1] channel.
+-- Returns 1 when a lock was deleted, 0 when there was none.
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == false then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
+  end
+  return 0
+end
+redis.call('DEL', KEYS[1])
+wake_head(KEYS[2], KEYS[3], ARGV[1])
+return 1

@@ -1,0 +1,26 @@
+-- Release one hold of a fair lock, or the whole ownership, and wake the
+-- waiter at the head of the queue.
+-- KEYS[1] lock hash, KEYS[2] fence hash, KEYS[3] queue zset, KEYS[4] waiters hash
+-- ARGV[1] owner id, ARGV[2] hold field ("" releases every hold),
+-- ARGV[3] fence retention ms, ARGV[4] channel
+-- Returns 1 when the lock is now free, 2 when the owner still holds it, 0
+-- when the owner does not hold it (as release.lua).
+local owner = redis.call('HGET', KEYS[1], 'owner')
+local mark = ARGV[1] .. ARGV[2]
+if owner == ARGV[1] then
+  if ARGV[2] ~= '' then
+    redis.call('HDEL', KEYS[1], ARGV[2])
+    if redis.call('HLEN', KEYS[1]) > 2 then
+      return 2
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'r', mark)
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  wake_head(KEYS[3], KEYS[4], ARGV[4])
+  return 1
+end
+if redis.call('HGET', KEYS[2], 'r') == mark then
+  return 1
+end
+return 0
