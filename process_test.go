@@ -31,7 +31,7 @@ type workerConfig struct {
 	Addrs  []string `json:"addrs"`  // where the Clients connect (maybe a proxy)
 	Direct string   `json:"direct"` // Redis itself, for the shared counter
 	Name   string   `json:"name"`
-	Fair   bool     `json:"fair"` // a FairMutex instead of a Mutex
+	Fair   bool     `json:"fair"`  // a FairMutex instead of a Mutex
 	Lease  string   `json:"lease"` // watchdog lease
 	// contend: Clients × Goroutines goroutines share Acquisitions.
 	Clients      int `json:"clients"`
