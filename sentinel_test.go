@@ -1,0 +1,61 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/redistest"
+)
+
+// Clients behind Sentinel follow a failover: a lock the replica had
+// acknowledged (WithReplicaAck) survives it, renewals and wake-ups move to
+// the new primary.
+func TestSentinelFailover(t *testing.T) {
+	s := redistest.NewSentinel(t, 1, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dial := func(opts ...Option) *Client {
+		c, err := Dial(rueidis.ClientOption{
+			InitAddress:  s.SentinelAddrs(),
+			Sentinel:     rueidis.SentinelOption{MasterSet: s.MasterName},
+			DisableCache: true,
+		}, append([]Option{WithLogger(quietLogger())}, opts...)...)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	holder := dial(WithWatchdogLease(3*time.Second), WithReplicaAck(1, time.Second))
+	m := holder.Mutex("sentinel")
+	l, err := m.Lock(ctx)
+	require.NoError(t, err)
+	next := dial().Mutex("sentinel").Acquire(ctx)
+	time.Sleep(100 * time.Millisecond) // the waiter subscribes
+
+	require.NoError(t, s.Failover())
+	select {
+	case <-l.Lost():
+		t.Fatalf("lock lost in a failover to a replica that had it: %v", l.Err())
+	case <-time.After(3 * time.Second): // three renewal periods on the new primary
+	}
+	st, err := m.Inspect(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Locked)
+	require.Equal(t, l.Token(), st.Token)
+	owner, err := s.Primary.Do("HGET", m.keys.lock, "owner")
+	require.NoError(t, err)
+	require.Equal(t, l.h.owner, owner, "the new primary has the lock")
+
+	require.NoError(t, l.Unlock(ctx))
+	select {
+	case nl := <-next:
+		require.NoError(t, nl.Err())
+		require.Greater(t, nl.Token(), l.Token())
+		require.NoError(t, nl.Unlock(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken after the failover")
+	}
+}
