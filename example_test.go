@@ -142,3 +142,35 @@ func ExampleLease_Context() {
 	// holds: 2
 	// locked: false
 }
+
+// A FairMutex is granted in the order its waiters arrived, across clients.
+func ExampleFairMutex() {
+	ctx := context.Background()
+	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	defer c.Close()
+	m := c.FairMutex("example:migrations")
+
+	first, _ := m.Lock(ctx)
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 1; i <= 3; i++ {
+		wg.Add(1)
+		waiting := m.Acquire(ctx)
+		go func() {
+			defer wg.Done()
+			l := <-waiting
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			l.Unlock(ctx)
+		}()
+		for st, _ := m.Inspect(ctx); st.Waiters < i; st, _ = m.Inspect(ctx) {
+			time.Sleep(time.Millisecond) // until waiter i holds its place
+		}
+	}
+	first.Unlock(ctx)
+	wg.Wait()
+	fmt.Println(order)
+	// Output: [1 2 3]
+}
