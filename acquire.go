@@ -15,7 +15,10 @@ import (
 // then try again. It retries connection errors with backoff until ctx ends,
 // and undoes an attempt whose outcome is unknown when ctx ends.
 type acquisition struct {
-	c       *Client
+	c *Client
+	// primitive and name label the acquisition in metrics.
+	primitive, name string
+
 	channel string // where releases are announced
 	key     string // for log lines
 	// attempt runs the acquire script once, with a context from inflight.
@@ -37,6 +40,14 @@ type acquisition struct {
 }
 
 func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
+	if f := a.c.cfg.metrics.Acquired; f != nil {
+		start := time.Now()
+		defer func() {
+			if granted != nil {
+				f(a.primitive, a.name, time.Since(start))
+			}
+		}()
+	}
 	if a.leave != nil && !once {
 		defer func() {
 			if granted == nil {

@@ -65,6 +65,7 @@ var (
 // fairKind is the kind of FairMutex holders: renewed as Mutex holders are
 // (the lock hash has the same shape), released with a wake-up of the head.
 var fairKind = &leaseKind{
+	primitive:  "fair",
 	renew:      renewScript,
 	release:    fairReleaseScript,
 	releaseAll: func(h *holder) rueidis.LuaExec { return fairRelease(h, "") },
@@ -191,7 +192,8 @@ func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 		owner, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), once}
 	heartbeat := m.cfg.waiterExpiry / 3
 	a := acquisition{
-		c: c, channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: owner,
+		c: c, primitive: fairKind.primitive, name: m.name,
+		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: owner,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
 			actx, done := inflight(ctx)

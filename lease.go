@@ -49,6 +49,8 @@ func (c *Client) grant(ctx context.Context, kind *leaseKind, name string, keys l
 
 // leaseKind is how the watchdog handles one kind of holder.
 type leaseKind struct {
+	// primitive names the kind in metrics: "mutex", "fair"...
+	primitive string
 	// renew renews (or, with a lease of "0", checks) a batch of holders of
 	// one slot: KEYS[i] is a holder's key, ARGV[2i-1] its owner id, ARGV[2i]
 	// its lease in milliseconds. It answers, per key, 1 (held), 0 (gone) or 2
@@ -64,8 +66,9 @@ type leaseKind struct {
 
 // mutexKind is the kind of Mutex holders.
 var mutexKind = &leaseKind{
-	renew:   renewScript,
-	release: releaseScript,
+	primitive: "mutex",
+	renew:     renewScript,
+	release:   releaseScript,
 	releaseAll: func(h *holder) rueidis.LuaExec {
 		return rueidis.LuaExec{
 			Keys: []string{h.keys.lock, h.keys.fence},
@@ -130,7 +133,10 @@ func (h *holder) lose(err error) bool {
 	if err == ErrClosed {
 		level = slog.LevelDebug
 	}
-	h.c.log.Log(context.Background(), level, "redisync: lease lost", "key", h.keys.lock, "reason", err)
+	h.c.log.Log(context.Background(), level, "redisync: lease lost", "key", h.key, "reason", err)
+	if f := h.c.cfg.metrics.Lost; f != nil {
+		f(h.kind.primitive, h.name, err)
+	}
 	return true
 }
 
@@ -143,6 +149,7 @@ type Lease struct {
 	hold   string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	since  time.Time // when it was granted
 
 	mu          sync.Mutex
 	released    bool
@@ -178,7 +185,7 @@ func leaseFrom(ctx context.Context, c *Client, keys lockKeys) *Lease {
 // newLease makes the Lease for one hold of h, its context derived from the
 // values (not the cancellation) of the acquiring context.
 func newLease(parent context.Context, h *holder, hold string) *Lease {
-	l := &Lease{h: h, hold: hold}
+	l := &Lease{h: h, hold: hold, since: time.Now()}
 	ctx := context.WithValue(context.WithoutCancel(parent), ctxKey{h.c, h.keys.lock}, l)
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	return l
@@ -254,6 +261,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.end(ErrReleased)
 	if st == freed {
 		h.finish()
+	}
+	if f := h.c.cfg.metrics.Released; f != nil {
+		f(h.kind.primitive, h.name, time.Since(l.since))
 	}
 	return nil
 }

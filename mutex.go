@@ -156,7 +156,8 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	hold := c.newHold()
 	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}
 	a := acquisition{
-		c: c, channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked,
+		c: c, primitive: mutexKind.primitive, name: m.name,
+		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
 			res, err := m.attempt(ctx, args)

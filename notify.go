@@ -90,6 +90,9 @@ func (n *notifier) join(channel string) (*subscription, error) {
 	n.subs[channel] = s
 	n.wg.Add(1)
 	go s.run()
+	if f := n.c.cfg.metrics.Subscribed; f != nil {
+		f(1)
+	}
 	n.mu.Unlock()
 	return s, nil
 }
@@ -136,6 +139,9 @@ func (s *subscription) drop() {
 	}
 	n.mu.Unlock()
 	close(s.gone)
+	if f := n.c.cfg.metrics.Subscribed; f != nil {
+		f(-1)
+	}
 }
 
 // run keeps the subscription up until it is dropped.

@@ -98,6 +98,7 @@ type config struct {
 	fenceRetention time.Duration
 	ackReplicas    int
 	ackTimeout     time.Duration
+	metrics        Metrics
 }
 
 // WithWatchdogLease sets the lease of locks acquired without a fixed lease

@@ -236,6 +236,9 @@ func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16]
 	ok := true
 	for i, r := range kind.renew.batch(ctx, w.c.rc, batch) {
 		states, err := r.AsIntSlice()
+		if f := w.c.cfg.metrics.Renewed; f != nil {
+			f(len(members[i]), err)
+		}
 		if err != nil || len(states) != len(members[i]) {
 			ok = false
 			w.c.log.Warn("redisync: lease renewal failed; retrying", "keys", len(members[i]), "err", err)

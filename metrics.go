@@ -1,0 +1,31 @@
+package redisync
+
+import "time"
+
+// Metrics receives a Client's measurements, for dashboards. Every field is
+// optional. The functions are called synchronously on the library's own
+// goroutines and must return quickly; they must not call back into the
+// Client. Primitive names are "mutex", "fair", and so on, one per type.
+// Module github.com/redisync/redisync/otel adapts Metrics to OpenTelemetry.
+type Metrics struct {
+	// Acquired is called when an acquisition succeeds, with how long it
+	// took, waiting included.
+	Acquired func(primitive, name string, waited time.Duration)
+	// Released is called when Unlock releases a lease, with how long it
+	// was held.
+	Released func(primitive, name string, held time.Duration)
+	// Lost is called when a lease is lost, with the reason (ErrExpired,
+	// ErrTakenOver, ErrConnectionLost, ErrClosed).
+	Lost func(primitive, name string, reason error)
+	// Renewed is called after each batch the watchdog sends, with the
+	// number of leases in it and the error when it failed.
+	Renewed func(leases int, err error)
+	// Subscribed is called with +1 when a pub/sub subscription is made and
+	// -1 when it is dropped.
+	Subscribed func(delta int)
+}
+
+// WithMetrics sends the Client's measurements to m.
+func WithMetrics(m Metrics) Option {
+	return func(c *config) { c.metrics = m }
+}
