@@ -9,9 +9,13 @@ deps:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools; \
 	fi
 
+# Modules of their own (kept out of the library's dependencies) are tested too.
+MODULES := otel
+
 test: deps
 	go vet ./...
 	go test -race -count=1 -timeout 20m ./...
+	for m in $(MODULES); do (cd $$m && go vet ./... && go test -race -count=1 -timeout 10m ./...) || exit 1; done
 
 demo: deps
 	go run ./cmd/redisync demo $(ARGS)
