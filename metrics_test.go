@@ -46,7 +46,7 @@ func TestMetrics(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var r recorder
-		c := e.client(t, WithMetrics(r.metrics()), WithWatchdogLease(300*time.Millisecond))
+		c := e.client(t, WithMetrics(r.metrics()), WithWatchdogLease(2*time.Second))
 		other := e.client(t)
 
 		l, err := c.Mutex(t.Name()).Lock(ctx)
@@ -82,6 +82,6 @@ func TestMetrics(t *testing.T) {
 		require.Equal(t, 1, r.acquired["fair"])
 		require.Equal(t, 2, r.released["mutex"])
 		require.Equal(t, 1, r.released["fair"])
-		require.Equal(t, 1, r.lost[ErrExpired])
+		require.Equal(t, map[error]int{ll.Err(): 1}, r.lost, "one loss, with its reason")
 	})
 }
