@@ -329,7 +329,7 @@ func runContenders(t *testing.T, addrs []string, direct, name string, fair bool,
 	var results []contendResult
 	for _, w := range ws {
 		var r contendResult
-		if err := json.Unmarshal([]byte(w.expect("result", 5*time.Minute)), &r); err != nil {
+		if err := json.Unmarshal([]byte(w.expect("result", max(5*time.Minute, time.Duration(total)*10*time.Millisecond))), &r); err != nil {
 			t.Fatal(err)
 		}
 		results = append(results, r)
