@@ -59,6 +59,12 @@ var (
 	// ErrNotReplicated reports that an acquisition was not acknowledged by
 	// the replicas WithReplicaAck asks for in time. The lock was released.
 	ErrNotReplicated = errors.New("redisync: acquisition not acknowledged by enough replicas")
+	// ErrUpgrade reports an RWMutex Lock with a context that carries a read
+	// lease of the same lock and no write lease: the writer would wait for
+	// every reader to leave, its own read lease included, forever. It is
+	// returned at once and nothing is acquired. Release the read lease, then
+	// Lock.
+	ErrUpgrade = errors.New("redisync: cannot upgrade a read lease to a write lease")
 )
 
 // Reasons a Lease ends, reported by Lease.Err and by context.Cause of

@@ -45,6 +45,36 @@ var (
 	inspectScript = newScript(inspectLua)
 )
 
+// The scripts of RWMutex.
+var (
+	//go:embed lua/rw_prelude.lua
+	rwPreludeLua string
+	//go:embed lua/rw_rlock.lua
+	rwRLockLua string
+	//go:embed lua/rw_runlock.lua
+	rwRUnlockLua string
+	//go:embed lua/rw_lock.lua
+	rwLockLua string
+	//go:embed lua/rw_unlock.lua
+	rwUnlockLua string
+	//go:embed lua/rw_renew.lua
+	rwRenewLua string
+	//go:embed lua/rw_force.lua
+	rwForceLua string
+	//go:embed lua/rw_inspect.lua
+	rwInspectLua string
+)
+
+var (
+	rwRLockScript   = newScript(preludeLua + rwPreludeLua + rwRLockLua)
+	rwRUnlockScript = newScript(preludeLua + rwPreludeLua + rwRUnlockLua)
+	rwLockScript    = newScript(preludeLua + rwPreludeLua + rwLockLua)
+	rwUnlockScript  = newScript(preludeLua + rwPreludeLua + rwUnlockLua)
+	rwRenewScript   = newScript(preludeLua + rwPreludeLua + rwRenewLua)
+	rwForceScript   = newScript(preludeLua + rwPreludeLua + rwForceLua)
+	rwInspectScript = newScript(preludeLua + rwPreludeLua + rwInspectLua)
+)
+
 // script is a Lua script run as EVALSHA, falling back to EVAL when the
 // server does not know it yet (after a restart or a failover).
 type script struct {
