@@ -62,6 +62,10 @@ type leaseKind struct {
 	releaseAll func(h *holder) rueidis.LuaExec
 	// unlock releases one hold of a holder ("" for all of them).
 	unlock func(ctx context.Context, h *holder, hold string) (releaseState, error)
+	// spansClients marks holders whose locks live on several Clients (the
+	// holders of groups): their unlock deals with closed Clients itself, so
+	// Lease.Unlock does not stop at a closed h.c.
+	spansClients bool
 }
 
 // mutexKind is the kind of Mutex holders.
@@ -127,7 +131,6 @@ func (h *holder) lose(err error) bool {
 	for l := range leases {
 		l.cancel(err)
 	}
-	close(h.lost)
 	h.c.watchdog.remove(h)
 	level := slog.LevelWarn
 	if err == ErrClosed {
@@ -137,6 +140,8 @@ func (h *holder) lose(err error) bool {
 	if f := h.c.cfg.metrics.Lost; f != nil {
 		f(h.kind.primitive, h.name, err)
 	}
+	// Last: whoever sees Lost closed finds the loss reported everywhere.
+	close(h.lost)
 	return true
 }
 
@@ -222,7 +227,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if h == nil {
 		return fmt.Errorf("%w: not a Lease from a lock", ErrNotHeld)
 	}
-	if h.c.isClosed() {
+	if !h.kind.spansClients && h.c.isClosed() {
 		return fmt.Errorf("%w: %w", ErrNotHeld, ErrClosed)
 	}
 	h.mu.Lock()

@@ -65,6 +65,14 @@ var (
 	// returned at once and nothing is acquired. Release the read lease, then
 	// Lock.
 	ErrUpgrade = errors.New("redisync: cannot upgrade a read lease to a write lease")
+	// ErrNoQuorum reports that a Quorum could not be acquired, or kept, on a
+	// majority of its servers: too few granted it (others held it, or were
+	// unreachable or too slow), or acquiring it took so long that no
+	// validity was left. A failed acquisition leaves nothing held. It wraps
+	// the servers' errors (ErrLocked for a server where another owner held
+	// the lock), and as the reason of a lost Quorum lease the members' loss
+	// reasons.
+	ErrNoQuorum = errors.New("redisync: no quorum")
 )
 
 // Reasons a Lease ends, reported by Lease.Err and by context.Cause of

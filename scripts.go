@@ -75,6 +75,22 @@ var (
 	rwInspectScript = newScript(preludeLua + rwPreludeLua + rwInspectLua)
 )
 
+// The scripts of Group and Quorum.
+var (
+	//go:embed lua/group_acquire.lua
+	groupAcquireLua string
+	//go:embed lua/group_release.lua
+	groupReleaseLua string
+	//go:embed lua/group_fence.lua
+	groupFenceLua string
+)
+
+var (
+	groupAcquireScript = newScript(groupAcquireLua)
+	groupReleaseScript = newScript(preludeLua + groupReleaseLua)
+	groupFenceScript   = newScript(groupFenceLua)
+)
+
 // script is a Lua script run as EVALSHA, falling back to EVAL when the
 // server does not know it yet (after a restart or a failover).
 type script struct {
