@@ -25,3 +25,9 @@ soak: deps
 
 bench: deps
 	go test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: peers
+
+# peers compares redisync with the Go lock libraries (bench/peers, a module of its own).
+peers: deps
+	cd bench/peers && go run . $(ARGS)

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync"
+)
+
+// redisyncLocker is one redisync Client on its own rueidis client.
+type redisyncLocker struct {
+	rc   rueidis.Client
+	c    *redisync.Client
+	fair bool
+}
+
+func connectRedisync(cfg clientConfig, fair bool) (locker, error) {
+	rc, err := newRueidis(rueidis.ClientOption{InitAddress: []string{cfg.addr}}, cfg.rt)
+	if err != nil {
+		return nil, err
+	}
+	c, err := redisync.New(rc,
+		redisync.WithPrefix(cfg.prefix),
+		redisync.WithWatchdogLease(cfg.lease),
+		redisync.WithFenceRetention(10*time.Minute),
+		// Lost leases are what scenario F provokes: log errors only.
+		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &redisyncLocker{rc: rc, c: c, fair: fair}, nil
+}
+
+func (l *redisyncLocker) Lock(ctx context.Context, name string) (*held, error) {
+	var lease *redisync.Lease
+	var err error
+	if l.fair {
+		lease, err = l.c.FairMutex(name).Lock(ctx)
+	} else {
+		lease, err = l.c.Mutex(name).Lock(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &held{unlock: lease.Unlock, lost: lease.Lost()}, nil
+}
+
+func (l *redisyncLocker) Close() {
+	l.c.Close()
+	l.rc.Close()
+}
+
+func redisyncMutex() *library {
+	return &library{
+		id:    "redisync",
+		label: "redisync Mutex",
+		note: "redisync Mutex: one rueidis client per locker, options WithPrefix and WithWatchdogLease " +
+			"(the scenario's lease; renewed every third of it); waiters woken by sharded pub/sub.",
+		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal: true,
+		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, false) },
+		// The key layout of the README ("redisync:{N}" with the default prefix).
+		key:      func(prefix, name string) string { return prefix + ":{" + name + "}" },
+		attempts: scriptsBut,
+	}
+}
+
+func redisyncFair() *library {
+	return &library{
+		id:         "redisync-fair",
+		label:      "redisync FairMutex",
+		note:       "redisync FairMutex: as Mutex; waiters queue in Redis and a release wakes the head only.",
+		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal: true,
+		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, true) },
+		key:        func(prefix, name string) string { return prefix + ":fair:{" + name + "}" },
+		attempts:   scriptsBut,
+	}
+}

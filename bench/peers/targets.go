@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+)
+
+// The rows the targets are about.
+const (
+	mutexRow = "redisync"
+	fairRow  = "redisync-fair"
+)
+
+// peerRows are the libraries "the best peer" is chosen from.
+var peerRows = []string{"redsync", "redislock", "rueidislock"}
+
+// targetResult is how redisync did against one target of the issue.
+type targetResult struct {
+	Scenario string     `json:"scenario"`
+	Target   string     `json:"target"`
+	Goal     string     `json:"goal"`
+	Runs     []*float64 `json:"runs"`
+	Value    *float64   `json:"value"` // over the runs, as Aggregate says
+	Agg      string     `json:"aggregate"`
+	RunsMet  int        `json:"runs_met"`
+	Measured int        `json:"runs_measured"`
+	Met      bool       `json:"met"`
+	shown    string
+}
+
+type target struct {
+	scenario, text, goal string
+	agg                  string // how the runs combine: "median" (default), "max", "sum"
+	value                func(run int) float64
+	ok                   func(v float64) bool
+	format               func(float64) string
+}
+
+func (r *report) evaluate() []targetResult {
+	g := r.get
+	ratio := func(v float64) string { return fSig(v) + "×" }
+	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
+	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+	best := func(key string, run int) float64 {
+		b := math.NaN()
+		for _, p := range peerRows {
+			if v := g(key, p, run); !math.IsNaN(v) && (math.IsNaN(b) || v > b) {
+				b = v
+			}
+		}
+		return b
+	}
+	ts := []target{
+		{scenario: "A", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 1×", ok: atLeast(1), format: ratio,
+			value: func(run int) float64 { return g("A.cycles", mutexRow, run) / g("A.cycles", "floor", run) }},
+		{scenario: "A", text: "redisync Mutex cycles/s ÷ best peer", goal: "≥ 2×", ok: atLeast(2), format: ratio,
+			value: func(run int) float64 { return g("A.cycles", mutexRow, run) / best("A.cycles", run) }},
+		{scenario: "B", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 1.5×", ok: atLeast(1.5), format: ratio,
+			value: func(run int) float64 { return g("B.cycles", mutexRow, run) / g("B.cycles", "floor", run) }},
+		{scenario: "B", text: "overlaps + lost updates, redisync Mutex and FairMutex, all runs", goal: "0", agg: "sum",
+			ok: atMost(0), format: fInt, value: func(run int) float64 {
+				v := 0.0
+				for _, l := range []string{mutexRow, fairRow} {
+					for _, k := range []string{"B.overlaps", "B.lost"} {
+						if x := g(k, l, run); !math.IsNaN(x) {
+							v += x
+						}
+					}
+				}
+				return v
+			}},
+		{scenario: "C", text: "redisync Mutex hand-off p50 ÷ PING", goal: "≤ 2×", ok: atMost(2), format: ratio,
+			value: func(run int) float64 { return g("C.p50/ping", mutexRow, run) }},
+		{scenario: "C", text: "redisync Mutex hand-off p99 ÷ PING", goal: "≤ 5×", ok: atMost(5), format: ratio,
+			value: func(run int) float64 { return g("C.p99/ping", mutexRow, run) }},
+		{scenario: "D", text: "redisync Mutex round trips per uncontended cycle", goal: "2",
+			ok: func(v float64) bool { return math.Abs(v-2) < 0.01 }, format: fSig,
+			value: func(run int) float64 { return g("D.rt", mutexRow, run) }},
+		{scenario: "D", text: "redisync Mutex commands per hand-off, 8 waiters ÷ 1 waiter", goal: "≤ 1.25× (independent of the waiters)",
+			ok: atMost(1.25), format: ratio,
+			value: func(run int) float64 { return g("D.cmds_h8", mutexRow, run) / g("D.cmds_h1", mutexRow, run) }},
+		{scenario: "E", text: "redisync Mutex acquire attempts per grant", goal: "≤ 2", ok: atMost(2), format: fSig,
+			value: func(run int) float64 { return g("E.attempts", mutexRow, run) }},
+		{scenario: "E", text: "redisync FairMutex order inversions, worst run", goal: "0", agg: "max", ok: atMost(0), format: fInt,
+			value: func(run int) float64 { return g("E.inversions", fairRow, run) }},
+		{scenario: "F", text: "redisync Mutex and FairMutex: slowest loss detection ÷ renewal period, worst run (undetected: ∞)",
+			goal: "≤ 1×", agg: "max", ok: atMost(1), format: ratio, value: func(run int) float64 {
+				v := math.NaN()
+				for _, l := range []string{mutexRow, fairRow} {
+					x := g("F.max", l, run) / g("F.period", l, run)
+					if g("F.missed", l, run) > 0 {
+						x = math.Inf(1)
+					}
+					if !math.IsNaN(x) && (math.IsNaN(v) || x > v) {
+						v = x
+					}
+				}
+				return v
+			}},
+		{scenario: "G", text: "redisync Mutex pub/sub channels ÷ lock names with waiters", goal: "1×",
+			ok: func(v float64) bool { return v == 1 }, format: ratio,
+			value: func(run int) float64 { return g("G.channels", mutexRow, run) / g("G.names", mutexRow, run) }},
+		{scenario: "G", text: "redisync Mutex goroutines with all leases held (client's, not per lease)", goal: "≤ 10",
+			ok: atMost(10), format: fInt, value: func(run int) float64 { return g("G2.goroutines", mutexRow, run) }},
+	}
+	var out []targetResult
+	for _, t := range ts {
+		if !r.hasScenario(t.scenario) {
+			continue
+		}
+		res := targetResult{Scenario: t.scenario, Target: t.text, Goal: t.goal, Agg: t.agg}
+		if res.Agg == "" {
+			res.Agg = "median"
+		}
+		var vs []float64
+		for run := range r.runs {
+			v := t.value(run)
+			if math.IsNaN(v) {
+				res.Runs = append(res.Runs, nil)
+				continue
+			}
+			vs = append(vs, v)
+			vv := v
+			if math.IsInf(v, 0) {
+				res.Runs = append(res.Runs, nil)
+			} else {
+				res.Runs = append(res.Runs, &vv)
+			}
+			res.Measured++
+			if t.ok(v) {
+				res.RunsMet++
+			}
+		}
+		v := aggregate(vs, res.Agg)
+		switch {
+		case math.IsNaN(v):
+			res.shown = "n/a"
+		case math.IsInf(v, 1):
+			res.shown = "∞"
+		default:
+			res.Value = &v
+			res.shown = t.format(v)
+			res.Met = t.ok(v)
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+func (r *report) targetTable(w io.Writer) {
+	if len(r.targets) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### Targets\n\n")
+	writeRow(w, []string{"scenario", "target", "goal", "measured", "runs meeting it", "verdict"})
+	writeRow(w, []string{"---", "---", "---", "---:", "---:", "---"})
+	for _, t := range r.targets {
+		verdict := "met"
+		if !t.Met {
+			verdict = "**missed**"
+		}
+		if t.Value == nil && t.shown == "n/a" {
+			verdict = "not measured"
+		}
+		writeRow(w, []string{t.Scenario, t.Target, t.Goal, t.shown, fmt.Sprintf("%d/%d", t.RunsMet, t.Measured), verdict})
+	}
+	fmt.Fprintln(w)
+}
