@@ -65,6 +65,16 @@ var (
 	// returned at once and nothing is acquired. Release the read lease, then
 	// Lock.
 	ErrUpgrade = errors.New("redisync: cannot upgrade a read lease to a write lease")
+	// ErrNoPermits reports that a single attempt (Semaphore.TryLock) could
+	// not have the permits it asked for: they are held, or promised to
+	// earlier waiters. It is not a failure to reach Redis.
+	ErrNoPermits = errors.New("redisync: not enough permits available")
+	// ErrNoSize reports an acquisition from a semaphore that has no size:
+	// it was never set, it was deleted, or a Redis server without
+	// persistence restarted. It always comes with ErrInvalidArgument, as
+	// acquiring from a semaphore of size 0 is asking for more permits than
+	// its size.
+	ErrNoSize = errors.New("redisync: semaphore has no size")
 	// ErrNoQuorum reports that a Quorum could not be acquired, or kept, on a
 	// majority of its servers: too few granted it (others held it, or were
 	// unreachable or too slow), or acquiring it took so long that no

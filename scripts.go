@@ -75,6 +75,42 @@ var (
 	rwInspectScript = newScript(preludeLua + rwPreludeLua + rwInspectLua)
 )
 
+// The scripts of Semaphore and Latch.
+var (
+	//go:embed lua/sem_prelude.lua
+	semPreludeLua string
+	//go:embed lua/sem_acquire.lua
+	semAcquireLua string
+	//go:embed lua/sem_release.lua
+	semReleaseLua string
+	//go:embed lua/sem_renew.lua
+	semRenewLua string
+	//go:embed lua/sem_size.lua
+	semSizeLua string
+	//go:embed lua/sem_inspect.lua
+	semInspectLua string
+	//go:embed lua/sem_delete.lua
+	semDeleteLua string
+	//go:embed lua/latch_set.lua
+	latchSetLua string
+	//go:embed lua/latch_down.lua
+	latchDownLua string
+	//go:embed lua/latch_get.lua
+	latchGetLua string
+)
+
+var (
+	semAcquireScript = newScript(preludeLua + semPreludeLua + semAcquireLua)
+	semReleaseScript = newScript(preludeLua + semPreludeLua + semReleaseLua)
+	semRenewScript   = newScript(semRenewLua)
+	semSizeScript    = newScript(preludeLua + semPreludeLua + semSizeLua)
+	semInspectScript = newScript(preludeLua + semPreludeLua + semInspectLua)
+	semDeleteScript  = newScript(preludeLua + semPreludeLua + semDeleteLua)
+	latchSetScript   = newScript(preludeLua + latchSetLua)
+	latchDownScript  = newScript(preludeLua + latchDownLua)
+	latchGetScript   = newScript(latchGetLua)
+)
+
 // The scripts of Group and Quorum.
 var (
 	//go:embed lua/group_acquire.lua

@@ -1,0 +1,326 @@
+package redisync
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+)
+
+// latchOpen reports whether ch is closed.
+func latchOpen(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestLatchBasics(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		l := c.Latch(t.Name())
+		require.Equal(t, t.Name(), l.Name())
+		require.Equal(t, slotHash(l.key), slotHash(l.channel))
+
+		// Never set: open.
+		n, err := l.Count(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.NoError(t, l.Wait(ctx))
+		select {
+		case <-l.Done(ctx):
+		case <-time.After(10 * time.Second):
+			t.Fatal("Done of an open latch not closed")
+		}
+		n, err = l.CountDown(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "counting down an open latch")
+		ok, err := l.TrySetCount(ctx, 0)
+		require.NoError(t, err)
+		require.True(t, ok, "a count of 0 on an open latch")
+		require.Empty(t, e.keys(t, l.key))
+
+		ok, err = l.TrySetCount(ctx, 2)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = l.TrySetCount(ctx, 5)
+		require.NoError(t, err)
+		require.False(t, ok, "TrySetCount on a closed latch")
+		n, err = l.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		require.ErrorIs(t, l.Wait(short), context.DeadlineExceeded)
+		cancel()
+
+		done := l.Done(ctx)
+		n, err = l.CountDown(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		time.Sleep(20 * time.Millisecond)
+		require.False(t, latchOpen(done))
+		n, err = l.CountDown(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Done not closed when the latch opened")
+		}
+		require.NoError(t, l.Wait(ctx))
+		require.Empty(t, e.keys(t, l.key), "an open latch has no key")
+
+		// Reusable.
+		ok, err = l.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		w := make(chan error, 1)
+		go func() { w <- l.Wait(ctx) }()
+		prev, err := l.Reset(ctx, 3)
+		require.NoError(t, err)
+		require.Equal(t, 1, prev)
+		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-w:
+			t.Fatalf("Wait returned on a change of count: %v", err)
+		default:
+		}
+		prev, err = l.Reset(ctx, 0)
+		require.NoError(t, err)
+		require.Equal(t, 3, prev)
+		select {
+		case err := <-w:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Reset(0) did not open the latch")
+		}
+		require.Empty(t, e.keys(t, l.key))
+		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	})
+}
+
+func TestLatchManyWaitersAcrossClients(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const clients, perClient, count = 3, 30, 3
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		setter := e.client(t).Latch(t.Name())
+		ok, err := setter.TrySetCount(ctx, count)
+		require.NoError(t, err)
+		require.True(t, ok)
+		var cs []*Client
+		var wg sync.WaitGroup
+		errs := make(chan error, clients*perClient)
+		for range clients {
+			c := e.client(t)
+			cs = append(cs, c)
+			l := c.Latch(t.Name())
+			for i := range perClient {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if i%2 == 0 {
+						errs <- l.Wait(ctx)
+						return
+					}
+					select {
+					case <-l.Done(ctx):
+						errs <- nil
+					case <-ctx.Done():
+						errs <- ctx.Err()
+					}
+				}()
+			}
+		}
+		// Every waiter of a Client shares one subscription.
+		eventually(t, 10*time.Second, func() bool {
+			for _, c := range cs {
+				c.notify.mu.Lock()
+				s := c.notify.subs[setter.channel]
+				ready := s != nil && s.refs == perClient && s.confirms.Load() == 1
+				c.notify.mu.Unlock()
+				if !ready {
+					return false
+				}
+			}
+			return true
+		}, "waiters did not subscribe")
+		require.Equal(t, []string{setter.channel}, e.channels(t))
+		for i := range count - 1 {
+			n, err := setter.CountDown(ctx)
+			require.NoError(t, err)
+			require.Equal(t, count-1-i, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+		require.Len(t, errs, 0, "waiters returned while the latch was closed")
+		before := scriptCalls(t, e)
+		start := time.Now()
+		n, err := setter.CountDown(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		wg.Wait()
+		t.Logf("%d waiters on %d Clients released in %v", clients*perClient, clients, time.Since(start))
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		// One look per waiter after the message, and the count-down.
+		require.LessOrEqual(t, scriptCalls(t, e)-before, int64(1+clients*perClient))
+		require.Empty(t, e.keys(t, setter.key))
+		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	})
+}
+
+// A waiter returns when the latch it waits for opens, even if the latch is
+// set again before the waiter looks.
+func TestLatchWaiterSeesOpeningThatWasReset(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c := e.client(t)
+		l := c.Latch(t.Name())
+		_, err := l.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		w := make(chan error, 1)
+		go func() { w <- e.client(t).Latch(t.Name()).Wait(ctx) }()
+		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "the waiter did not subscribe")
+		time.Sleep(20 * time.Millisecond) // its look after subscribing
+		// Open and close again in one transaction: the waiter can only see
+		// the latch closed, with a new generation.
+		rc := e.rueidisClient(t)
+		res := rc.DoMulti(ctx,
+			rc.B().Multi().Build(),
+			rc.B().Eval().Script(latchDownScript.src).Numkeys(1).Key(l.key).Arg(l.channel).Build(),
+			rc.B().Eval().Script(latchSetScript.src).Numkeys(1).Key(l.key).Arg("nx", "1", l.channel).Build(),
+			rc.B().Exec().Build())
+		for _, r := range res {
+			require.NoError(t, r.Error())
+		}
+		select {
+		case err := <-w:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter missed the opening")
+		}
+		n, err := l.Count(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		_, err = l.Reset(ctx, 0)
+		require.NoError(t, err)
+	})
+}
+
+func TestLatchBadInput(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	var nilCtx context.Context
+	var nilLatch *Latch
+	for what, bad := range map[string]*Latch{
+		"empty name":  c.Latch(""),
+		"nil client":  (*Client)(nil).Latch("x"),
+		"nil latch":   nilLatch,
+		"zero latch":  {},
+		"nil context": c.Latch("x"),
+	} {
+		t.Run(what, func(t *testing.T) {
+			ctx := ctx
+			if what == "nil context" {
+				ctx = nilCtx
+			}
+			notPanics(t, what, func() {
+				_, err := bad.TrySetCount(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument)
+				_, err = bad.Reset(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument)
+				_, err = bad.CountDown(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument)
+				_, err = bad.Count(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument)
+				require.ErrorIs(t, bad.Wait(ctx), ErrInvalidArgument)
+				d := bad.Done(ctx)
+				time.Sleep(10 * time.Millisecond)
+				require.False(t, latchOpen(d), "Done closed on bad input")
+			})
+		})
+	}
+	require.Equal(t, "", nilLatch.Name())
+	l := c.Latch(t.Name())
+	for _, n := range []int{-1, maxPermits + 1} {
+		_, err := l.TrySetCount(ctx, n)
+		require.ErrorIs(t, err, ErrInvalidArgument, "TrySetCount(%d)", n)
+		_, err = l.Reset(ctx, n)
+		require.ErrorIs(t, err, ErrInvalidArgument, "Reset(%d)", n)
+	}
+	require.Empty(t, e.keys(t, l.key))
+
+	// Keys that hold something else: reported, and left alone.
+	rc := e.rueidisClient(t)
+	for _, plant := range []struct {
+		what string
+		cmd  func(key string) rueidis.Completed
+	}{
+		{"string", func(k string) rueidis.Completed { return rc.B().Set().Key(k).Value("x").Build() }},
+		{"foreign-hash", func(k string) rueidis.Completed {
+			return rc.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()
+		}},
+	} {
+		t.Run(plant.what, func(t *testing.T) {
+			bad := c.Latch("latch-wrongtype-" + plant.what)
+			require.NoError(t, rc.Do(ctx, plant.cmd(bad.key)).Error())
+			defer rc.Do(ctx, rc.B().Del().Key(bad.key).Build())
+			_, err := bad.TrySetCount(ctx, 1)
+			require.ErrorIs(t, err, ErrWrongType)
+			_, err = bad.Reset(ctx, 0)
+			require.ErrorIs(t, err, ErrWrongType)
+			_, err = bad.CountDown(ctx)
+			require.ErrorIs(t, err, ErrWrongType)
+			_, err = bad.Count(ctx)
+			require.ErrorIs(t, err, ErrWrongType)
+			require.ErrorIs(t, bad.Wait(ctx), ErrWrongType)
+			n, err := rc.Do(ctx, rc.B().Exists().Key(bad.key).Build()).AsInt64()
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n, "the planted value was removed")
+		})
+	}
+}
+
+// Done's goroutine ends with its context and with the Client; Wait
+// returns ErrClosed.
+func TestLatchDoneEnds(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	l := c.Latch(t.Name())
+	_, err := l.TrySetCount(ctx, 1)
+	require.NoError(t, err)
+	defer l.Reset(ctx, 0)
+	dctx, cancel := context.WithCancel(ctx)
+	d := l.Done(dctx)
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "Done did not subscribe")
+	cancel()
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "Done's watch outlived its context")
+	require.False(t, latchOpen(d))
+
+	other := e.client(t)
+	d = other.Latch(t.Name()).Done(ctx)
+	w := make(chan error, 1)
+	go func() { w <- other.Latch(t.Name()).Wait(ctx) }()
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "Done did not subscribe")
+	require.NoError(t, other.Close()) // waits for Done's goroutine
+	select {
+	case err := <-w:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not end with its Client")
+	}
+	require.False(t, latchOpen(d))
+	require.ErrorIs(t, other.Latch(t.Name()).Wait(ctx), ErrClosed)
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+}

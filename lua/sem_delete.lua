@@ -1,0 +1,16 @@
+-- Delete a semaphore: its size, holders and queue. Every waiter is woken
+-- (it finds no size). Holders learn at their next renewal.
+-- KEYS: see sem_prelude.lua. ARGV[1] channel.
+-- Returns 1 when the semaphore had a size, 0 otherwise.
+local size = state()
+if size == nil and redis.call('EXISTS', S) == 1 then
+  return redis.error_reply(not_ours)
+end
+for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+  publish(ARGV[1], 'w:' .. m)
+end
+redis.call('DEL', S, H, Q, QT)
+if size == nil then
+  return 0
+end
+return 1
