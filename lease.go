@@ -403,8 +403,10 @@ func (l *Lease) abandon(err error) {
 	h := l.h
 	ctx, cancel := detached(context.Background())
 	defer cancel()
-	st, rerr := h.kind.unlock(ctx, h, l.hold)
+	// Failed first: a late receiver never sees a lease whose hold is
+	// already given back report itself held.
 	l.fail(err)
+	st, rerr := h.kind.unlock(ctx, h, l.hold)
 	switch {
 	case st == freed:
 		h.finish()
