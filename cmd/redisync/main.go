@@ -4,9 +4,13 @@
 //
 //	go install github.com/redisync/redisync/cmd/redisync@latest
 //
-// and run `redisync help` for the list of commands. `redisync demo` runs a
-// self-contained demonstration: workers contending for one Mutex, then a
-// lease lost to a force-unlock and fenced off by its token.
+// and run `redisync help` for the list of commands. For operators,
+// `redisync inspect NAME` shows who holds a lock, its lease, fencing token
+// and waiters (--json for scripts), `redisync watch NAME...` the same as a
+// live view, and `redisync unlock --force NAME` breaks a lock as
+// ForceUnlock does. `redisync demo` runs a self-contained demonstration:
+// workers contending for one Mutex, then a lease lost to a force-unlock and
+// fenced off by its token.
 package main
 
 import (
@@ -45,6 +49,9 @@ type runFunc func(ctx context.Context, args []string, stdout io.Writer) error
 
 // commands lists the subcommands in the order usage shows them.
 var commands = []*command{
+	inspectCommand,
+	watchCommand,
+	unlockCommand,
 	demoCommand,
 }
 
@@ -110,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	fs := newFlagSet(c)
 	runCmd := c.flags(fs)
-	err := fs.Parse(rest)
+	args, err := parseInterspersed(fs, rest)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		printCommandUsage(stdout, c)
@@ -118,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		err = &usageError{msg: err.Error()}
 	default:
-		err = runCmd(ctx, fs.Args(), stdout)
+		err = runCmd(ctx, args, stdout)
 	}
 	var uerr *usageError
 	switch {
@@ -168,6 +175,27 @@ func newFlagSet(c *command) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return fs
+}
+
+// parseInterspersed parses the flags in args, before and after the
+// arguments that are not flags (`inspect NAME --json` as well as `inspect
+// --json NAME`), and returns those arguments. Everything after "--" is an
+// argument.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if n := len(args) - len(left); n > 0 && args[n-1] == "--" {
+			return append(rest, left...), nil
+		}
+		if len(left) == 0 {
+			return rest, nil
+		}
+		rest, args = append(rest, left[0]), left[1:]
+	}
 }
 
 // noArgs reports leftover arguments of a command that takes none.

@@ -175,13 +175,19 @@ func runCLI(t *testing.T, bin string, args ...string) (stdout, stderr string, co
 }
 
 // demoEnv is the environment without REDIS_URL, so that the demo starts a
-// redis-server of its own.
+// redis-server of its own. A binary built with the race detector is told
+// not to wait a second before exiting (GORACE's atexit_sleep_ms).
 func demoEnv() []string {
 	var env []string
+	gorace := "atexit_sleep_ms=0"
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "REDIS_URL=") {
+		switch {
+		case strings.HasPrefix(kv, "REDIS_URL="):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
+		default:
 			env = append(env, kv)
 		}
 	}
-	return env
+	return append(env, "GORACE="+gorace)
 }

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync"
+)
+
+// defaultAddr is where Redis is when neither --addr nor $REDIS_URL say.
+const defaultAddr = "127.0.0.1:6379"
+
+// connHelp describes the connection flags, for the help of the commands
+// that take them.
+const connHelp = `
+
+Redis is $REDIS_URL (redis://[user:password@]host:port/db, or rediss://
+for TLS), else 127.0.0.1:6379; --addr, --user, --password and --tls
+override it part by part. Prefer REDIS_URL in the environment to
+--password on the command line, which other users can see. Clusters and
+their redirections are detected. --prefix must match the prefix of the
+programs that hold the locks (redisync.WithPrefix).`
+
+// connFlags are the flags every command that talks to Redis takes.
+type connFlags struct {
+	addr        string
+	user        string
+	password    string
+	tls         bool
+	tlsInsecure bool
+	tlsCA       string
+	prefix      string
+	timeout     time.Duration
+}
+
+func (f *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "addr", "", "Redis `host:port` (default: the address in $REDIS_URL, else "+defaultAddr+")")
+	fs.StringVar(&f.user, "user", "", "Redis ACL `user` (default: the user in $REDIS_URL)")
+	fs.StringVar(&f.password, "password", "", "Redis `password` (default: the password in $REDIS_URL)")
+	fs.BoolVar(&f.tls, "tls", false, "connect with TLS (also implied by rediss:// in $REDIS_URL)")
+	fs.BoolVar(&f.tlsInsecure, "tls-insecure", false, "with TLS, do not verify the server's certificate (implies --tls)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "with TLS, trust the PEM certificates in `file` (implies --tls)")
+	fs.StringVar(&f.prefix, "prefix", "redisync", "key `prefix` of the locks (redisync.WithPrefix)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "`duration` allowed for connecting and for each request")
+}
+
+// check reports bad connection flags as usage errors.
+func (f *connFlags) check() error {
+	switch {
+	case f.prefix == "" || strings.ContainsAny(f.prefix, "{}"):
+		return usageErrorf("--prefix %q must be non-empty and contain no '{' or '}'", f.prefix)
+	case f.timeout <= 0:
+		return usageErrorf("--timeout must be positive, got %v", f.timeout)
+	}
+	return nil
+}
+
+// option returns the rueidis options the flags and $REDIS_URL describe,
+// and the address(es) they name.
+func (f *connFlags) option() (rueidis.ClientOption, string, error) {
+	opt := rueidis.ClientOption{InitAddress: []string{defaultAddr}}
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		var err error
+		if opt, err = rueidis.ParseURL(url); err != nil {
+			return opt, "", fmt.Errorf("REDIS_URL: %w", err)
+		}
+	}
+	if f.addr != "" {
+		opt.InitAddress = []string{f.addr}
+	}
+	if f.user != "" {
+		opt.Username = f.user
+	}
+	if f.password != "" {
+		opt.Password = f.password
+	}
+	if f.tls || f.tlsInsecure || f.tlsCA != "" {
+		if opt.TLSConfig == nil {
+			opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		opt.TLSConfig.InsecureSkipVerify = f.tlsInsecure
+		if f.tlsCA != "" {
+			pem, err := os.ReadFile(f.tlsCA)
+			if err != nil {
+				return opt, "", fmt.Errorf("--tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return opt, "", fmt.Errorf("--tls-ca: no PEM certificate in %s", f.tlsCA)
+			}
+			opt.TLSConfig.RootCAs = pool
+		}
+	}
+	// An operator's look needs none of the client-side cache.
+	opt.DisableCache = true
+	opt.Dialer.Timeout = f.timeout
+	opt.ConnWriteTimeout = f.timeout
+	opt.ClientName = "redisync-cli"
+	return opt, strings.Join(opt.InitAddress, ","), nil
+}
+
+// dial connects to Redis and returns a Client that owns the connection.
+// The caller must Close it.
+func (f *connFlags) dial(ctx context.Context) (*redisync.Client, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	opt, where, err := f.option()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := redisync.Dial(opt,
+		redisync.WithPrefix(f.prefix),
+		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return nil, fmt.Errorf("connect to Redis at %s: %w", where, err)
+	}
+	return c, nil
+}
+
+// request returns the context of one request: ctx bounded by --timeout.
+func (f *connFlags) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, f.timeout)
+}
+
+// oneName returns the single lock name of a command that takes one.
+func oneName(args []string) (string, error) {
+	switch {
+	case len(args) == 0:
+		return "", usageErrorf("missing the lock NAME")
+	case len(args) > 1:
+		return "", usageErrorf("unexpected argument %q after the lock name %q", args[1], args[0])
+	case args[0] == "":
+		return "", usageErrorf("the lock name is empty")
+	}
+	return args[0], nil
+}

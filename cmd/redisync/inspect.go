@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redisync/redisync"
+)
+
+var inspectCommand = &command{
+	name:     "inspect",
+	synopsis: "[--json] [connection flags] NAME",
+	summary:  "show who holds a lock, for how long, and who waits for it",
+	help: `
+Shows every primitive named NAME that is in use: a Mutex, FairMutex or
+RWMutex that is held or waited for, a Semaphore with a size or holders, a
+Latch with a count. Primitives of different kinds with the same name are
+unrelated; each is shown on its own.
+
+For each holder: its owner id (the holding Client's ID, as returned by
+Client.ID, a colon and a sequence number), the client id alone, the number
+of holds (re-entries count), the remaining lease and the fencing token. A
+FairMutex shows the places in its queue, an RWMutex its read shares and
+waiting writers, a Semaphore its size, holders and waiters, a Latch its
+count. A name with none of them prints "NAME: free (no lock of any kind)".
+
+--json prints one JSON object: {"name", "time", "free", "kinds": [...]},
+one element per primitive in use with a "kind" of mutex, fair, rw,
+semaphore or latch. Durations are in milliseconds; a ttl_ms of -1 means
+the key has no expiry.
+
+Inspecting a Semaphore drops its holders whose lease is over, as every
+operation on it does.` + connHelp,
+	flags: func(fs *flag.FlagSet) runFunc {
+		var conn connFlags
+		conn.register(fs)
+		asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+		return func(ctx context.Context, args []string, stdout io.Writer) error {
+			name, err := oneName(args)
+			if err != nil {
+				return err
+			}
+			c, err := conn.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			rctx, cancel := conn.request(ctx)
+			defer cancel()
+			snap, err := inspect(rctx, c, name)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(stdout, snap)
+			}
+			snap.writeText(stdout)
+			return nil
+		}
+	},
+}
+
+// snapshot is what inspect found under one name.
+type snapshot struct {
+	Name  string    `json:"name"`
+	Time  time.Time `json:"time"`
+	Free  bool      `json:"free"`
+	Kinds []kind    `json:"kinds"`
+}
+
+// kind is one primitive in use: *mutexView, *fairView, *rwView,
+// *semaphoreView or *latchView.
+type kind interface {
+	// title names the kind in text: "mutex", "fair mutex"...
+	title() string
+	// fields are its text lines, in order.
+	fields() []field
+	// row is its one-line summary, for watch.
+	row() watchRow
+}
+
+type field struct{ key, value string }
+
+// holderView is one holder of a lock.
+type holderView struct {
+	Owner    string `json:"owner"`
+	ClientID string `json:"client_id"`
+	Holds    int    `json:"holds"`
+	TTLms    int64  `json:"ttl_ms"`
+	Token    uint64 `json:"token"`
+}
+
+func newHolder(st redisync.MutexState) *holderView {
+	return &holderView{Owner: st.Owner, ClientID: st.ClientID(), Holds: st.Holds, TTLms: ttlMillis(st.TTL), Token: st.Token}
+}
+
+func (h *holderView) fields(role string) []field {
+	return []field{
+		{role, h.Owner},
+		{"client", h.ClientID},
+		{"holds", strconv.Itoa(h.Holds)},
+		{"ttl", formatTTL(h.TTLms)},
+		{"token", strconv.FormatUint(h.Token, 10)},
+	}
+}
+
+type mutexView struct {
+	Kind   string      `json:"kind"` // "mutex"
+	Holder *holderView `json:"holder"`
+}
+
+func (v *mutexView) title() string { return "mutex" }
+
+func (v *mutexView) fields() []field { return v.Holder.fields("holder") }
+
+type fairView struct {
+	Kind    string      `json:"kind"`   // "fair"
+	Holder  *holderView `json:"holder"` // nil between a release and the next grant
+	Waiters int         `json:"waiters"`
+}
+
+func (v *fairView) title() string { return "fair mutex" }
+
+func (v *fairView) fields() []field {
+	var fs []field
+	if v.Holder != nil {
+		fs = v.Holder.fields("holder")
+	} else {
+		fs = []field{{"holder", "none"}}
+	}
+	return append(fs, field{"waiters", strconv.Itoa(v.Waiters) + " in the queue"})
+}
+
+type rwView struct {
+	Kind           string      `json:"kind"`   // "rw"
+	Writer         *holderView `json:"writer"` // nil without a writer
+	Readers        int         `json:"readers"`
+	ReadTTLms      int64       `json:"read_ttl_ms"`
+	WritersWaiting int         `json:"writers_waiting"`
+}
+
+func (v *rwView) title() string { return "rw mutex" }
+
+func (v *rwView) fields() []field {
+	var fs []field
+	if v.Writer != nil {
+		fs = v.Writer.fields("writer")
+	} else {
+		fs = []field{{"writer", "none"}}
+	}
+	readers := strconv.Itoa(v.Readers)
+	if v.Readers > 0 {
+		readers += " (last share ends in " + formatTTL(v.ReadTTLms) + ")"
+	}
+	return append(fs,
+		field{"readers", readers},
+		field{"writers waiting", strconv.Itoa(v.WritersWaiting)})
+}
+
+type semHolderView struct {
+	ClientID string `json:"client_id"`
+	Permits  int    `json:"permits"`
+	TTLms    int64  `json:"ttl_ms"`
+}
+
+type semaphoreView struct {
+	Kind           string          `json:"kind"` // "semaphore"
+	Size           int             `json:"size"`
+	Acquired       int             `json:"acquired"`
+	Available      int             `json:"available"`
+	Holders        []semHolderView `json:"holders"`
+	Waiters        int             `json:"waiters"`
+	WaitingPermits int             `json:"waiting_permits"`
+}
+
+func (v *semaphoreView) title() string { return "semaphore" }
+
+func (v *semaphoreView) fields() []field {
+	fs := []field{
+		{"size", strconv.Itoa(v.Size)},
+		{"acquired", strconv.Itoa(v.Acquired)},
+		{"available", strconv.Itoa(v.Available)},
+		{"holders", strconv.Itoa(len(v.Holders))},
+	}
+	for _, h := range v.Holders {
+		fs = append(fs, field{"", fmt.Sprintf("%s  %s  ttl %s", h.ClientID, plural(h.Permits, "permit"), formatTTL(h.TTLms))})
+	}
+	waiters := strconv.Itoa(v.Waiters)
+	if v.Waiters > 0 {
+		waiters += " (asking for " + plural(v.WaitingPermits, "permit") + ")"
+	}
+	return append(fs, field{"waiters", waiters})
+}
+
+type latchView struct {
+	Kind  string `json:"kind"` // "latch"
+	Count int    `json:"count"`
+}
+
+func (v *latchView) title() string { return "latch" }
+
+func (v *latchView) fields() []field {
+	return []field{{"count", strconv.Itoa(v.Count) + " (closed: waiters wait until it is 0)"}}
+}
+
+// inspect reads every kind of primitive named name, concurrently, and
+// returns those in use.
+func inspect(ctx context.Context, c *redisync.Client, name string) (*snapshot, error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		found = make([]kind, 5) // in a fixed order
+		errs  = make([]error, 5)
+	)
+	look := func(i int, f func() (kind, error)) {
+		wg.Go(func() {
+			k, err := f()
+			mu.Lock()
+			defer mu.Unlock()
+			found[i], errs[i] = k, err
+		})
+	}
+	look(0, func() (kind, error) {
+		st, err := c.Mutex(name).Inspect(ctx)
+		if err != nil || !st.Locked {
+			return nil, err
+		}
+		return &mutexView{Kind: "mutex", Holder: newHolder(st)}, nil
+	})
+	look(1, func() (kind, error) {
+		st, err := c.FairMutex(name).Inspect(ctx)
+		if err != nil || (!st.Locked && st.Waiters == 0) {
+			return nil, err
+		}
+		v := &fairView{Kind: "fair", Waiters: st.Waiters}
+		if st.Locked {
+			v.Holder = newHolder(st.MutexState)
+		}
+		return v, nil
+	})
+	look(2, func() (kind, error) {
+		st, err := c.RWMutex(name).Inspect(ctx)
+		if err != nil || (st.Free() && st.WritersWaiting == 0) {
+			return nil, err
+		}
+		v := &rwView{Kind: "rw", Readers: st.Readers, ReadTTLms: st.ReadTTL.Milliseconds(), WritersWaiting: st.WritersWaiting}
+		if st.WriteLocked {
+			v.Writer = &holderView{Owner: st.Writer, ClientID: st.WriterClientID(), Holds: st.WriteHolds, TTLms: ttlMillis(st.WriteTTL), Token: st.Token}
+		}
+		return v, nil
+	})
+	look(3, func() (kind, error) {
+		st, err := c.Semaphore(name).Inspect(ctx)
+		if err != nil || (st.Size == 0 && st.Acquired == 0 && len(st.Holders) == 0 && st.Waiters == 0) {
+			return nil, err
+		}
+		v := &semaphoreView{Kind: "semaphore", Size: st.Size, Acquired: st.Acquired, Available: st.Available,
+			Holders: []semHolderView{}, Waiters: st.Waiters, WaitingPermits: st.WaitingPermits}
+		for _, h := range st.Holders {
+			v.Holders = append(v.Holders, semHolderView{ClientID: h.ClientID(), Permits: h.Permits, TTLms: ttlMillis(h.TTL)})
+		}
+		return v, nil
+	})
+	look(4, func() (kind, error) {
+		n, err := c.Latch(name).Count(ctx)
+		if err != nil || n == 0 {
+			return nil, err
+		}
+		return &latchView{Kind: "latch", Count: n}, nil
+	})
+	wg.Wait()
+
+	snap := &snapshot{Name: name, Time: time.Now(), Kinds: []kind{}}
+	for i, k := range found {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if k != nil {
+			snap.Kinds = append(snap.Kinds, k)
+		}
+	}
+	snap.Free = len(snap.Kinds) == 0
+	return snap, nil
+}
+
+// writeText prints the snapshot as aligned "key: value" lines, one block
+// per kind.
+func (s *snapshot) writeText(w io.Writer) {
+	if s.Free {
+		fmt.Fprintf(w, "%s: free (no lock of any kind)\n", s.Name)
+		return
+	}
+	for i, k := range s.Kinds {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s %s\n", k.title(), strconv.Quote(s.Name))
+		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+		for _, f := range k.fields() {
+			key := ""
+			if f.key != "" {
+				key = f.key + ":"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\n", key, f.value)
+		}
+		tw.Flush()
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// ttlMillis is a remaining lease in milliseconds: -1 without expiry.
+func ttlMillis(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+// formatTTL formats milliseconds of lease for people.
+func formatTTL(ms int64) string {
+	if ms < 0 {
+		return "no expiry"
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if d >= time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// describe names what holds a kind, for the confirmation of unlock.
+func describe(k kind) string {
+	var b strings.Builder
+	b.WriteString(k.title())
+	switch v := k.(type) {
+	case *mutexView:
+		fmt.Fprintf(&b, " held by %s", v.Holder.ClientID)
+	case *fairView:
+		if v.Holder != nil {
+			fmt.Fprintf(&b, " held by %s", v.Holder.ClientID)
+		}
+		if v.Waiters > 0 {
+			fmt.Fprintf(&b, ", %d waiting", v.Waiters)
+		}
+	case *rwView:
+		var parts []string
+		if v.Writer != nil {
+			parts = append(parts, "write-held by "+v.Writer.ClientID)
+		}
+		if v.Readers > 0 {
+			parts = append(parts, plural(v.Readers, "reader"))
+		}
+		if len(parts) > 0 {
+			b.WriteString(" " + strings.Join(parts, ", "))
+		}
+	}
+	return b.String()
+}

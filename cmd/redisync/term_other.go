@@ -1,0 +1,7 @@
+//go:build !linux && !darwin
+
+package main
+
+// isatty reports false where the command cannot tell a terminal: watch
+// then prints a block per refresh and unlock needs --yes.
+func isatty(fd uintptr) bool { return false }
