@@ -135,6 +135,23 @@ func (a *acquisition) abandon(ctx context.Context) {
 	a.undo(dctx)
 }
 
+// checkHandle checks what every method of a primitive's handle checks: the
+// error the constructor found, that a Client made it, ctx, and that the
+// Client is open.
+func checkHandle(what string, c *Client, err error, ctx context.Context) error {
+	switch {
+	case err != nil:
+		return err
+	case c == nil:
+		return fmt.Errorf("%w: %s not made by a Client", ErrInvalidArgument, what)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case c.isClosed():
+		return ErrClosed
+	}
+	return nil
+}
+
 // sleep waits for wake, at most d. On ctx's end or the Client's close it
 // calls cancel (when not nil) and returns the error.
 func (c *Client) sleep(ctx context.Context, wake <-chan struct{}, cancel func(), d time.Duration) error {

@@ -127,19 +127,10 @@ func (m *FairMutex) Name() string {
 }
 
 func (m *FairMutex) check(ctx context.Context) error {
-	switch {
-	case m == nil:
+	if m == nil {
 		return fmt.Errorf("%w: nil FairMutex", ErrInvalidArgument)
-	case m.err != nil:
-		return m.err
-	case m.c == nil:
-		return fmt.Errorf("%w: FairMutex not made by a Client", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	case m.c.isClosed():
-		return ErrClosed
 	}
-	return nil
+	return checkHandle("FairMutex", m.c, m.err, ctx)
 }
 
 // Lock acquires the mutex in queue order, waiting as long as ctx allows.

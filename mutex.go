@@ -86,19 +86,10 @@ func (m *Mutex) Name() string {
 }
 
 func (m *Mutex) check(ctx context.Context) error {
-	switch {
-	case m == nil:
+	if m == nil {
 		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
-	case m.err != nil:
-		return m.err
-	case m.c == nil:
-		return fmt.Errorf("%w: Mutex not made by a Client", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	case m.c.isClosed():
-		return ErrClosed
 	}
-	return nil
+	return checkHandle("Mutex", m.c, m.err, ctx)
 }
 
 // Lock acquires the mutex, waiting as long as ctx allows.

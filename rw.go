@@ -184,19 +184,10 @@ func (m *RWMutex) Name() string {
 }
 
 func (m *RWMutex) check(ctx context.Context) error {
-	switch {
-	case m == nil:
+	if m == nil {
 		return fmt.Errorf("%w: nil RWMutex", ErrInvalidArgument)
-	case m.err != nil:
-		return m.err
-	case m.c == nil:
-		return fmt.Errorf("%w: RWMutex not made by a Client", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	case m.c.isClosed():
-		return ErrClosed
 	}
-	return nil
+	return checkHandle("RWMutex", m.c, m.err, ctx)
 }
 
 // RLock acquires a read lease, waiting as long as ctx allows: while a

@@ -157,19 +157,10 @@ func (s *Semaphore) Name() string {
 }
 
 func (s *Semaphore) check(ctx context.Context) error {
-	switch {
-	case s == nil:
+	if s == nil {
 		return fmt.Errorf("%w: nil Semaphore", ErrInvalidArgument)
-	case s.err != nil:
-		return s.err
-	case s.c == nil:
-		return fmt.Errorf("%w: Semaphore not made by a Client", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	case s.c.isClosed():
-		return ErrClosed
 	}
-	return nil
+	return checkHandle("Semaphore", s.c, s.err, ctx)
 }
 
 // checkN checks a number of permits to acquire.
