@@ -15,7 +15,7 @@ const (
 // peerRows are the libraries "the best peer" is chosen from.
 var peerRows = []string{"redsync", "redislock", "rueidislock"}
 
-// targetResult is how redisync did against one target of the issue.
+// targetResult is how redisync did against one of its published targets.
 type targetResult struct {
 	Scenario string     `json:"scenario"`
 	Target   string     `json:"target"`
