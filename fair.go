@@ -97,22 +97,8 @@ func (c *Client) fairKeysFor(name string) fairKeys {
 // locks. An invalid name or option is reported by every method, as
 // ErrInvalidArgument.
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
-	m := &FairMutex{c: c, name: name, cfg: lockConfig{waiterExpiry: defaultWaiterExpiry}}
-	for _, o := range opts {
-		if o != nil {
-			o(&m.cfg)
-		}
-	}
-	switch {
-	case c == nil:
-		m.err = fmt.Errorf("%w: nil Client", ErrInvalidArgument)
-	case validName(name) != nil:
-		m.err = validName(name)
-	case m.cfg.fixedLease < 0:
-		m.err = fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
-	case m.cfg.waiterExpiry < 0:
-		m.err = fmt.Errorf("%w: waiter expiry under a millisecond", ErrInvalidArgument)
-	default:
+	m := &FairMutex{c: c, name: name}
+	if m.cfg, m.err = newLockConfig(c, name, lockConfig{waiterExpiry: defaultWaiterExpiry}, opts); m.err == nil {
 		m.keys = c.fairKeysFor(name)
 	}
 	return m
@@ -165,10 +151,7 @@ func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease {
 func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	c := m.c
 	parent := leaseFrom(ctx, c, m.keys.lockKeys)
-	owner, lease := c.newOwner(), m.cfg.fixedLease
-	if lease == 0 {
-		lease = c.cfg.watchdogLease
-	}
+	owner, lease := c.newOwner(), m.cfg.lease(c)
 	if parent != nil {
 		owner, lease = parent.h.owner, parent.h.lease
 	}

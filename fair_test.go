@@ -305,24 +305,7 @@ func TestFairMutexRedisRestart(t *testing.T) {
 	<-l.Lost()
 	// The queue is gone with the data; the waiters come back, queue again
 	// and get the lock one by one.
-	var wg sync.WaitGroup
-	for i, ch := range q {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case wl := <-ch:
-				if err := wl.Err(); err != nil {
-					t.Errorf("waiter %d: %v", i, err)
-					return
-				}
-				wl.Unlock(ctx)
-			case <-time.After(15 * time.Second):
-				t.Errorf("waiter %d did not acquire after the restart", i)
-			}
-		}()
-	}
-	wg.Wait()
+	unlockAll(t, ctx, q, 15*time.Second)
 }
 
 // BenchmarkFairMutexHandOff drains queues of 1, 10 and 100 waiters (on four

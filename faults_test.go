@@ -143,26 +143,7 @@ func TestMutexRedisRestart(t *testing.T) {
 		require.True(t, errorsIsAny(l.Err(), ErrExpired, ErrConnectionLost, ErrTakenOver), "reason: %v", l.Err())
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	}
-	var wg sync.WaitGroup
-	for _, w := range waiting {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case wl := <-w:
-				if err := wl.Err(); err != nil {
-					t.Error(err)
-					return
-				}
-				if err := wl.Unlock(ctx); err != nil {
-					t.Error(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("waiter did not acquire after the restart")
-			}
-		}()
-	}
-	wg.Wait()
+	unlockAll(t, ctx, waiting, 10*time.Second)
 	require.NoError(t, holder.Close())
 	require.NoError(t, waiter.Close())
 	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))

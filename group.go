@@ -683,10 +683,7 @@ func NewQuorum(name string, clients []*Client, opts ...LockOption) *Quorum {
 			q.err = m.err
 			return q
 		}
-		lease := m.cfg.fixedLease
-		if lease == 0 {
-			lease = c.cfg.watchdogLease
-		}
+		lease := m.cfg.lease(c)
 		if i == 0 || lease < q.lease {
 			q.lease = lease
 		}
@@ -1146,10 +1143,7 @@ func newMember(ctx context.Context, m *Mutex) *member {
 		mb.parent, mb.owner, mb.ttl = p, p.h.owner, p.h.lease
 		return mb
 	}
-	mb.owner, mb.ttl = c.newOwner(), m.cfg.fixedLease
-	if mb.ttl == 0 {
-		mb.ttl = c.cfg.watchdogLease
-	}
+	mb.owner, mb.ttl = c.newOwner(), m.cfg.lease(c)
 	return mb
 }
 

@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -196,4 +197,30 @@ func redisAddr() string {
 		sharedServer = s
 	}
 	return sharedServer.Addr
+}
+
+// unlockAll receives the Lease from every channel concurrently, each within
+// d, and unlocks it; a failed acquisition or a timeout fails the test.
+func unlockAll(t testing.TB, ctx context.Context, chans []<-chan *Lease, d time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i, ch := range chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case l := <-ch:
+				if err := l.Err(); err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+				}
+			case <-time.After(d):
+				t.Errorf("waiter %d did not acquire within %v", i, d)
+			}
+		}()
+	}
+	wg.Wait()
 }

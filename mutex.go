@@ -19,6 +19,36 @@ type lockConfig struct {
 	waiterExpiry time.Duration // FairMutex only
 }
 
+// newLockConfig applies opts over base and checks what every lock handle
+// checks: a Client, a name, durations of at least a millisecond.
+func newLockConfig(c *Client, name string, base lockConfig, opts []LockOption) (lockConfig, error) {
+	for _, o := range opts {
+		if o != nil {
+			o(&base)
+		}
+	}
+	switch {
+	case c == nil:
+		return base, fmt.Errorf("%w: nil Client", ErrInvalidArgument)
+	case validName(name) != nil:
+		return base, validName(name)
+	case base.fixedLease < 0:
+		return base, fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
+	case base.waiterExpiry < 0:
+		return base, fmt.Errorf("%w: waiter expiry under a millisecond", ErrInvalidArgument)
+	}
+	return base, nil
+}
+
+// lease is the lease of a new ownership: the fixed lease, or the watchdog
+// lease of c.
+func (cfg lockConfig) lease(c *Client) time.Duration {
+	if cfg.fixedLease > 0 {
+		return cfg.fixedLease
+	}
+	return c.cfg.watchdogLease
+}
+
 // WithFixedLease gives every acquisition of the lock a lease of d that the
 // watchdog does not renew: the lock expires d after it was acquired unless
 // released first, and the lease reports ErrExpired a tenth of d before that.
@@ -59,19 +89,7 @@ type Mutex struct {
 // name or option is reported by every method, as ErrInvalidArgument.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name}
-	for _, o := range opts {
-		if o != nil {
-			o(&m.cfg)
-		}
-	}
-	m.err = validName(name)
-	if m.err == nil && m.cfg.fixedLease < 0 {
-		m.err = fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
-	}
-	if c == nil {
-		m.err = fmt.Errorf("%w: nil Client", ErrInvalidArgument)
-	}
-	if m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, name, lockConfig{}, opts); m.err == nil {
 		m.keys = c.keysFor(name)
 	}
 	return m
@@ -137,10 +155,7 @@ func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease {
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	c := m.c
 	parent := leaseFrom(ctx, c, m.keys)
-	owner, lease := c.newOwner(), m.cfg.fixedLease
-	if lease == 0 {
-		lease = c.cfg.watchdogLease
-	}
+	owner, lease := c.newOwner(), m.cfg.lease(c)
 	if parent != nil {
 		owner, lease = parent.h.owner, parent.h.lease
 	}

@@ -355,22 +355,7 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 
 		before := scriptCalls(t, e)
 		require.NoError(t, l.Unlock(ctx))
-		var wg sync.WaitGroup
-		for _, r := range results {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l := <-r
-				if err := l.Err(); err != nil {
-					t.Error(err)
-					return
-				}
-				if err := l.Unlock(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
+		unlockAll(t, ctx, results, time.Minute)
 		// Script runs: the releases (waiters + 1) and the acquire attempts.
 		attempts := scriptCalls(t, e) - before - (waiters + 1)
 		// About one attempt per grant when each release wakes one waiter; a

@@ -157,19 +157,7 @@ type RWMutex struct {
 // option is reported by every method, as ErrInvalidArgument.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	m := &RWMutex{c: c, name: name, registration: rwRegistration, refresh: rwRefresh}
-	for _, o := range opts {
-		if o != nil {
-			o(&m.cfg)
-		}
-	}
-	m.err = validName(name)
-	if m.err == nil && m.cfg.fixedLease < 0 {
-		m.err = fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
-	}
-	if c == nil {
-		m.err = fmt.Errorf("%w: nil Client", ErrInvalidArgument)
-	}
-	if m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, name, lockConfig{}, opts); m.err == nil {
 		m.keys = c.rwKeysFor(name)
 	}
 	return m
@@ -310,10 +298,7 @@ func (m *RWMutex) upgrade(ctx context.Context) error {
 // leaseMode is the lease of a new ownership and whether the watchdog
 // renews it.
 func (m *RWMutex) leaseMode() (time.Duration, bool) {
-	if m.cfg.fixedLease > 0 {
-		return m.cfg.fixedLease, false
-	}
-	return m.c.cfg.watchdogLease, true
+	return m.cfg.lease(m.c), m.cfg.fixedLease == 0
 }
 
 func rwMillis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

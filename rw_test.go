@@ -1276,26 +1276,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 	}
 	// The restart took the writers' registrations too: whoever looks
 	// first gets in.
-	var wg sync.WaitGroup
-	for _, w := range append(writers, readers...) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case l := <-w:
-				if err := l.Err(); err != nil {
-					t.Error(err)
-					return
-				}
-				if err := l.Unlock(ctx); err != nil {
-					t.Error(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("waiter did not acquire after the restart")
-			}
-		}()
-	}
-	wg.Wait()
+	unlockAll(t, ctx, append(writers, readers...), 10*time.Second)
 	rc := e.rueidisClient(t)
 	for i := range locks {
 		m := waiter.RWMutex(fmt.Sprintf("rwrestart:%d", i))

@@ -130,19 +130,7 @@ var semaphoreKind = &leaseKind{
 // method, as ErrInvalidArgument.
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	s := &Semaphore{c: c, name: name}
-	for _, o := range opts {
-		if o != nil {
-			o(&s.cfg)
-		}
-	}
-	s.err = validName(name)
-	if s.err == nil && s.cfg.fixedLease < 0 {
-		s.err = fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
-	}
-	if c == nil {
-		s.err = fmt.Errorf("%w: nil Client", ErrInvalidArgument)
-	}
-	if s.err == nil {
+	if s.cfg, s.err = newLockConfig(c, name, lockConfig{}, opts); s.err == nil {
 		s.keys = c.semKeysFor(name)
 	}
 	return s
@@ -304,10 +292,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) <-chan *Lease {
 func (s *Semaphore) acquire(ctx context.Context, n int, try bool) (*Lease, error) {
 	c := s.c
 	member := c.newOwner() + ":" + strconv.Itoa(n)
-	lease := s.cfg.fixedLease
-	if lease == 0 {
-		lease = c.cfg.watchdogLease
-	}
+	lease := s.cfg.lease(c)
 	queue := "1"
 	if try {
 		queue = "0"
