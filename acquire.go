@@ -90,6 +90,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
+		backoff = 10 * time.Millisecond
 		if l != nil {
 			if ctx.Err() != nil {
 				l.abandon(ctx.Err())

@@ -201,6 +201,55 @@ func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 	}
 }
 
+// A subscription that lives through many connection breaks comes back as
+// promptly after the last one as after the first, so the head of a fair
+// queue, woken by one message only, does not wait for its heartbeat.
+func TestResubscribePromptAfterManyBreaks(t *testing.T) {
+	e := ownServer(t)
+	p, err := faultproxy.New(e.server.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	waiter, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
+	require.NoError(t, err)
+	defer waiter.Close()
+	m := waiter.FairMutex("rebreak", WithWaiterExpiry(time.Minute))
+	sub, err := waiter.notify.join(m.keys.channel)
+	require.NoError(t, err)
+	defer sub.leave()
+	eventually(t, 10*time.Second, func() bool { return sub.confirms.Load() > 0 }, "never subscribed")
+	var slowest time.Duration
+	for range 40 {
+		n := sub.confirms.Load()
+		start := time.Now()
+		p.Cut()
+		eventually(t, 10*time.Second, func() bool { return sub.confirms.Load() > n }, "not resubscribed")
+		slowest = max(slowest, time.Since(start))
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("slowest resubscription of 40: %v", slowest)
+	require.Less(t, slowest, 500*time.Millisecond)
+
+	// A release published while the head's connection is down reaches it
+	// once it is back, long before its heartbeat.
+	l, err := e.client(t).FairMutex("rebreak", WithFixedLease(time.Minute)).Lock(ctx)
+	require.NoError(t, err)
+	w := m.Acquire(ctx)
+	eventually(t, 10*time.Second, func() bool {
+		st, err := m.Inspect(ctx)
+		return err == nil && st.Waiters == 1
+	}, "waiter never queued")
+	p.Cut()
+	start := time.Now()
+	require.NoError(t, l.Unlock(ctx))
+	wl := <-w
+	require.NoError(t, wl.Err())
+	t.Logf("head acquired %v after a release during a break", time.Since(start))
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.NoError(t, wl.Unlock(ctx))
+}
+
 func errorsIsAny(err error, targets ...error) bool {
 	for _, t := range targets {
 		if errors.Is(err, t) {

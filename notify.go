@@ -159,9 +159,26 @@ func (s *subscription) run() {
 			cmd = n.c.rc.B().Ssubscribe().Channel(s.channel).Build()
 		}
 		before := s.confirms.Load()
-		err := n.c.rc.Receive(rueidis.WithOnSubscriptionHook(s.ctx, s.confirmed), cmd, s.message)
+		// rueidis resubscribes by itself when the connection breaks, but
+		// with a delay that grows with every break in the same Receive call,
+		// up to a second, and messages are lost meanwhile. A Receive call is
+		// therefore ended at its first resubscription and made again, so
+		// that every break is retried as promptly as the first.
+		rctx, restart := context.WithCancel(s.ctx)
+		hook := func(ps rueidis.PubSubSubscription) {
+			if s.confirmed(ps) && s.confirms.Load() > before+1 {
+				restart()
+			}
+		}
+		err := n.c.rc.Receive(rueidis.WithOnSubscriptionHook(rctx, hook), cmd, s.message)
+		restarted := rctx.Err() != nil
+		restart()
 		if s.ctx.Err() != nil {
 			return
+		}
+		if restarted {
+			backoff = 10 * time.Millisecond
+			continue
 		}
 		if err != nil && !classic && isUnknownCommand(err) {
 			n.classic.Store(true)
@@ -182,14 +199,15 @@ func (s *subscription) run() {
 	}
 }
 
-// confirmed runs in the connection's reader: it must not block.
-func (s *subscription) confirmed(ps rueidis.PubSubSubscription) {
+// confirmed counts a confirmation of the subscription and reports whether
+// ps was one. It runs in the connection's reader: it must not block.
+func (s *subscription) confirmed(ps rueidis.PubSubSubscription) bool {
 	if ps.Channel != s.channel || (ps.Kind != "subscribe" && ps.Kind != "ssubscribe") {
-		return
+		return false
 	}
 	if s.confirms.Add(1) == 1 {
 		close(s.ready)
-		return
+		return true
 	}
 	// Resubscribed: messages may have been lost meanwhile.
 	s.sema.ReleaseAll()
@@ -198,6 +216,7 @@ func (s *subscription) confirmed(ps rueidis.PubSubSubscription) {
 		signal(ch)
 	}
 	s.tmu.Unlock()
+	return true
 }
 
 // message runs in the connection's reader: it must not block.
