@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 const defaultWaiterExpiry = 3 * time.Second
 
-// WithWaiterExpiry sets how long a FairMutex waiter that stopped coming back
-// (its process died, its connection broke) keeps its place in the queue
-// (default 3s). Live waiters renew their place every third of it, so the
-// queue never stalls for longer behind a dead one. Other locks ignore it. It
-// must be at least a millisecond.
+// WithWaiterExpiry sets how long a Mutex or FairMutex waiter that stopped
+// coming back (its process died, its connection broke) keeps its place in
+// the lock's queue (default 3s). Live waiters renew their place every third
+// of it, so the queue never stalls for longer behind a dead one (a Mutex's
+// waiters also come back that often, and take the lock if it is free).
+// Other locks ignore it. It must be at least a millisecond.
 func WithWaiterExpiry(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		c.waiterExpiry = d
@@ -43,52 +42,30 @@ func WithWaiterExpiry(d time.Duration) LockOption {
 type FairMutex struct {
 	c    *Client
 	name string
-	keys fairKeys
+	keys lockKeys
 	cfg  lockConfig
 	err  error
 }
 
-type fairKeys struct {
-	lockKeys
-	queue   string // zset: waiter id -> arrival number
-	waiters string // hash: waiter id -> deadline in server ms
-}
-
 var (
 	fairAcquireScript = newScript(fairAcquireLua)
-	fairReleaseScript = newScript(preludeLua + fairPreludeLua + fairReleaseLua)
-	fairLeaveScript   = newScript(preludeLua + fairPreludeLua + fairLeaveLua)
-	fairForceScript   = newScript(preludeLua + fairPreludeLua + fairForceLua)
 	fairInspectScript = newScript(fairInspectLua)
 )
 
-// fairKind is the kind of FairMutex holders: renewed as Mutex holders are
-// (the lock hash has the same shape), released with a wake-up of the head.
+// fairKind is the kind of FairMutex holders: renewed and released as Mutex
+// holders are (the keys have the same shapes); only acquisitions differ.
 var fairKind = &leaseKind{
 	primitive:  "fair",
 	renew:      renewScript,
-	release:    fairReleaseScript,
-	releaseAll: func(h *holder) rueidis.LuaExec { return fairRelease(h, "") },
-	unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
-		e := fairRelease(h, hold)
-		return releaseResult(fairReleaseScript.exec(ctx, h.c.rc, e.Keys, e.Args))
-	},
+	release:    releaseScript,
+	releaseAll: mutexKind.releaseAll,
+	unlock:     mutexKind.unlock,
 }
 
-// fairRelease is the release script run for one hold of h ("" for all).
-func fairRelease(h *holder, hold string) rueidis.LuaExec {
-	k := h.c.fairKeysFor(h.name)
-	return rueidis.LuaExec{
-		Keys: []string{k.lock, k.fence, k.queue, k.waiters},
-		Args: []string{h.owner, hold, strconv.FormatInt(h.c.cfg.fenceRetention.Milliseconds(), 10), k.channel},
-	}
-}
-
-func (c *Client) fairKeysFor(name string) fairKeys {
-	return fairKeys{
-		lockKeys: lockKeys{lock: c.key("fair", name), fence: c.key("fairfence", name), channel: c.key("fairch", name)},
-		queue:    c.key("fairq", name),
-		waiters:  c.key("fairw", name),
+func (c *Client) fairKeysFor(name string) lockKeys {
+	return lockKeys{
+		lock: c.key("fair", name), fence: c.key("fairfence", name), channel: c.key("fairch", name),
+		queue: c.key("fairq", name), waiters: c.key("fairw", name),
 	}
 }
 
@@ -150,7 +127,7 @@ func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease {
 
 func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	c := m.c
-	parent := leaseFrom(ctx, c, m.keys.lockKeys)
+	parent := leaseFrom(ctx, c, m.keys)
 	owner, lease := c.newOwner(), m.cfg.lease(c)
 	if parent != nil {
 		owner, lease = parent.h.owner, parent.h.lease
@@ -184,7 +161,7 @@ func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 				// Coming back renews the place in the queue.
 				return nil, min(time.Duration(val)*time.Millisecond+time.Millisecond, heartbeat), nil
 			}
-			l, err := c.grant(ctx, fairKind, m.name, m.keys.lockKeys, m.keys.lock, parent, owner, hold, val, lease, m.cfg.fixedLease == 0, sent)
+			l, err := c.grant(ctx, fairKind, m.name, m.keys, m.keys.lock, parent, owner, hold, val, lease, m.cfg.fixedLease == 0, sent)
 			if err != nil {
 				m.undo(owner, hold)(ctx)
 			}
@@ -210,12 +187,7 @@ func (m *FairMutex) undo(owner, hold string) func(ctx context.Context) {
 
 // leave gives up a place in the queue.
 func (m *FairMutex) leave(waiter string) func(ctx context.Context) {
-	return func(ctx context.Context) {
-		err := fairLeaveScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{waiter, m.keys.channel}).Error()
-		if err != nil {
-			m.c.log.Warn("redisync: leaving the queue failed; the place expires", "key", m.keys.queue, "err", err)
-		}
-	}
+	return func(ctx context.Context) { m.c.leaveQueue(ctx, m.keys, waiter) }
 }
 
 // FairMutexState is a snapshot of a fair mutex in Redis.
@@ -250,7 +222,7 @@ func (m *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := fairForceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{m.keys.channel}).AsInt64()
+	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{m.keys.channel}).AsInt64()
 	if err != nil {
 		return false, redisErr("force unlock", err)
 	}

@@ -281,13 +281,16 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 	c := g.clients[0]
 	n := len(g.ms)
 	ms := make([]*member, n)
-	keys := make([]string, 0, 2*n)
-	args := make([]string, 1, 1+3*n)
+	keys := make([]string, 0, 4*n)
+	args := make([]string, 2, 2+3*n)
 	args[0] = strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)
+	if try {
+		args[1] = "try"
+	}
 	for i, m := range g.ms {
 		mb := newMember(ctx, m)
 		ms[i] = mb
-		keys = append(keys, m.keys.lock, m.keys.fence)
+		keys = append(keys, m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters)
 		args = append(args, mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10))
 	}
 	// undo releases what an attempt may have taken (all or none).
@@ -1083,7 +1086,8 @@ func (r *quorumRound) deliver(i int, res quorumResult) {
 // trySrv runs the acquire script of one server's lock once.
 func trySrv(ctx context.Context, mb *member) quorumResult {
 	m, c := mb.m, mb.c
-	args := []string{mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}
+	// The quorum waits for '1' messages on the servers that were busy.
+	args := []string{mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), "", "0", ""}
 	sent := time.Now()
 	res, err := m.attempt(ctx, args)
 	if err != nil {
@@ -1400,11 +1404,11 @@ func releaseBucket(ctx context.Context, c *Client, ms []*member, timeout time.Du
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	keys := make([]string, 0, 2*len(ms))
+	keys := make([]string, 0, 4*len(ms))
 	args := make([]string, 1, 1+3*len(ms))
 	args[0] = strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)
 	for _, m := range ms {
-		keys = append(keys, m.m.keys.lock, m.m.keys.fence)
+		keys = append(keys, m.m.keys.lock, m.m.keys.fence, m.m.keys.queue, m.m.keys.waiters)
 		args = append(args, m.owner, m.hold, m.m.keys.channel)
 		if m.state == memberHeld {
 			h := m.lease.h

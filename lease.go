@@ -75,7 +75,7 @@ var mutexKind = &leaseKind{
 	release:   releaseScript,
 	releaseAll: func(h *holder) rueidis.LuaExec {
 		return rueidis.LuaExec{
-			Keys: []string{h.keys.lock, h.keys.fence},
+			Keys: []string{h.keys.lock, h.keys.fence, h.keys.queue, h.keys.waiters},
 			Args: []string{h.owner, "", strconv.FormatInt(h.c.cfg.fenceRetention.Milliseconds(), 10), h.keys.channel},
 		}
 	},
@@ -433,7 +433,7 @@ const (
 // release runs the release script for one hold ("" for every hold) of an
 // owner.
 func (c *Client) release(ctx context.Context, keys lockKeys, owner, hold string) (releaseState, error) {
-	return releaseResult(releaseScript.exec(ctx, c.rc, []string{keys.lock, keys.fence},
+	return releaseResult(releaseScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
 		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel}))
 }
 

@@ -16,7 +16,7 @@ type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	fixedLease   time.Duration // 0: renewed by the watchdog
-	waiterExpiry time.Duration // FairMutex only
+	waiterExpiry time.Duration // how long a waiter's place outlives its last visit
 }
 
 // newLockConfig applies opts over base and checks what every lock handle
@@ -72,9 +72,14 @@ func WithFixedLease(d time.Duration) LockOption {
 // takes one hold back. Any other acquisition waits until the lock is free.
 //
 // Waiting costs nothing while the lock is free: a free lock is taken in one
-// round trip. A waiter subscribes to the lock's channel and is woken by the
-// release; it also looks again when the holder's lease would have expired,
-// since a crashed holder publishes nothing.
+// round trip. A waiter takes a place in the lock's queue in Redis and
+// subscribes to the lock's channel; a release wakes the first live waiter of
+// the queue only, whatever the number of waiters and clients. The Mutex is
+// not fair: an acquisition that finds the lock free takes it even while
+// others wait, so a woken waiter may find it taken again and waits on at the
+// head of the queue. A waiter also looks again when the holder's lease would
+// have expired, since a crashed holder publishes nothing, and every third of
+// its place's expiry (WithWaiterExpiry), which renews its place.
 type Mutex struct {
 	c    *Client
 	name string
@@ -89,7 +94,7 @@ type Mutex struct {
 // name or option is reported by every method, as ErrInvalidArgument.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name}
-	if m.cfg, m.err = newLockConfig(c, name, lockConfig{}, opts); m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, name, lockConfig{waiterExpiry: defaultWaiterExpiry}, opts); m.err == nil {
 		m.keys = c.keysFor(name)
 	}
 	return m
@@ -160,14 +165,28 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 		owner, lease = parent.h.owner, parent.h.lease
 	}
 	hold := c.newHold()
-	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}
+	// The waiter's id names its place in the queue; a re-entry, which shares
+	// its owner with the parent, gets one of its own.
+	waiter := owner
+	if parent != nil {
+		waiter = c.newOwner()
+	}
+	mode := "first"
+	if try {
+		mode = "try"
+	}
+	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
+		waiter, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), mode}
+	heartbeat := m.cfg.waiterExpiry / 3
 	a := acquisition{
 		c: c, primitive: mutexKind.primitive, name: m.name,
-		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked,
+		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: waiter,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
 			res, err := m.attempt(ctx, args)
 			if err != nil {
+				// The attempt may have queued the waiter.
+				args[6] = "queued"
 				return nil, 0, err
 			}
 			ok, val, err := parseAcquire(res)
@@ -175,7 +194,9 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 				return nil, 0, err
 			}
 			if !ok {
-				return nil, time.Duration(val)*time.Millisecond + time.Millisecond, nil
+				args[6] = "queued"
+				// Coming back renews the place in the queue.
+				return nil, min(time.Duration(val)*time.Millisecond+time.Millisecond, heartbeat), nil
 			}
 			l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, parent, owner, hold, val, lease, m.cfg.fixedLease == 0, sent)
 			if err != nil {
@@ -184,8 +205,22 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 			return l, 0, err
 		},
 		undo: func(ctx context.Context) { m.releaseAbandoned(ctx, owner, hold) },
+		leave: func(ctx context.Context) {
+			if args[6] == "queued" {
+				c.leaveQueue(ctx, m.keys, waiter)
+			}
+		},
 	}
 	return a.run(ctx, try)
+}
+
+// leaveQueue gives up a waiter's place in the queue of a Mutex or FairMutex
+// and, when the lock is free, wakes the waiter now at the head.
+func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter string) {
+	err := leaveScript.exec(ctx, c.rc, []string{keys.lock, keys.queue, keys.waiters}, []string{waiter, keys.channel}).Error()
+	if err != nil {
+		c.log.Warn("redisync: leaving the queue failed; the place expires", "key", keys.queue, "err", err)
+	}
 }
 
 // attempt runs the acquire script once, and the WAIT that WithReplicaAck
@@ -193,7 +228,7 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 func (m *Mutex) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
 	actx, done := inflight(ctx)
 	defer done()
-	keys := []string{m.keys.lock, m.keys.fence}
+	keys := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters}
 	if m.c.cfg.ackReplicas == 0 {
 		res, err := acquireScript.exec(actx, m.c.rc, keys, args).ToArray()
 		if err != nil {
@@ -304,7 +339,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock}, []string{m.keys.channel}).AsInt64()
+	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{m.keys.channel}).AsInt64()
 	if err != nil {
 		return false, redisErr("force unlock", err)
 	}

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -386,4 +388,92 @@ func scriptCalls(t testing.TB, e *env) int64 {
 		}
 	}
 	return total
+}
+
+// queuedMutexWaiters is the number of places in a Mutex's queue.
+func queuedMutexWaiters(t testing.TB, ctx context.Context, c *Client, name string) int64 {
+	t.Helper()
+	n, err := c.rc.Do(ctx, c.rc.B().Zcard().Key(c.keysFor(name).queue).Build()).AsInt64()
+	require.NoError(t, err)
+	return n
+}
+
+// A release wakes the first waiter of the lock's queue only, whatever the
+// number of clients waiting: one acquire attempt per grant.
+func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const clients, perClient = 8, 2
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		holder := e.client(t)
+		l, err := holder.Mutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		var results []<-chan *Lease
+		for range clients {
+			c := e.client(t)
+			for range perClient {
+				// Long expiries: no waiter comes back by itself meanwhile.
+				results = append(results, c.Mutex(t.Name(), WithWaiterExpiry(time.Minute)).Acquire(ctx))
+			}
+		}
+		eventually(t, 10*time.Second, func() bool {
+			return queuedMutexWaiters(t, ctx, holder, t.Name()) == clients*perClient
+		}, "waiters did not queue")
+		// Let every waiter's subscription take effect and its look again end.
+		time.Sleep(200 * time.Millisecond)
+
+		before := scriptCalls(t, e)
+		require.NoError(t, l.Unlock(ctx))
+		unlockAll(t, ctx, results, time.Minute)
+		waiters := int64(clients * perClient)
+		attempts := scriptCalls(t, e) - before - (waiters + 1)
+		t.Logf("%d acquire attempts for %d grants to waiters of %d clients", attempts, waiters, clients)
+		require.LessOrEqual(t, attempts, waiters+2)
+		k := holder.keysFor(t.Name())
+		n, err := holder.rc.Do(ctx, holder.rc.B().Exists().Key(k.queue, k.waiters).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "queue keys left")
+	})
+}
+
+// A waiter that died at the head of the queue does not hold the others
+// back for longer than a third of the waiter expiry: they come back and
+// take the free lock.
+func TestMutexDeadWaiterPassedOver(t *testing.T) {
+	e := ownServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const expiry = 3 * time.Second
+	p, err := faultproxy.New(e.server.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	dead, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Heal(); dead.Close() })
+	holder, next := e.client(t), e.client(t)
+
+	l, err := holder.Mutex("dead-waiter").Lock(ctx)
+	require.NoError(t, err)
+	first := dead.Mutex("dead-waiter", WithWaiterExpiry(expiry)).Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, "dead-waiter") == 1 }, "first waiter did not queue")
+	second := next.Mutex("dead-waiter", WithWaiterExpiry(expiry)).Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, "dead-waiter") == 2 }, "second waiter did not queue")
+	p.Blackhole() // the first waiter is gone
+	require.NoError(t, l.Unlock(ctx))
+	released := time.Now()
+	select {
+	case nl := <-second:
+		require.NoError(t, nl.Err())
+		took := time.Since(released)
+		t.Logf("second waiter acquired %v after the release woke a dead first waiter (expiry %v)", took, expiry)
+		require.Less(t, took, expiry/3+2*time.Second)
+		require.NoError(t, nl.Unlock(ctx))
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiters stalled behind a dead one")
+	}
+	p.Heal()
+	fl := <-first
+	if fl.Err() == nil {
+		require.NoError(t, fl.Unlock(ctx))
+	}
 }

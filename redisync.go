@@ -309,14 +309,20 @@ type lockKeys struct {
 	lock    string
 	fence   string
 	channel string
+	queue   string // zset: waiter id -> arrival number
+	waiters string // hash: waiter id -> deadline in server ms
 }
 
 // keysFor names the keys of a Mutex: prefix:T for the lock, prefix:fence:T
-// for its fencing counter and prefix:ch:T for its channel, where T is
-// tagged(name). Other primitives name theirs with key.
+// for its fencing counter, prefix:ch:T for its channel and prefix:q:T and
+// prefix:w:T for its waiters, where T is tagged(name). Other primitives name
+// theirs with key.
 func (c *Client) keysFor(name string) lockKeys {
 	t := tagged(name)
-	return lockKeys{lock: c.cfg.prefix + ":" + t, fence: c.key("fence", name), channel: c.key("ch", name)}
+	return lockKeys{
+		lock: c.cfg.prefix + ":" + t, fence: c.key("fence", name), channel: c.key("ch", name),
+		queue: c.key("q", name), waiters: c.key("w", name),
+	}
 }
 
 // key names one key (or channel) of a primitive: prefix:kind:T. Kinds are

@@ -23,25 +23,20 @@ var (
 	forceLua string
 	//go:embed lua/inspect.lua
 	inspectLua string
-	//go:embed lua/fair_prelude.lua
-	fairPreludeLua string
+	//go:embed lua/leave.lua
+	leaveLua string
 	//go:embed lua/fair_acquire.lua
 	fairAcquireLua string
-	//go:embed lua/fair_release.lua
-	fairReleaseLua string
-	//go:embed lua/fair_leave.lua
-	fairLeaveLua string
-	//go:embed lua/fair_force.lua
-	fairForceLua string
 	//go:embed lua/fair_inspect.lua
 	fairInspectLua string
 )
 
 var (
-	acquireScript = newScript(acquireLua)
+	acquireScript = newScript(preludeLua + acquireLua)
 	releaseScript = newScript(preludeLua + releaseLua)
 	renewScript   = newScript(renewLua)
 	forceScript   = newScript(preludeLua + forceLua)
+	leaveScript   = newScript(preludeLua + leaveLua)
 	inspectScript = newScript(inspectLua)
 )
 
@@ -122,7 +117,7 @@ var (
 )
 
 var (
-	groupAcquireScript = newScript(groupAcquireLua)
+	groupAcquireScript = newScript(preludeLua + groupAcquireLua)
 	groupReleaseScript = newScript(preludeLua + groupReleaseLua)
 	groupFenceScript   = newScript(groupFenceLua)
 )

@@ -1,9 +1,13 @@
 -- Acquire or re-enter a reentrant lock.
 -- KEYS[1] lock hash: owner, token, and one field per hold ("#<n>")
 -- KEYS[2] fence hash: t = last token handed out, r = last hold that released
--- ARGV[1] owner id, ARGV[2] hold field, ARGV[3] lease ms, ARGV[4] fence retention ms
+-- KEYS[3] queue zset, KEYS[4] waiters hash (see wake_head)
+-- ARGV[1] owner id, ARGV[2] hold field, ARGV[3] lease ms, ARGV[4] fence retention ms,
+-- ARGV[5] waiter id ('' for a waiter of '1' messages), ARGV[6] waiter expiry ms,
+-- ARGV[7] 'try' for a single attempt (never queued), 'queued' when the
+-- waiter may have a place in the queue, anything else otherwise.
 -- Returns {1, token, holds} when held by ARGV[1] after the call,
--- {0, pttl} when another owner holds the lock.
+-- {0, pttl} when another owner holds the lock; the waiter is queued then.
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == false then
   if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -24,6 +28,9 @@ if owner == false then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('HSET', KEYS[2], 't', token)
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  if ARGV[7] == 'queued' then
+    dequeue(KEYS[3], KEYS[4], ARGV[5])
+  end
   return {1, token, 1}
 end
 if owner == ARGV[1] then
@@ -31,6 +38,13 @@ if owner == ARGV[1] then
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
+  if ARGV[7] == 'queued' then
+    dequeue(KEYS[3], KEYS[4], ARGV[5])
+  end
   return {1, redis.call('HGET', KEYS[1], 'token'), redis.call('HLEN', KEYS[1]) - 2}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[7] ~= 'try' then
+  enqueue(KEYS[3], KEYS[4], ARGV[5], tonumber(ARGV[6]), pttl)
+end
+return {0, pttl}

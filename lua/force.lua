@@ -1,6 +1,7 @@
--- Delete a lock whoever holds it and wake a waiter.
--- KEYS[1] lock hash; ARGV[1] channel. Returns 1 when a lock was deleted, 0
--- when there was none. A value the library did not write is left alone.
+-- Delete a lock whoever holds it and wake the first waiter of its queue.
+-- KEYS[1] lock hash, KEYS[2] queue zset, KEYS[3] waiters hash; ARGV[1] channel.
+-- Returns 1 when a lock was deleted, 0 when there was none. A value the
+-- library did not write is left alone.
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == false then
   if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -9,5 +10,5 @@ if owner == false then
   return 0
 end
 redis.call('DEL', KEYS[1])
-publish(ARGV[1], '1')
+wake_head(KEYS[2], KEYS[3], ARGV[1])
 return 1

@@ -1,5 +1,6 @@
--- Release one hold of a reentrant lock, or the whole ownership.
--- KEYS[1] lock hash, KEYS[2] fence hash
+-- Release one hold of a reentrant lock, or the whole ownership, and wake
+-- the first waiter of its queue.
+-- KEYS[1] lock hash, KEYS[2] fence hash, KEYS[3] queue zset, KEYS[4] waiters hash
 -- ARGV[1] owner id, ARGV[2] hold field ("" releases every hold of the owner),
 -- ARGV[3] fence retention ms, ARGV[4] channel
 -- Returns 1 when the lock is now free, 2 when the owner still holds it through
@@ -18,7 +19,7 @@ if owner == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'r', mark)
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  publish(ARGV[4], '1')
+  wake_head(KEYS[3], KEYS[4], ARGV[4])
   return 1
 end
 if redis.call('HGET', KEYS[2], 'r') == mark then
