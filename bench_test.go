@@ -67,6 +67,7 @@ func BenchmarkMutexUncontended(b *testing.B) {
 
 	var ids atomic.Int64
 	before := commandCalls(b, e.server)
+	b.SetParallelism(16) // 32 goroutines on two CPUs, as bench/peers A
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		m := c.Mutex(prefix + strconv.FormatInt(ids.Add(1), 10))

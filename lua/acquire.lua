@@ -8,11 +8,14 @@
 -- waiter may have a place in the queue, anything else otherwise.
 -- Returns {1, token, holds} when held by ARGV[1] after the call,
 -- {0, pttl} when another owner holds the lock; the waiter is queued then.
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if owner == false then
-  if redis.call('EXISTS', KEYS[1]) == 1 then
+local owner = false
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  owner = redis.call('HGET', KEYS[1], 'owner')
+  if owner == false then
     return redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
   end
+end
+if owner == false then
   -- Tokens are server microseconds, or one more than the last token when the
   -- clock has not moved past it: strictly increasing while the fence hash
   -- lives, and afterwards as long as the clock never steps back further than
@@ -26,8 +29,11 @@ if owner == false then
   token = string.format('%d', token)
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, ARGV[2], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('HSET', KEYS[2], 't', token)
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  -- Every writer of the fence hash gives it an expiry: only a new one
+  -- needs it here.
+  if redis.call('HSET', KEYS[2], 't', token) == 1 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  end
   if ARGV[7] == 'queued' then
     dequeue(KEYS[3], KEYS[4], ARGV[5])
   end

@@ -56,8 +56,9 @@ if owner == false and (h == nil or h == ARGV[5]) then
   token = string.format('%d', token)
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, ARGV[2], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('HSET', KEYS[2], 't', token)
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  if redis.call('HSET', KEYS[2], 't', token) == 1 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  end
   leave(ARGV[5])
   return {1, token, 1}
 end
