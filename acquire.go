@@ -37,6 +37,9 @@ type acquisition struct {
 	busy error
 	// target, if set, is the waiter id that targeted messages wake.
 	target string
+	// granted, if set, takes the lock a release handed over to target with
+	// token, without asking Redis. On an error the attempts go on.
+	granted func(ctx context.Context, token string) (*Lease, error)
 }
 
 func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
@@ -58,7 +61,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		}()
 	}
 	var sub *subscription
-	var targeted <-chan struct{}
+	var targeted <-chan string
 	defer func() {
 		if sub != nil {
 			if a.target != "" {
@@ -117,8 +120,21 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 			continue
 		}
 		if targeted != nil {
-			if err := a.c.sleep(ctx, targeted, nil, wait); err != nil {
+			token, err := a.c.sleepTargeted(ctx, targeted, wait)
+			if err != nil {
 				return nil, err
+			}
+			if token != "" && a.granted != nil {
+				l, err := a.granted(ctx, token)
+				if err != nil {
+					a.c.log.Warn("redisync: taking a lock handed over failed; asking again", "key", a.key, "err", err)
+					continue
+				}
+				if ctx.Err() != nil {
+					l.abandon(ctx.Err())
+					return nil, ctx.Err()
+				}
+				return l, nil
 			}
 			continue
 		}
@@ -177,6 +193,23 @@ func (c *Client) sleep(ctx context.Context, wake <-chan struct{}, cancel func(),
 		cancel()
 	}
 	return nil
+}
+
+// sleepTargeted waits for a targeted message, at most d, as sleep does, and
+// returns its token ("" for a wake-up or the timer).
+func (c *Client) sleepTargeted(ctx context.Context, targeted <-chan string, d time.Duration) (string, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case token := <-targeted:
+		return token, nil
+	case <-timer.C:
+		return "", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-c.closed:
+		return "", ErrClosed
+	}
 }
 
 // inflightGrace is how long an attempt already sent to Redis may still take

@@ -33,12 +33,13 @@ func WithWaiterExpiry(d time.Duration) LockOption {
 // use.
 //
 // A waiter that does not get the lock at once takes a place at the tail of
-// the lock's queue. A release wakes exactly the waiter at the head: one
-// message, whatever the number of waiters. A waiter whose context ends
-// leaves the queue at once; one whose process died is passed over once its
-// place expires (WithWaiterExpiry). Deadlines are the Redis server's time,
-// never a client's clock. TryLock never queues, and fails (ErrLocked) while
-// others wait, even if the lock itself is free.
+// the lock's queue. A release hands the lock to the waiter at the head, as
+// the Mutex's does: one message, whatever the number of waiters. A waiter
+// whose context ends leaves the queue at once, giving back a lock handed to
+// it meanwhile; one whose process died is passed over once its place expires
+// (WithWaiterExpiry). Deadlines are the Redis server's time, never a
+// client's clock. TryLock never queues, and fails (ErrLocked) while others
+// wait, even if the lock itself is free.
 type FairMutex struct {
 	c    *Client
 	name string
@@ -48,7 +49,7 @@ type FairMutex struct {
 }
 
 var (
-	fairAcquireScript = newScript(fairAcquireLua)
+	fairAcquireScript = newScript(preludeLua + fairAcquireLua)
 	fairInspectScript = newScript(fairInspectLua)
 )
 
@@ -138,15 +139,18 @@ func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 		once = "1"
 	}
 	keys := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters}
+	short := handOverLease(lease, m.cfg, parent)
 	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10),
 		strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
-		owner, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), once}
+		owner, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), once, msArg(short)}
 	heartbeat := m.cfg.waiterExpiry / 3
+	var lastSent time.Time
 	a := acquisition{
 		c: c, primitive: fairKind.primitive, name: m.name,
 		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: owner,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
+			lastSent = sent
 			actx, done := inflight(ctx)
 			res, err := fairAcquireScript.exec(actx, c.rc, keys, args).ToArray()
 			done()
@@ -167,8 +171,11 @@ func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 			}
 			return l, 0, err
 		},
+		granted: func(ctx context.Context, token string) (*Lease, error) {
+			return c.handedOver(ctx, fairKind, m.name, m.keys, owner, hold, token, lease, short, lastSent)
+		},
 		undo:  m.undo(owner, hold),
-		leave: m.leave(owner),
+		leave: m.leave(owner, hold),
 	}
 	return a.run(ctx, try)
 }
@@ -177,17 +184,16 @@ func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 // queued.
 func (m *FairMutex) undo(owner, hold string) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		h := &holder{c: m.c, name: m.name, owner: owner}
-		if _, err := fairKind.unlock(ctx, h, hold); err != nil {
+		if _, err := m.c.release(ctx, m.keys, owner, hold); err != nil {
 			m.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", m.keys.lock, "err", err)
 		}
-		m.leave(owner)(ctx)
+		m.leave(owner, hold)(ctx)
 	}
 }
 
-// leave gives up a place in the queue.
-func (m *FairMutex) leave(waiter string) func(ctx context.Context) {
-	return func(ctx context.Context) { m.c.leaveQueue(ctx, m.keys, waiter) }
+// leave gives up a place in the queue, and a lock handed over meanwhile.
+func (m *FairMutex) leave(waiter, hold string) func(ctx context.Context) {
+	return func(ctx context.Context) { m.c.leaveQueue(ctx, m.keys, waiter, waiter, hold) }
 }
 
 // FairMutexState is a snapshot of a fair mutex in Redis.
@@ -222,7 +228,8 @@ func (m *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{m.keys.channel}).AsInt64()
+	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters},
+		[]string{m.keys.channel, strconv.FormatInt(m.c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
 		return false, redisErr("force unlock", err)
 	}

@@ -17,6 +17,14 @@ import (
 // ownership ended meanwhile; the caller then releases the hold.
 func (c *Client) grant(ctx context.Context, kind *leaseKind, name string, keys lockKeys, key string, parent *Lease,
 	owner, hold string, token int64, lease time.Duration, watchdog bool, sent time.Time) (*Lease, error) {
+	return c.grantShort(ctx, kind, name, keys, key, parent, owner, hold, token, lease, watchdog, sent, 0)
+}
+
+// grantShort is grant for a lock whose key was given a shorter lease,
+// initial, than the holder's: the lock handed over to a waiter. The watchdog
+// renews it at once, and until then the lease ends as initial does.
+func (c *Client) grantShort(ctx context.Context, kind *leaseKind, name string, keys lockKeys, key string, parent *Lease,
+	owner, hold string, token int64, lease time.Duration, watchdog bool, sent time.Time, initial time.Duration) (*Lease, error) {
 	if parent != nil && parent.h.owner == owner {
 		h := parent.h
 		h.mu.Lock()
@@ -30,7 +38,7 @@ func (c *Client) grant(ctx context.Context, kind *leaseKind, name string, keys l
 	}
 	h := &holder{
 		c: c, kind: kind, name: name, keys: keys, key: key, owner: owner, token: uint64(token),
-		lease: lease, watchdog: watchdog,
+		lease: lease, watchdog: watchdog, initial: initial,
 		leases: make(map[*Lease]struct{}, 1), lastOK: sent, lost: make(chan struct{}),
 	}
 	l := newLease(ctx, h, hold)
@@ -96,6 +104,9 @@ type holder struct {
 	token    uint64
 	lease    time.Duration
 	watchdog bool // renewed by the watchdog; otherwise a fixed lease
+	// initial, when not 0, is the lease the key was given first, shorter
+	// than lease, until the watchdog's first renewal.
+	initial time.Duration
 
 	mu        sync.Mutex
 	leases    map[*Lease]struct{} // live leases sharing this ownership
@@ -111,7 +122,11 @@ type holder struct {
 // margin of a tenth of the lease: the local clock starts before the command
 // that set the expiry was sent.
 func (h *holder) deadline() time.Time {
-	return h.lastOK.Add(h.lease - h.lease/10)
+	d := h.lease
+	if h.initial > 0 {
+		d = h.initial
+	}
+	return h.lastOK.Add(d - d/10)
 }
 
 // lose ends the ownership with reason err: Lost closes, every lease's

@@ -73,13 +73,17 @@ func WithFixedLease(d time.Duration) LockOption {
 //
 // Waiting costs nothing while the lock is free: a free lock is taken in one
 // round trip. A waiter takes a place in the lock's queue in Redis and
-// subscribes to the lock's channel; a release wakes the first live waiter of
-// the queue only, whatever the number of waiters and clients. The Mutex is
-// not fair: an acquisition that finds the lock free takes it even while
-// others wait, so a woken waiter may find it taken again and waits on at the
-// head of the queue. A waiter also looks again when the holder's lease would
-// have expired, since a crashed holder publishes nothing, and every third of
-// its place's expiry (WithWaiterExpiry), which renews its place.
+// subscribes to the lock's channel. A release hands the lock over to the
+// first live waiter of the queue inside the release script and tells it
+// with one message, whatever the number of waiters and clients: the new
+// holder needs no round trip of its own. So a contended Mutex is granted in
+// arrival order; it is not strictly fair only in that an acquisition that
+// finds the lock free takes it, and that waiters with a fixed lease (and
+// re-entries) are woken to take the lock themselves rather than handed it.
+// A waiter also looks again when the holder's lease would have expired,
+// since a crashed holder publishes nothing, and every third of its place's
+// expiry (WithWaiterExpiry), which renews its place. A waiter that died
+// holds a lock handed over to it for that expiry at most.
 type Mutex struct {
 	c    *Client
 	name string
@@ -175,14 +179,17 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if try {
 		mode = "try"
 	}
+	short := handOverLease(lease, m.cfg, parent)
 	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
-		waiter, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), mode}
+		waiter, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(short)}
 	heartbeat := m.cfg.waiterExpiry / 3
+	var lastSent time.Time
 	a := acquisition{
 		c: c, primitive: mutexKind.primitive, name: m.name,
 		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: waiter,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
+			lastSent = sent
 			res, err := m.attempt(ctx, args)
 			if err != nil {
 				// The attempt may have queued the waiter.
@@ -204,20 +211,62 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 			}
 			return l, 0, err
 		},
+		granted: func(ctx context.Context, token string) (*Lease, error) {
+			return c.handedOver(ctx, mutexKind, m.name, m.keys, owner, hold, token, lease, short, lastSent)
+		},
 		undo: func(ctx context.Context) { m.releaseAbandoned(ctx, owner, hold) },
 		leave: func(ctx context.Context) {
 			if args[6] == "queued" {
-				c.leaveQueue(ctx, m.keys, waiter)
+				c.leaveQueue(ctx, m.keys, waiter, owner, hold)
 			}
 		},
 	}
 	return a.run(ctx, try)
 }
 
-// leaveQueue gives up a waiter's place in the queue of a Mutex or FairMutex
-// and, when the lock is free, wakes the waiter now at the head.
-func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter string) {
-	err := leaveScript.exec(ctx, c.rc, []string{keys.lock, keys.queue, keys.waiters}, []string{waiter, keys.channel}).Error()
+// handOverLease is the lease with which a release may hand the lock over to
+// a waiter: the waiter's lease, but no longer than its place in the queue
+// lives, so that a waiter that died meanwhile holds the lock no longer than
+// that; its watchdog renews the full lease at once. Locks with a fixed
+// lease, and re-entries, are not handed over (0): their waiters are woken
+// and take the lock themselves.
+func handOverLease(lease time.Duration, cfg lockConfig, parent *Lease) time.Duration {
+	if cfg.fixedLease > 0 || parent != nil {
+		return 0
+	}
+	return min(lease, cfg.waiterExpiry)
+}
+
+// msArg is d in milliseconds as a script argument, "" for 0.
+func msArg(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// handedOver takes a lock that a release handed over to a waiter with
+// token. The key got the lease short at a moment after sent, when the
+// waiter's last attempt, which found the lock taken, was sent.
+func (c *Client) handedOver(ctx context.Context, kind *leaseKind, name string, keys lockKeys, owner, hold, token string,
+	lease, short time.Duration, sent time.Time) (*Lease, error) {
+	tok, err := strconv.ParseInt(token, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("redisync: lock handed over with a bad token %q", token)
+	}
+	var initial time.Duration
+	if short < lease {
+		initial = short
+	}
+	return c.grantShort(ctx, kind, name, keys, keys.lock, nil, owner, hold, tok, lease, true, sent, initial)
+}
+
+// leaveQueue gives up a waiter's place in the queue of a Mutex or FairMutex;
+// a lock handed over to it meanwhile (owner, hold) is given back. When the
+// lock is free, it goes to the waiter now at the head.
+func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, hold string) {
+	err := leaveScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+		[]string{waiter, keys.channel, owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}).Error()
 	if err != nil {
 		c.log.Warn("redisync: leaving the queue failed; the place expires", "key", keys.queue, "err", err)
 	}
@@ -339,7 +388,8 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue, m.keys.waiters}, []string{m.keys.channel}).AsInt64()
+	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters},
+		[]string{m.keys.channel, strconv.FormatInt(m.c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
 		return false, redisErr("force unlock", err)
 	}

@@ -17,10 +17,11 @@ import (
 // server supports it, counted by reference and dropped when the last waiter
 // leaves. Messages are fanned out to the waiters through a per-channel
 // sema.Sema: a release message ("1") wakes one local waiter, a "*" message
-// wakes all of them, and "w:ID" wakes the waiter that expects ID (FIFO
-// primitives name the waiter at the head of their queue). When a
-// subscription is re-established after the connection broke (messages sent
-// meanwhile are lost), every waiter of it looks again.
+// wakes all of them, "w:ID" wakes the waiter that expects ID (locks with a
+// queue name the waiter at its head) and "g:ID TOKEN" tells it that the lock
+// was handed to it with that token. When a subscription is re-established
+// after the connection broke (messages sent meanwhile are lost), every
+// waiter of it looks again.
 type notifier struct {
 	c       *Client
 	classic atomic.Bool // the server has no sharded pub/sub
@@ -43,7 +44,7 @@ type subscription struct {
 	confirms atomic.Int64
 
 	tmu     sync.Mutex
-	targets map[string]chan struct{} // waiters woken by name
+	targets map[string]chan string // waiters woken by name: "" or a token
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -213,7 +214,7 @@ func (s *subscription) confirmed(ps rueidis.PubSubSubscription) bool {
 	s.sema.ReleaseAll()
 	s.tmu.Lock()
 	for _, ch := range s.targets {
-		signal(ch)
+		signal(ch, "")
 	}
 	s.tmu.Unlock()
 	return true
@@ -227,7 +228,14 @@ func (s *subscription) message(m rueidis.PubSubMessage) {
 	case strings.HasPrefix(m.Message, "w:"):
 		s.tmu.Lock()
 		if ch := s.targets[m.Message[2:]]; ch != nil {
-			signal(ch)
+			signal(ch, "")
+		}
+		s.tmu.Unlock()
+	case strings.HasPrefix(m.Message, "g:"):
+		id, token, _ := strings.Cut(m.Message[2:], " ")
+		s.tmu.Lock()
+		if ch := s.targets[id]; ch != nil {
+			signal(ch, token)
 		}
 		s.tmu.Unlock()
 	default:
@@ -235,17 +243,19 @@ func (s *subscription) message(m rueidis.PubSubMessage) {
 	}
 }
 
-// expect returns the channel that a "w:id" message signals. A signal sent
-// while nobody was receiving is kept for the next receive.
-func (s *subscription) expect(id string) <-chan struct{} {
+// expect returns the channel that "w:id" and "g:id TOKEN" messages signal:
+// it receives "" for a wake-up, TOKEN when the lock was handed over. A
+// signal sent while nobody was receiving is kept for the next receive; a
+// wake-up never displaces a token.
+func (s *subscription) expect(id string) <-chan string {
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
 	if s.targets == nil {
-		s.targets = make(map[string]chan struct{})
+		s.targets = make(map[string]chan string)
 	}
 	ch := s.targets[id]
 	if ch == nil {
-		ch = make(chan struct{}, 1)
+		ch = make(chan string, 1)
 		s.targets[id] = ch
 	}
 	return ch
@@ -258,9 +268,26 @@ func (s *subscription) forget(id string) {
 	s.tmu.Unlock()
 }
 
-func signal(ch chan struct{}) {
+// signal sends v on ch unless a signal is pending; a token replaces a
+// pending wake-up.
+func signal(ch chan string, v string) {
 	select {
-	case ch <- struct{}{}:
+	case ch <- v:
+		return
+	default:
+	}
+	if v == "" {
+		return
+	}
+	select {
+	case old := <-ch:
+		if old != "" {
+			v = old
+		}
+	default:
+	}
+	select {
+	case ch <- v:
 	default:
 	}
 }

@@ -30,6 +30,7 @@ type watchdog struct {
 	mu      sync.Mutex
 	holders map[*holder]struct{}
 	running bool
+	soon    bool // a holder with a short first lease waits for a pass
 
 	kick chan struct{} // wakes the loop to look at a new holder
 	stop chan struct{}
@@ -52,6 +53,9 @@ func newWatchdog(c *Client) *watchdog {
 func (w *watchdog) add(h *holder) {
 	w.mu.Lock()
 	w.holders[h] = struct{}{}
+	if h.initial > 0 {
+		w.soon = true
+	}
 	if !w.running {
 		w.running = true
 		go w.run()
@@ -116,6 +120,13 @@ func (w *watchdog) run() {
 	inflight := false
 	for {
 		now := time.Now()
+		w.mu.Lock()
+		if w.soon && !inflight {
+			// A holder with a short first lease: renew it now.
+			w.soon = false
+			next = now
+		}
+		w.mu.Unlock()
 		wait, any := w.expire(now)
 		if any && !inflight && !now.Before(next) {
 			inflight = true
@@ -261,6 +272,7 @@ func (w *watchdog) settle(h *holder, state int64, sent time.Time) {
 	if state == 1 {
 		if h.watchdog {
 			h.lastOK = sent
+			h.initial = 0
 		}
 		h.mu.Unlock()
 		return

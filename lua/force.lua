@@ -1,5 +1,7 @@
--- Delete a lock whoever holds it and wake the first waiter of its queue.
--- KEYS[1] lock hash, KEYS[2] queue zset, KEYS[3] waiters hash; ARGV[1] channel.
+-- Delete a lock whoever holds it and hand it to the first waiter of its
+-- queue.
+-- KEYS[1] lock hash, KEYS[2] fence hash, KEYS[3] queue zset, KEYS[4] waiters hash;
+-- ARGV[1] channel, ARGV[2] fence retention ms.
 -- Returns 1 when a lock was deleted, 0 when there was none. A value the
 -- library did not write is left alone.
 local owner = redis.call('HGET', KEYS[1], 'owner')
@@ -10,5 +12,5 @@ if owner == false then
   return 0
 end
 redis.call('DEL', KEYS[1])
-wake_head(KEYS[2], KEYS[3], ARGV[1])
+wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 return 1

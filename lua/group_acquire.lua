@@ -23,7 +23,7 @@ for i = 1, n do
   elseif owner ~= ARGV[3 * i] then
     local pttl = redis.call('PTTL', lock)
     if ARGV[2] ~= 'try' then
-      enqueue(KEYS[4 * i - 1], KEYS[4 * i], '', 0, pttl)
+      enqueue(KEYS[4 * i - 1], KEYS[4 * i], '', 0, pttl, '')
     end
     return {0, pttl, i}
   end

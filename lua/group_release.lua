@@ -25,7 +25,7 @@ for i = 1, #KEYS / 4 do
       redis.call('DEL', lock)
       redis.call('HSET', fence, 'r', mark)
       redis.call('PEXPIRE', fence, ARGV[1])
-      wake_head(KEYS[4 * i - 1], KEYS[4 * i], ARGV[3 * i + 1])
+      wake_head(lock, fence, KEYS[4 * i - 1], KEYS[4 * i], ARGV[3 * i + 1], ARGV[1])
       res[i] = 1
     end
   elseif redis.pcall('HGET', fence, 'r') == mark then

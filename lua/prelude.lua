@@ -7,45 +7,52 @@ local function publish(channel, message)
   end
 end
 
--- Wake the first waiter of a lock's queue (zset: waiter id -> arrival
--- number; hash: waiter id -> deadline in server ms) that is still alive,
--- dropping the dead ones ahead of it. The member '*' stands for the waiters
--- that wait for a '1' message (they wait for several locks at once): it is
--- consumed and announced first. The keys go when the queue is empty.
-local function wake_head(queue, waiters, channel)
-  local now, removed
-  while true do
-    local h = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not h then
-      if removed then
-        redis.call('DEL', queue, waiters)
-      end
-      return
-    end
-    removed = true
-    if h == '*' then
-      redis.call('ZREM', queue, h)
-      publish(channel, '1')
-    else
-      if not now then
-        local t = redis.call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end
-      if tonumber(redis.call('HGET', waiters, h) or '0') > now then
-        publish(channel, 'w:' .. h)
-        return
-      end
-      redis.call('ZREM', queue, h)
-      redis.call('HDEL', waiters, h)
-    end
+-- The next fencing token of a lock, from the server's TIME t: server
+-- microseconds, or one more than the last token when the clock has not moved
+-- past it. Tokens are strictly increasing while the fence hash lives, and
+-- afterwards as long as the clock never steps back further than the
+-- retention. The fence hash records it.
+local function next_token(fence, t, retention)
+  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('HGET', fence, 't') or '0')
+  if token <= last then
+    token = last + 1
   end
+  token = string.format('%d', token)
+  -- Every writer of the fence hash gives it an expiry: only a new one
+  -- needs it here.
+  if redis.call('HSET', fence, 't', token) == 1 then
+    redis.call('PEXPIRE', fence, retention)
+  end
+  return token
+end
+
+local function now_ms(t)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A lock's waiters: a queue (zset: waiter id -> arrival number) and a
+-- waiters hash (waiter id -> "deadline" in server ms, or "deadline lease
+-- hold owner" for a waiter the lock may be handed to; "\0n" -> the last
+-- arrival number). The member '*' of the queue stands for the waiters that
+-- wait for a '1' message, because they wait for several locks at once.
+local function waiter(v)
+  if not v then
+    return 0
+  end
+  local d, lease, hold, owner = string.match(v, '^(%d+) (%d+) (%S+) (%S+)$')
+  if d then
+    return tonumber(d), lease, hold, owner
+  end
+  return tonumber(v) or 0
 end
 
 -- Queue a waiter, or renew its place: it stays alive for expiry ms after
--- its last visit. The id '' registers the waiters for '1' messages: they
+-- its last visit. grant is "lease hold owner" when the lock may be handed to
+-- it, '' otherwise. The id '' registers the waiters for '1' messages: they
 -- come back by themselves after wait ms (the holder's lease), so the mark
 -- stays until the next release, or a second longer than that.
-local function enqueue(queue, waiters, id, expiry, wait)
+local function enqueue(queue, waiters, id, expiry, wait, grant)
   if id == '' then
     redis.call('ZADD', queue, 0, '*')
     local keep = math.max(wait, 0) + 1000
@@ -54,12 +61,15 @@ local function enqueue(queue, waiters, id, expiry, wait)
     end
     return
   end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms(redis.call('TIME'))
   if redis.call('ZSCORE', queue, id) == false then
     redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '\0n', 1), id)
   end
-  redis.call('HSET', waiters, id, now + expiry)
+  local entry = tostring(now + expiry)
+  if grant ~= '' then
+    entry = entry .. ' ' .. grant
+  end
+  redis.call('HSET', waiters, id, entry)
   -- The queue lives as long as a waiter keeps coming back.
   if redis.call('PTTL', queue) < expiry then
     redis.call('PEXPIRE', queue, expiry)
@@ -73,5 +83,47 @@ local function dequeue(queue, waiters, id)
   redis.call('HDEL', waiters, id)
   if redis.call('ZCARD', queue) == 0 then
     redis.call('DEL', queue, waiters)
+  end
+end
+
+-- Hand a free lock to the first waiter of its queue that is still alive,
+-- dropping the dead ones ahead of it: the lock becomes the waiter's, with
+-- the lease it asked for, and 'g:<id> <token>' tells it. A waiter that did
+-- not ask for that (fixed leases), or that follows '*', is woken with
+-- 'w:<id>' instead and takes the lock itself. '*' is consumed and
+-- announced with '1'.
+local function wake_head(lock, fence, queue, waiters, channel, retention)
+  local t, removed, shared
+  while true do
+    local h = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not h then
+      if removed then
+        redis.call('DEL', queue, waiters)
+      end
+      return
+    end
+    removed = true
+    if h == '*' then
+      redis.call('ZREM', queue, h)
+      publish(channel, '1')
+      shared = true
+    else
+      t = t or redis.call('TIME')
+      local d, lease, hold, owner = waiter(redis.call('HGET', waiters, h))
+      if d > now_ms(t) then
+        if lease and not shared then
+          local token = next_token(fence, t, retention)
+          redis.call('HSET', lock, 'owner', owner, 'token', token, hold, '1')
+          redis.call('PEXPIRE', lock, lease)
+          dequeue(queue, waiters, h)
+          publish(channel, 'g:' .. h .. ' ' .. token)
+        else
+          publish(channel, 'w:' .. h)
+        end
+        return
+      end
+      redis.call('ZREM', queue, h)
+      redis.call('HDEL', waiters, h)
+    end
   end
 end

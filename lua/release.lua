@@ -19,7 +19,7 @@ if owner == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'r', mark)
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  wake_head(KEYS[3], KEYS[4], ARGV[4])
+  wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3])
   return 1
 end
 if redis.call('HGET', KEYS[2], 'r') == mark then
