@@ -31,8 +31,9 @@ type workerConfig struct {
 	Addrs  []string `json:"addrs"`  // where the Clients connect (maybe a proxy)
 	Direct string   `json:"direct"` // Redis itself, for the shared counter
 	Name   string   `json:"name"`
-	Fair   bool     `json:"fair"`  // a FairMutex instead of a Mutex
-	Lease  string   `json:"lease"` // watchdog lease
+	Kind   string   `json:"kind"` // contend: one of lockKinds
+
+	Lease string `json:"lease"` // watchdog lease
 	// contend: Clients × Goroutines goroutines share Acquisitions.
 	Clients      int `json:"clients"`
 	Goroutines   int `json:"goroutines"`
@@ -142,9 +143,24 @@ func contendWorker(cfg workerConfig, lease time.Duration) int {
 	}
 	fmt.Println("ready")
 	for _, c := range clients {
-		lock := c.Mutex(cfg.Name).Lock
-		if cfg.Fair {
+		var lock func(context.Context) (*Lease, error)
+		switch cfg.Kind {
+		case "Mutex":
+			lock = c.Mutex(cfg.Name).Lock
+		case "FairMutex":
 			lock = c.FairMutex(cfg.Name).Lock
+		case "RWMutex":
+			lock = c.RWMutex(cfg.Name).Lock
+		case "Semaphore":
+			s := c.Semaphore(cfg.Name)
+			if _, err := s.TrySetSize(context.Background(), 1); err != nil {
+				fmt.Println("error", err)
+				return 1
+			}
+			lock = func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, 1) }
+		default:
+			fmt.Println("error unknown kind", cfg.Kind)
+			return 2
 		}
 		for range cfg.Goroutines {
 			wg.Add(1)
@@ -195,7 +211,8 @@ func contendWorker(cfg workerConfig, lease time.Duration) int {
 						if n != 1 {
 							r.Overlaps++
 						}
-						if prev >= l.Token() {
+						// Semaphore permits have no fencing tokens.
+						if cfg.Kind != "Semaphore" && prev >= l.Token() {
 							r.StaleTokens++
 						}
 						if lost {
@@ -218,6 +235,10 @@ func contendWorker(cfg workerConfig, lease time.Duration) int {
 	fmt.Println("result", string(out))
 	return 0
 }
+
+// lockKinds are the exclusive locks contend workers take: a Mutex, a
+// FairMutex, an RWMutex's write lock, a Semaphore of one permit.
+var lockKinds = []string{"Mutex", "FairMutex", "RWMutex", "Semaphore"}
 
 // worker is a running worker process.
 type worker struct {
@@ -289,13 +310,13 @@ func (w *worker) signal(sig syscall.Signal) {
 }
 
 func TestProcessesMutualExclusion(t *testing.T) {
-	for _, fair := range []bool{false, true} {
-		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
+	for _, kind := range lockKinds {
+		t.Run(kind, func(t *testing.T) {
 			eachEnv(t, func(t *testing.T, e *env) {
 				const procs = 4
 				total := soak(1000, 100000)
 				name := "mp:" + t.Name()
-				results := runContenders(t, e.addrs, e.addrs[0], name, fair, procs, total, nil)
+				results := runContenders(t, e.addrs, e.addrs[0], name, kind, procs, total, nil)
 				checkContention(t, e, name, results, total)
 			})
 		})
@@ -304,7 +325,7 @@ func TestProcessesMutualExclusion(t *testing.T) {
 
 // runContenders runs procs contend workers sharing total acquisitions and
 // returns their results. during, if not nil, runs while they work.
-func runContenders(t *testing.T, addrs []string, direct, name string, fair bool, procs, total int, during func(stop <-chan struct{})) []contendResult {
+func runContenders(t *testing.T, addrs []string, direct, name, kind string, procs, total int, during func(stop <-chan struct{})) []contendResult {
 	t.Helper()
 	var ws []*worker
 	for i := range procs {
@@ -313,7 +334,7 @@ func runContenders(t *testing.T, addrs []string, direct, name string, fair bool,
 			n++
 		}
 		ws = append(ws, startWorker(t, workerConfig{
-			Mode: "contend", Addrs: addrs, Direct: direct, Name: name, Fair: fair, Lease: "3s",
+			Mode: "contend", Addrs: addrs, Direct: direct, Name: name, Kind: kind, Lease: "3s",
 			Clients: 2, Goroutines: 2, Acquisitions: n,
 		}))
 	}
@@ -437,14 +458,14 @@ func TestProcessHolderPaused(t *testing.T) {
 
 // Mutual exclusion across processes whose connections are cut at random.
 func TestProcessesMutualExclusionUnderCuts(t *testing.T) {
-	for _, fair := range []bool{false, true} {
-		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
-			testCuts(t, fair)
+	for _, kind := range lockKinds {
+		t.Run(kind, func(t *testing.T) {
+			testCuts(t, kind)
 		})
 	}
 }
 
-func testCuts(t *testing.T, fair bool) {
+func testCuts(t *testing.T, kind string) {
 	e := ownServer(t)
 	p, err := faultproxy.New(e.server.Addr)
 	if err != nil {
@@ -455,7 +476,7 @@ func testCuts(t *testing.T, fair bool) {
 	total := soak(1000, 100000)
 	name := "cuts"
 	cuts := 0
-	results := runContenders(t, []string{p.Addr()}, e.server.Addr, name, fair, procs, total, func(stop <-chan struct{}) {
+	results := runContenders(t, []string{p.Addr()}, e.server.Addr, name, kind, procs, total, func(stop <-chan struct{}) {
 		for {
 			select {
 			case <-stop:
