@@ -31,9 +31,8 @@ type workerConfig struct {
 	Addrs  []string `json:"addrs"`  // where the Clients connect (maybe a proxy)
 	Direct string   `json:"direct"` // Redis itself, for the shared counter
 	Name   string   `json:"name"`
-	Kind   string   `json:"kind"` // contend: one of lockKinds
-
-	Lease string `json:"lease"` // watchdog lease
+	Kind   string   `json:"kind"`  // contend: one of lockKinds
+	Lease  string   `json:"lease"` // watchdog lease
 	// contend: Clients × Goroutines goroutines share Acquisitions.
 	Clients      int `json:"clients"`
 	Goroutines   int `json:"goroutines"`
