@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -48,10 +47,7 @@ type FairMutex struct {
 	err  error
 }
 
-var (
-	fairAcquireScript = newScript(preludeLua + fairAcquireLua)
-	fairInspectScript = newScript(fairInspectLua)
-)
+var fairAcquireScript = newScript(preludeLua + fairAcquireLua)
 
 // fairKind is the kind of FairMutex holders: renewed and released as Mutex
 // holders are (the keys have the same shapes); only acquisitions differ.
@@ -196,12 +192,10 @@ func (m *FairMutex) leave(waiter, hold string) func(ctx context.Context) {
 	return func(ctx context.Context) { m.c.leaveQueue(ctx, m.keys, waiter, waiter, hold) }
 }
 
-// FairMutexState is a snapshot of a fair mutex in Redis.
+// FairMutexState is a snapshot of a fair mutex in Redis: the state of a
+// Mutex, whose Waiters are the places in the queue.
 type FairMutexState struct {
 	MutexState
-	// Waiters is the number of places in the queue, including places of
-	// dead waiters that have not expired yet.
-	Waiters int
 }
 
 // Inspect reads the mutex's state in one round trip.
@@ -209,17 +203,8 @@ func (m *FairMutex) Inspect(ctx context.Context) (FairMutexState, error) {
 	if err := m.check(ctx); err != nil {
 		return FairMutexState{}, err
 	}
-	res, err := fairInspectScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.queue}, nil).ToArray()
-	if err != nil {
-		return FairMutexState{}, redisErr("inspect", err)
-	}
-	if len(res) != 5 {
-		return FairMutexState{}, errors.New("redisync: inspect: unexpected reply")
-	}
-	st := FairMutexState{MutexState: parseMutexState(res)}
-	n, _ := res[4].AsInt64()
-	st.Waiters = int(n)
-	return st, nil
+	st, err := m.c.inspect(ctx, m.keys)
+	return FairMutexState{MutexState: st}, err
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes the head of the

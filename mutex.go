@@ -339,6 +339,10 @@ type MutexState struct {
 	TTL time.Duration
 	// Token is the holder's fencing token.
 	Token uint64
+	// Waiters is the number of places in the lock's queue, including
+	// places of dead waiters that have not expired yet, and one for the
+	// groups and quorums that wait for the lock.
+	Waiters int
 }
 
 // ClientID returns the id of the Client that holds the mutex ("" when free).
@@ -354,17 +358,22 @@ func (m *Mutex) Inspect(ctx context.Context) (MutexState, error) {
 	if err := m.check(ctx); err != nil {
 		return MutexState{}, err
 	}
-	res, err := inspectScript.exec(ctx, m.c.rc, []string{m.keys.lock}, nil).ToArray()
+	return m.c.inspect(ctx, m.keys)
+}
+
+// inspect reads the state of a Mutex or FairMutex.
+func (c *Client) inspect(ctx context.Context, keys lockKeys) (MutexState, error) {
+	res, err := inspectScript.exec(ctx, c.rc, []string{keys.lock, keys.queue}, nil).ToArray()
 	if err != nil {
 		return MutexState{}, redisErr("inspect", err)
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return MutexState{}, errors.New("redisync: inspect: unexpected reply")
 	}
 	return parseMutexState(res), nil
 }
 
-// parseMutexState reads {owner, token, holds, pttl, ...}.
+// parseMutexState reads {owner, token, holds, pttl, queued}.
 func parseMutexState(res []rueidis.RedisMessage) MutexState {
 	var st MutexState
 	st.Owner, _ = res[0].ToString()
@@ -372,7 +381,9 @@ func parseMutexState(res []rueidis.RedisMessage) MutexState {
 	st.Token, _ = strconv.ParseUint(tok, 10, 64)
 	holds, _ := res[2].AsInt64()
 	pttl, _ := res[3].AsInt64()
+	queued, _ := res[4].AsInt64()
 	st.Holds = int(holds)
+	st.Waiters = int(queued)
 	st.Locked = st.Owner != ""
 	if st.Locked {
 		st.TTL = time.Duration(pttl) * time.Millisecond

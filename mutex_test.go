@@ -393,9 +393,9 @@ func scriptCalls(t testing.TB, e *env) int64 {
 // queuedMutexWaiters is the number of places in a Mutex's queue.
 func queuedMutexWaiters(t testing.TB, ctx context.Context, c *Client, name string) int64 {
 	t.Helper()
-	n, err := c.rc.Do(ctx, c.rc.B().Zcard().Key(c.keysFor(name).queue).Build()).AsInt64()
+	st, err := c.Mutex(name).Inspect(ctx)
 	require.NoError(t, err)
-	return n
+	return int64(st.Waiters)
 }
 
 // A release wakes the first waiter of the lock's queue only, whatever the

@@ -27,8 +27,6 @@ var (
 	leaveLua string
 	//go:embed lua/fair_acquire.lua
 	fairAcquireLua string
-	//go:embed lua/fair_inspect.lua
-	fairInspectLua string
 )
 
 var (

@@ -112,24 +112,30 @@ func (h *holderView) fields(role string) []field {
 	}
 }
 
-type mutexView struct {
-	Kind   string      `json:"kind"` // "mutex"
-	Holder *holderView `json:"holder"`
-}
-
-func (v *mutexView) title() string { return "mutex" }
-
-func (v *mutexView) fields() []field { return v.Holder.fields("holder") }
-
-type fairView struct {
-	Kind    string      `json:"kind"`   // "fair"
-	Holder  *holderView `json:"holder"` // nil between a release and the next grant
+// queuedView is a lock with a queue of waiters: a Mutex or a FairMutex.
+type queuedView struct {
+	Kind    string      `json:"kind"`   // "mutex" or "fair"
+	Holder  *holderView `json:"holder"` // nil when free
 	Waiters int         `json:"waiters"`
 }
 
+type mutexView struct{ queuedView }
+
+func (v *mutexView) title() string { return "mutex" }
+
+type fairView struct{ queuedView }
+
 func (v *fairView) title() string { return "fair mutex" }
 
-func (v *fairView) fields() []field {
+func newQueued(kind string, st redisync.MutexState) queuedView {
+	v := queuedView{Kind: kind, Waiters: st.Waiters}
+	if st.Locked {
+		v.Holder = newHolder(st)
+	}
+	return v
+}
+
+func (v *queuedView) fields() []field {
 	var fs []field
 	if v.Holder != nil {
 		fs = v.Holder.fields("holder")
@@ -230,21 +236,17 @@ func inspect(ctx context.Context, c *redisync.Client, name string) (*snapshot, e
 	}
 	look(0, func() (kind, error) {
 		st, err := c.Mutex(name).Inspect(ctx)
-		if err != nil || !st.Locked {
+		if err != nil || (!st.Locked && st.Waiters == 0) {
 			return nil, err
 		}
-		return &mutexView{Kind: "mutex", Holder: newHolder(st)}, nil
+		return &mutexView{newQueued("mutex", st)}, nil
 	})
 	look(1, func() (kind, error) {
 		st, err := c.FairMutex(name).Inspect(ctx)
 		if err != nil || (!st.Locked && st.Waiters == 0) {
 			return nil, err
 		}
-		v := &fairView{Kind: "fair", Waiters: st.Waiters}
-		if st.Locked {
-			v.Holder = newHolder(st.MutexState)
-		}
-		return v, nil
+		return &fairView{newQueued("fair", st.MutexState)}, nil
 	})
 	look(2, func() (kind, error) {
 		st, err := c.RWMutex(name).Inspect(ctx)
@@ -341,20 +343,24 @@ func formatTTL(ms int64) string {
 	return d.Round(10 * time.Millisecond).String()
 }
 
+func describeQueued(b *strings.Builder, v *queuedView) {
+	if v.Holder != nil {
+		fmt.Fprintf(b, " held by %s", v.Holder.ClientID)
+	}
+	if v.Waiters > 0 {
+		fmt.Fprintf(b, ", %d waiting", v.Waiters)
+	}
+}
+
 // describe names what holds a kind, for the confirmation of unlock.
 func describe(k kind) string {
 	var b strings.Builder
 	b.WriteString(k.title())
 	switch v := k.(type) {
 	case *mutexView:
-		fmt.Fprintf(&b, " held by %s", v.Holder.ClientID)
+		describeQueued(&b, &v.queuedView)
 	case *fairView:
-		if v.Holder != nil {
-			fmt.Fprintf(&b, " held by %s", v.Holder.ClientID)
-		}
-		if v.Waiters > 0 {
-			fmt.Fprintf(&b, ", %d waiting", v.Waiters)
-		}
+		describeQueued(&b, &v.queuedView)
 	case *rwView:
 		var parts []string
 		if v.Writer != nil {

@@ -285,7 +285,7 @@ func TestOperatorCommands(t *testing.T) {
 		blocks := regexp.MustCompile(`(?m)^--- \d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:\d\d) ---$`).FindAllStringIndex(stdout, -1)
 		require.Len(t, blocks, 2, stdout)
 		require.Equal(t, 2, strings.Count(stdout, "NAME"), stdout)
-		require.Regexp(t, `(?m)^op:watch +mutex +`+c.ID()+` +1 +[0-9.]+(ms|s) +`+strconv.FormatUint(l.Token(), 10)+` +-$`, stdout)
+		require.Regexp(t, `(?m)^op:watch +mutex +`+c.ID()+` +1 +[0-9.]+(ms|s) +`+strconv.FormatUint(l.Token(), 10)+` +0$`, stdout)
 		require.Regexp(t, `(?m)^op:watch-free +- +free$`, stdout)
 	})
 

@@ -165,7 +165,7 @@ func kindName(k kind) string {
 func held(k kind) bool {
 	switch v := k.(type) {
 	case *mutexView:
-		return true
+		return v.Holder != nil
 	case *fairView:
 		return v.Holder != nil
 	case *rwView:
@@ -191,6 +191,9 @@ func heldBy(k kind) string {
 			return fmt.Sprintf("write-held by %s, token %d, and %s", h.ClientID, h.Token, plural(v.Readers, "reader"))
 		}
 		return fmt.Sprintf("write-held by %s, token %d", h.ClientID, h.Token)
+	}
+	if h == nil { // taken between the look and the unlock
+		return "held"
 	}
 	return fmt.Sprintf("held by %s, token %d", h.ClientID, h.Token)
 }

@@ -95,13 +95,11 @@ type watchRow struct {
 	holder, holds, ttl, token, waiting string
 }
 
-func (v *mutexView) row() watchRow { return v.Holder.row() }
-
 func (h *holderView) row() watchRow {
 	return watchRow{h.ClientID, strconv.Itoa(h.Holds), formatTTL(h.TTLms), strconv.FormatUint(h.Token, 10), "-"}
 }
 
-func (v *fairView) row() watchRow {
+func (v *queuedView) row() watchRow {
 	r := watchRow{holder: "(none)", holds: "-", ttl: "-", token: "-"}
 	if v.Holder != nil {
 		r = v.Holder.row()
