@@ -507,3 +507,36 @@ func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 		require.NoError(t, wl.Unlock(ctx))
 	})
 }
+
+// The renewal that a lock handed over needs at once renews that lease
+// only, not every lease its Client holds.
+func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
+	e := ownServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const held = 20
+	c := e.client(t)
+	for i := range held {
+		l, err := c.Mutex("many:" + strconv.Itoa(i)).Lock(ctx)
+		require.NoError(t, err)
+		defer l.Unlock(ctx)
+	}
+	holder := e.client(t)
+	l, err := holder.Mutex("handed").Lock(ctx)
+	require.NoError(t, err)
+	w := c.Mutex("handed", WithWaiterExpiry(time.Second)).Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, "handed") == 1 }, "waiter did not queue")
+	time.Sleep(100 * time.Millisecond)
+	before := commandCalls(t, e.server)["pexpire"]
+	require.NoError(t, l.Unlock(ctx))
+	wl := <-w
+	require.NoError(t, wl.Err())
+	eventually(t, 5*time.Second, func() bool {
+		st, err := holder.Mutex("handed").Inspect(ctx)
+		return err == nil && st.TTL > 2*time.Second
+	}, "handed-over lease not renewed")
+	renewed := commandCalls(t, e.server)["pexpire"] - before
+	t.Logf("%d PEXPIREs from the release to the renewal, with %d other leases held", renewed, held)
+	require.Less(t, renewed, int64(held/2))
+	require.NoError(t, wl.Unlock(ctx))
+}

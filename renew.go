@@ -116,21 +116,24 @@ func (w *watchdog) run() {
 	// A pass runs on its own goroutine, one at a time, so that deadlines are
 	// enforced on time even when Redis does not answer (a connection to a
 	// hung server can block longer than the pass's context).
-	passed := make(chan bool, 1)
+	type result struct{ ok, short bool }
+	passed := make(chan result, 1)
 	inflight := false
 	for {
 		now := time.Now()
-		w.mu.Lock()
-		if w.soon && !inflight {
-			// A holder with a short first lease: renew it now.
-			w.soon = false
-			next = now
-		}
-		w.mu.Unlock()
 		wait, any := w.expire(now)
-		if any && !inflight && !now.Before(next) {
-			inflight = true
-			go func() { passed <- w.pass(ctx, now) }()
+		if any && !inflight {
+			due := !now.Before(next)
+			w.mu.Lock()
+			// Holders with a short first lease are renewed at once, in a
+			// pass of their own unless a full one is due.
+			short := w.soon && !due
+			if w.soon || due {
+				w.soon = false
+				inflight = true
+				go func() { passed <- result{w.pass(ctx, now, short), short} }()
+			}
+			w.mu.Unlock()
 		}
 		if any && !inflight {
 			wait = min(wait, next.Sub(now))
@@ -149,11 +152,17 @@ func (w *watchdog) run() {
 			return
 		case <-w.kick:
 		case <-timer.C:
-		case ok := <-passed:
+		case r := <-passed:
 			inflight = false
-			if ok {
+			switch {
+			case r.short && r.ok:
+			case r.short:
+				if retry := time.Now().Add(renewRetry); retry.Before(next) {
+					next = retry
+				}
+			case r.ok:
 				next = time.Now().Add(w.period)
-			} else {
+			default:
 				next = time.Now().Add(min(w.period, renewRetry))
 			}
 		}
@@ -188,13 +197,22 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
 	return wait, any
 }
 
-// pass renews or checks every watched lease once. It reports whether every
-// batch got an answer from Redis.
-func (w *watchdog) pass(ctx context.Context, start time.Time) bool {
+// pass renews or checks every watched lease once, or with short only the
+// leases still on a short first lease. It reports whether every batch got
+// an answer from Redis.
+func (w *watchdog) pass(ctx context.Context, start time.Time, short bool) bool {
 	w.mu.Lock()
 	kinds := make(map[*leaseKind]map[uint16][]*holder)
 	soonest := time.Duration(1<<63 - 1)
 	for h := range w.holders {
+		if short {
+			h.mu.Lock()
+			initial := h.initial
+			h.mu.Unlock()
+			if initial == 0 {
+				continue
+			}
+		}
 		var slot uint16
 		if w.c.cluster {
 			slot = slotHash(h.key)
