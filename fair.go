@@ -207,8 +207,8 @@ func (m *FairMutex) Inspect(ctx context.Context) (FairMutexState, error) {
 	return FairMutexState{MutexState: st}, err
 }
 
-// ForceUnlock deletes the lock whoever holds it and wakes the head of the
-// queue, as Mutex.ForceUnlock does.
+// ForceUnlock deletes the lock whoever holds it and hands it to the head of
+// the queue, as Mutex.ForceUnlock does.
 func (m *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err

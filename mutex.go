@@ -391,8 +391,9 @@ func parseMutexState(res []rueidis.RedisMessage) MutexState {
 	return st
 }
 
-// ForceUnlock deletes the lock whoever holds it and wakes a waiter. It
-// reports whether the mutex was locked. The holder's lease reports
+// ForceUnlock deletes the lock whoever holds it and hands it to the first
+// waiter of its queue, as a release does. It reports whether the mutex was
+// locked. The holder's lease reports
 // ErrExpired at its next renewal, within a third of the watchdog lease. For
 // operators: a holder that is alive loses mutual exclusion.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
