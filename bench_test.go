@@ -155,10 +155,11 @@ func BenchmarkMutexContended(b *testing.B) {
 //
 // ns/op is the mean hand-off latency; p50-µs and p99-µs its percentiles,
 // p50/ping the median in PING round trips (ping-µs, the median of PINGs
-// sent before the loop). cmds/handoff counts the holder's release and the
-// waiter's whole way: first attempt, SSUBSCRIBE, attempt once subscribed,
-// attempt once woken, SUNSUBSCRIBE and the PING rueidis writes after every
-// unsubscribe command (7 in all).
+// sent before the loop). cmds/handoff counts the holder's release, which
+// hands the lock over, and the waiter's whole way: first attempt,
+// SSUBSCRIBE, attempt once subscribed, the renewal of the lease handed over,
+// SUNSUBSCRIBE and the PING rueidis writes after every unsubscribe command
+// (7 in all).
 func BenchmarkMutexHandOff(b *testing.B) {
 	e := standaloneEnv(b)
 	ctx := context.Background()
