@@ -61,7 +61,8 @@ func redisyncMutex() *library {
 		id:    "redisync",
 		label: "redisync Mutex",
 		note: "redisync Mutex: one rueidis client per locker, options WithPrefix and WithWatchdogLease " +
-			"(the scenario's lease; renewed every third of it); waiters woken by sharded pub/sub.",
+			"(the scenario's lease; renewed every third of it); waiters queue in Redis and a release hands the lock " +
+			"to the first of them, telling it by sharded pub/sub.",
 		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
 		lossSignal: true,
 		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, false) },
@@ -75,7 +76,7 @@ func redisyncFair() *library {
 	return &library{
 		id:         "redisync-fair",
 		label:      "redisync FairMutex",
-		note:       "redisync FairMutex: as Mutex; waiters queue in Redis and a release wakes the head only.",
+		note:       "redisync FairMutex: as Mutex; besides, a free lock is never taken past the waiters.",
 		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
 		lossSignal: true,
 		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, true) },
