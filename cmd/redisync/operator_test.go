@@ -97,35 +97,50 @@ func TestOperatorCommands(t *testing.T) {
 		require.NoError(t, r.Unlock(ctx))
 	})
 
-	t.Run("inspect fair mutex with waiters", func(t *testing.T) {
-		t.Parallel()
-		c := dialT(t, srv.Addr)
-		fm := c.FairMutex("op:fair")
-		l, err := fm.Lock(ctx)
-		require.NoError(t, err)
-		wctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		t.Cleanup(func() { cancel(); wg.Wait() })
-		for range 2 {
-			w := dialT(t, srv.Addr)
-			wg.Go(func() {
-				if l, err := w.FairMutex("op:fair").Lock(wctx); err == nil {
-					_ = l.Unlock(context.WithoutCancel(wctx))
+	for _, k := range []struct {
+		name, title string
+		fair        bool
+	}{{"op:queued", "mutex", false}, {"op:fair", "fair mutex", true}} {
+		t.Run("inspect "+k.title+" with waiters", func(t *testing.T) {
+			t.Parallel()
+			lock := func(c *redisync.Client, ctx context.Context) (*redisync.Lease, error) {
+				if k.fair {
+					return c.FairMutex(k.name).Lock(ctx)
 				}
-			})
-		}
-		require.Eventually(t, func() bool {
-			st, err := fm.Inspect(ctx)
-			return err == nil && st.Waiters == 2
-		}, 5*time.Second, 10*time.Millisecond)
+				return c.Mutex(k.name).Lock(ctx)
+			}
+			c := dialT(t, srv.Addr)
+			l, err := lock(c, ctx)
+			require.NoError(t, err)
+			wctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			t.Cleanup(func() { cancel(); wg.Wait() })
+			for range 2 {
+				w := dialT(t, srv.Addr)
+				wg.Go(func() {
+					if l, err := lock(w, wctx); err == nil {
+						_ = l.Unlock(context.WithoutCancel(wctx))
+					}
+				})
+			}
+			require.Eventually(t, func() bool {
+				st, err := c.Mutex(k.name).Inspect(ctx)
+				if k.fair {
+					var fst redisync.FairMutexState
+					fst, err = c.FairMutex(k.name).Inspect(ctx)
+					st = fst.MutexState
+				}
+				return err == nil && st.Waiters == 2
+			}, 5*time.Second, 10*time.Millisecond)
 
-		stdout, stderr, code := cli(t, "inspect", "op:fair")
-		require.Equal(t, 0, code, stderr)
-		require.Contains(t, stdout, `fair mutex "op:fair"`)
-		require.Regexp(t, `(?m)^  client: +`+c.ID()+`$`, stdout)
-		require.Regexp(t, `(?m)^  token: +`+strconv.FormatUint(l.Token(), 10)+`$`, stdout)
-		require.Regexp(t, `(?m)^  waiters: +2 in the queue$`, stdout)
-	})
+			stdout, stderr, code := cli(t, "inspect", k.name)
+			require.Equal(t, 0, code, stderr)
+			require.Contains(t, stdout, k.title+` "`+k.name+`"`)
+			require.Regexp(t, `(?m)^  client: +`+c.ID()+`$`, stdout)
+			require.Regexp(t, `(?m)^  token: +`+strconv.FormatUint(l.Token(), 10)+`$`, stdout)
+			require.Regexp(t, `(?m)^  waiters: +2 in the queue$`, stdout)
+		})
+	}
 
 	t.Run("inspect rw mutex with two readers", func(t *testing.T) {
 		t.Parallel()
