@@ -540,3 +540,25 @@ func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
 	require.Less(t, renewed, int64(held/2))
 	require.NoError(t, wl.Unlock(ctx))
 }
+
+// A waiter with a fixed lease is woken rather than handed the lock, and
+// takes it with its own lease.
+func TestMutexFixedLeaseWaiterTakesItsOwnLease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		holder := e.client(t)
+		l, err := holder.Mutex(t.Name()).Lock(ctx)
+		require.NoError(t, err)
+		w := e.client(t).Mutex(t.Name(), WithFixedLease(20*time.Second), WithWaiterExpiry(time.Second)).Acquire(ctx)
+		eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
+		require.NoError(t, l.Unlock(ctx))
+		wl := <-w
+		require.NoError(t, wl.Err())
+		st, err := holder.Mutex(t.Name()).Inspect(ctx)
+		require.NoError(t, err)
+		require.Greater(t, st.TTL, 15*time.Second, "not the waiter's fixed lease")
+		require.Zero(t, st.Waiters)
+		require.NoError(t, wl.Unlock(ctx))
+	})
+}
