@@ -123,73 +123,8 @@ func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease {
 }
 
 func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	c := m.c
-	parent := leaseFrom(ctx, c, m.keys)
-	owner, lease := c.newOwner(), m.cfg.lease(c)
-	if parent != nil {
-		owner, lease = parent.h.owner, parent.h.lease
-	}
-	hold := c.newHold()
-	once := "0"
-	if try {
-		once = "1"
-	}
-	keys := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters}
-	short := handOverLease(lease, m.cfg, parent)
-	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10),
-		strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
-		owner, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), once, msArg(short)}
-	heartbeat := m.cfg.waiterExpiry / 3
-	var lastSent time.Time
-	a := acquisition{
-		c: c, primitive: fairKind.primitive, name: m.name,
-		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: owner,
-		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
-			sent := time.Now()
-			lastSent = sent
-			actx, done := inflight(ctx)
-			res, err := fairAcquireScript.exec(actx, c.rc, keys, args).ToArray()
-			done()
-			if err != nil {
-				return nil, 0, redisErr("acquire", err)
-			}
-			ok, val, err := parseAcquire(res)
-			if err != nil {
-				return nil, 0, err
-			}
-			if !ok {
-				// Coming back renews the place in the queue.
-				return nil, min(time.Duration(val)*time.Millisecond+time.Millisecond, heartbeat), nil
-			}
-			l, err := c.grant(ctx, fairKind, m.name, m.keys, m.keys.lock, parent, owner, hold, val, lease, m.cfg.fixedLease == 0, sent)
-			if err != nil {
-				m.undo(owner, hold)(ctx)
-			}
-			return l, 0, err
-		},
-		granted: func(ctx context.Context, token string) (*Lease, error) {
-			return c.handedOver(ctx, fairKind, m.name, m.keys, owner, hold, token, lease, short, lastSent)
-		},
-		undo:  m.undo(owner, hold),
-		leave: m.leave(owner, hold),
-	}
-	return a.run(ctx, try)
-}
-
-// undo releases a hold an attempt may have taken, and the place it may have
-// queued.
-func (m *FairMutex) undo(owner, hold string) func(ctx context.Context) {
-	return func(ctx context.Context) {
-		if _, err := m.c.release(ctx, m.keys, owner, hold); err != nil {
-			m.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", m.keys.lock, "err", err)
-		}
-		m.leave(owner, hold)(ctx)
-	}
-}
-
-// leave gives up a place in the queue, and a lock handed over meanwhile.
-func (m *FairMutex) leave(waiter, hold string) func(ctx context.Context) {
-	return func(ctx context.Context) { m.c.leaveQueue(ctx, m.keys, waiter, waiter, hold) }
+	q := &queuedLock{c: m.c, kind: fairKind, name: m.name, keys: m.keys, cfg: m.cfg, script: fairAcquireScript}
+	return q.acquire(ctx, try)
 }
 
 // FairMutexState is a snapshot of a fair mutex in Redis: the state of a

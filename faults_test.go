@@ -293,6 +293,39 @@ func TestMutexReplicaAck(t *testing.T) {
 	l, err = m.Lock(ctx)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
+
+	// A waiter is not handed the lock, which would skip the WAIT: it takes
+	// the lock itself and is refused while the replica does not answer; so
+	// is a FairMutex's.
+	holder := e.client(t)
+	for _, fair := range []bool{false, true} {
+		lock, keys, hold := m.Lock, m.keys, holder.Mutex("acked").Lock
+		if fair {
+			fm := c.FairMutex("acked")
+			lock, keys, hold = fm.Lock, fm.keys, holder.FairMutex("acked").Lock
+		}
+		hl, err := hold(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		failed := make(chan error, 1)
+		go func() {
+			l, err := lock(wctx)
+			if err == nil {
+				l.Unlock(ctx)
+			}
+			failed <- err
+		}()
+		eventually(t, 5*time.Second, func() bool {
+			n, err := holder.rc.Do(ctx, holder.rc.B().Zcard().Key(keys.queue).Build()).AsInt64()
+			return err == nil && n == 1
+		}, "waiter did not queue")
+		require.NoError(t, replica.Pause())
+		require.NoError(t, hl.Unlock(ctx))
+		err = <-failed
+		require.NoError(t, replica.Resume())
+		require.ErrorIs(t, err, ErrNotReplicated, "fair=%v: the waiter got the lock without the replica", fair)
+	}
 }
 
 // An Unlock whose reply never came is retried after other holders came and

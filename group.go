@@ -1089,7 +1089,7 @@ func trySrv(ctx context.Context, mb *member) quorumResult {
 	// The quorum waits for '1' messages on the servers that were busy.
 	args := []string{mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), "", "0", "", ""}
 	sent := time.Now()
-	res, err := m.attempt(ctx, args)
+	res, err := m.queued().attempt(ctx, args)
 	if err != nil {
 		return quorumResult{err: err}
 	}
@@ -1102,7 +1102,7 @@ func trySrv(ctx context.Context, mb *member) quorumResult {
 	}
 	l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, mb.parent, mb.owner, mb.hold, val, mb.ttl, m.cfg.fixedLease == 0, sent)
 	if err != nil {
-		m.releaseAbandoned(ctx, mb.owner, mb.hold)
+		m.queued().releaseAbandoned(ctx, mb.owner, mb.hold)
 		return quorumResult{err: err}
 	}
 	return quorumResult{lease: l, token: uint64(val)}

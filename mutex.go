@@ -162,9 +162,31 @@ func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease {
 
 // acquire runs the acquisition loop.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	c := m.c
-	parent := leaseFrom(ctx, c, m.keys)
-	owner, lease := c.newOwner(), m.cfg.lease(c)
+	return m.queued().acquire(ctx, try)
+}
+
+// queued is the mutex as a lock with a queue.
+func (m *Mutex) queued() *queuedLock {
+	return &queuedLock{c: m.c, kind: mutexKind, name: m.name, keys: m.keys, cfg: m.cfg, script: acquireScript}
+}
+
+// queuedLock is what a Mutex and a FairMutex share: a lock hash, a queue of
+// waiters, and an acquire script with the keys and arguments of
+// acquire.lua.
+type queuedLock struct {
+	c      *Client
+	kind   *leaseKind
+	name   string
+	keys   lockKeys
+	cfg    lockConfig
+	script script
+}
+
+// acquire runs the acquisition loop.
+func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
+	c := q.c
+	parent := leaseFrom(ctx, c, q.keys)
+	owner, lease := c.newOwner(), q.cfg.lease(c)
 	if parent != nil {
 		owner, lease = parent.h.owner, parent.h.lease
 	}
@@ -179,18 +201,18 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if try {
 		mode = "try"
 	}
-	short := handOverLease(lease, m.cfg, parent)
+	short := handOverLease(c, lease, q.cfg, parent)
 	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
-		waiter, strconv.FormatInt(m.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(short)}
-	heartbeat := m.cfg.waiterExpiry / 3
+		waiter, strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(short)}
+	heartbeat := q.cfg.waiterExpiry / 3
 	var lastSent time.Time
 	a := acquisition{
-		c: c, primitive: mutexKind.primitive, name: m.name,
-		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked, target: waiter,
+		c: c, primitive: q.kind.primitive, name: q.name,
+		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: waiter,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
 			lastSent = sent
-			res, err := m.attempt(ctx, args)
+			res, err := q.attempt(ctx, args)
 			if err != nil {
 				// The attempt may have queued the waiter.
 				args[6] = "queued"
@@ -205,19 +227,19 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 				// Coming back renews the place in the queue.
 				return nil, min(time.Duration(val)*time.Millisecond+time.Millisecond, heartbeat), nil
 			}
-			l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, parent, owner, hold, val, lease, m.cfg.fixedLease == 0, sent)
+			l, err := c.grant(ctx, q.kind, q.name, q.keys, q.keys.lock, parent, owner, hold, val, lease, q.cfg.fixedLease == 0, sent)
 			if err != nil {
-				m.releaseAbandoned(ctx, owner, hold)
+				q.releaseAbandoned(ctx, owner, hold)
 			}
 			return l, 0, err
 		},
 		granted: func(ctx context.Context, token string) (*Lease, error) {
-			return c.handedOver(ctx, mutexKind, m.name, m.keys, owner, hold, token, lease, short, lastSent)
+			return c.handedOver(ctx, q.kind, q.name, q.keys, owner, hold, token, lease, short, lastSent)
 		},
-		undo: func(ctx context.Context) { m.releaseAbandoned(ctx, owner, hold) },
+		undo: func(ctx context.Context) { q.releaseAbandoned(ctx, owner, hold) },
 		leave: func(ctx context.Context) {
 			if args[6] == "queued" {
-				c.leaveQueue(ctx, m.keys, waiter, owner, hold)
+				c.leaveQueue(ctx, q.keys, waiter, owner, hold)
 			}
 		},
 	}
@@ -228,10 +250,11 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 // a waiter: the waiter's lease, but no longer than its place in the queue
 // lives, so that a waiter that died meanwhile holds the lock no longer than
 // that; its watchdog renews the full lease at once. Locks with a fixed
-// lease, and re-entries, are not handed over (0): their waiters are woken
-// and take the lock themselves.
-func handOverLease(lease time.Duration, cfg lockConfig, parent *Lease) time.Duration {
-	if cfg.fixedLease > 0 || parent != nil {
+// lease, re-entries, and the locks of a Client that waits for replicas
+// (WithReplicaAck: a lock handed over is not waited for) are not handed
+// over (0): their waiters are woken and take the lock themselves.
+func handOverLease(c *Client, lease time.Duration, cfg lockConfig, parent *Lease) time.Duration {
+	if cfg.fixedLease > 0 || parent != nil || c.cfg.ackReplicas > 0 {
 		return 0
 	}
 	return min(lease, cfg.waiterExpiry)
@@ -274,34 +297,35 @@ func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, h
 
 // attempt runs the acquire script once, and the WAIT that WithReplicaAck
 // asks for.
-func (m *Mutex) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
+func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
 	actx, done := inflight(ctx)
 	defer done()
-	keys := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters}
-	if m.c.cfg.ackReplicas == 0 {
-		res, err := acquireScript.exec(actx, m.c.rc, keys, args).ToArray()
+	c := q.c
+	keys := []string{q.keys.lock, q.keys.fence, q.keys.queue, q.keys.waiters}
+	if c.cfg.ackReplicas == 0 {
+		res, err := q.script.exec(actx, c.rc, keys, args).ToArray()
 		if err != nil {
 			return nil, redisErr("acquire", err)
 		}
 		return res, nil
 	}
-	res, acked, err := acquireScript.execAndWait(actx, m.c.rc, keys, args, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
+	res, acked, err := q.script.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
 	if err != nil {
 		return nil, redisErr("acquire", err)
 	}
-	if ok, _, _ := parseAcquire(res); ok && acked < int64(m.c.cfg.ackReplicas) {
-		m.releaseAbandoned(ctx, args[0], args[1])
-		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
+	if ok, _, _ := parseAcquire(res); ok && acked < int64(c.cfg.ackReplicas) {
+		q.releaseAbandoned(ctx, args[0], args[1])
+		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, c.cfg.ackReplicas, c.cfg.ackTimeout)
 	}
 	return res, nil
 }
 
 // releaseAbandoned releases a hold the caller will not get.
-func (m *Mutex) releaseAbandoned(ctx context.Context, owner, hold string) {
+func (q *queuedLock) releaseAbandoned(ctx context.Context, owner, hold string) {
 	dctx, cancel := detached(ctx)
 	defer cancel()
-	if _, err := m.c.release(dctx, m.keys, owner, hold); err != nil {
-		m.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", m.keys.lock, "err", err)
+	if _, err := q.c.release(dctx, q.keys, owner, hold); err != nil {
+		q.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", q.keys.lock, "err", err)
 	}
 }
 

@@ -2,7 +2,9 @@
 -- KEYS[1] lock hash (as for the Mutex), KEYS[2] fence hash,
 -- KEYS[3] queue zset, KEYS[4] waiters hash (see the prelude)
 -- ARGV[1] owner id, ARGV[2] hold field, ARGV[3] lease ms, ARGV[4] fence retention ms,
--- ARGV[5] waiter id, ARGV[6] waiter expiry ms, ARGV[7] "1" for a single attempt (never queues),
+-- ARGV[5] waiter id, ARGV[6] waiter expiry ms, ARGV[7] 'try' for a single
+-- attempt (never queued), anything else otherwise ('first', 'queued', as for
+-- acquire.lua: a taken lock dequeues the waiter whatever it says),
 -- ARGV[8] the lease (ms) to hand the lock over with, '' to be woken instead.
 -- Returns {1, token, holds} when held by ARGV[1] after the call, {0, wait ms}
 -- otherwise: how long until something may change (the holder's lease runs
@@ -53,7 +55,7 @@ if owner ~= false then
 else
   wait = hd - now
 end
-if ARGV[7] == '1' then
+if ARGV[7] == 'try' then
   return {0, wait}
 end
 local grant = ''
