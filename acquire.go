@@ -86,7 +86,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 			}
 			a.c.log.Warn("redisync: acquire failed; retrying", "key", a.key, "err", err)
 			lastErr = err
-			if err := a.c.sleep(ctx, nil, nil, backoff); err != nil {
+			if _, err := sleep[struct{}](ctx, a.c, nil, nil, backoff); err != nil {
 				a.abandon(ctx)
 				return nil, ctxErr(ctx, lastErr)
 			}
@@ -114,13 +114,14 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 			}
 			// A release published before the subscription took effect was
 			// missed: look again once it has.
-			if err := a.c.sleep(ctx, sub.ready, nil, wait); err != nil {
+			if _, err := sleep(ctx, a.c, sub.ready, nil, wait); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		if targeted != nil {
-			token, err := a.c.sleepTargeted(ctx, targeted, wait)
+			// A wake-up or the timer gives "", a lock handed over its token.
+			token, err := sleep(ctx, a.c, targeted, nil, wait)
 			if err != nil {
 				return nil, err
 			}
@@ -139,7 +140,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 			continue
 		}
 		t := sub.sema.Wait()
-		if err := a.c.sleep(ctx, t.C, t.Cancel, wait); err != nil {
+		if _, err := sleep(ctx, a.c, t.C, t.Cancel, wait); err != nil {
 			return nil, err
 		}
 	}
@@ -169,47 +170,25 @@ func checkHandle(what string, c *Client, err error, ctx context.Context) error {
 	return nil
 }
 
-// sleep waits for wake, at most d. On ctx's end or the Client's close it
-// calls cancel (when not nil) and returns the error.
-func (c *Client) sleep(ctx context.Context, wake <-chan struct{}, cancel func(), d time.Duration) error {
+// sleep waits for wake, at most d, and returns what it received (the zero
+// value after d). On ctx's end or the Client's close it calls cancel (when
+// not nil) and returns the error.
+func sleep[T any](ctx context.Context, c *Client, wake <-chan T, cancel func(), d time.Duration) (v T, err error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
-	case <-wake:
-		return nil
+	case v = <-wake:
+		return v, nil
 	case <-timer.C:
 	case <-ctx.Done():
-		if cancel != nil {
-			cancel()
-		}
-		return ctx.Err()
+		err = ctx.Err()
 	case <-c.closed:
-		if cancel != nil {
-			cancel()
-		}
-		return ErrClosed
+		err = ErrClosed
 	}
 	if cancel != nil {
 		cancel()
 	}
-	return nil
-}
-
-// sleepTargeted waits for a targeted message, at most d, as sleep does, and
-// returns its token ("" for a wake-up or the timer).
-func (c *Client) sleepTargeted(ctx context.Context, targeted <-chan string, d time.Duration) (string, error) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case token := <-targeted:
-		return token, nil
-	case <-timer.C:
-		return "", nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	case <-c.closed:
-		return "", ErrClosed
-	}
+	return v, err
 }
 
 // inflightGrace is how long an attempt already sent to Redis may still take

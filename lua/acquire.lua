@@ -17,31 +17,20 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   end
 end
 if owner == false then
-  local token = next_token(KEYS[2], redis.call('TIME'), ARGV[4])
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, ARGV[2], '1')
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  local token = take(KEYS[1], KEYS[2], redis.call('TIME'), ARGV[4], ARGV[1], ARGV[2], ARGV[3])
   if ARGV[7] == 'queued' then
     dequeue(KEYS[3], KEYS[4], ARGV[5])
   end
   return {1, token, 1}
 end
 if owner == ARGV[1] then
-  -- A re-entry, or the lock handed over to this waiter: its hold may be set.
-  redis.call('HSET', KEYS[1], ARGV[2], '1')
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  end
   if ARGV[7] == 'queued' then
     dequeue(KEYS[3], KEYS[4], ARGV[5])
   end
-  return {1, redis.call('HGET', KEYS[1], 'token'), redis.call('HLEN', KEYS[1]) - 2}
+  return reenter(KEYS[1], ARGV[2], ARGV[3])
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[7] ~= 'try' then
-  local grant = ''
-  if ARGV[8] ~= '' then
-    grant = ARGV[8] .. ' ' .. ARGV[2] .. ' ' .. ARGV[1]
-  end
-  enqueue(KEYS[3], KEYS[4], ARGV[5], tonumber(ARGV[6]), pttl, grant)
+  enqueue(KEYS[3], KEYS[4], ARGV[5], tonumber(ARGV[6]), pttl, ARGV[8], ARGV[2], ARGV[1])
 end
 return {0, pttl}

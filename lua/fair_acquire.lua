@@ -12,40 +12,17 @@
 local t = redis.call('TIME')
 local now = now_ms(t)
 
--- The first waiter still alive; dead ones ahead of it leave the queue.
-local function head()
-  while true do
-    local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-    if not h then
-      return nil, 0
-    end
-    local d = waiter(redis.call('HGET', KEYS[4], h))
-    if d > now then
-      return h, d
-    end
-    redis.call('ZREM', KEYS[3], h)
-    redis.call('HDEL', KEYS[4], h)
-  end
-end
-
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
-  -- A re-entry, or the lock handed over to this waiter: its hold may be set.
-  redis.call('HSET', KEYS[1], ARGV[2], '1')
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  end
   dequeue(KEYS[3], KEYS[4], ARGV[5])
-  return {1, redis.call('HGET', KEYS[1], 'token'), redis.call('HLEN', KEYS[1]) - 2}
+  return reenter(KEYS[1], ARGV[2], ARGV[3])
 end
 if owner == false and redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
 end
-local h, hd = head()
+local h, hd = first_live(KEYS[3], KEYS[4], t)
 if owner == false and (h == nil or h == ARGV[5]) then
-  local token = next_token(KEYS[2], t, ARGV[4])
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, ARGV[2], '1')
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  local token = take(KEYS[1], KEYS[2], t, ARGV[4], ARGV[1], ARGV[2], ARGV[3])
   dequeue(KEYS[3], KEYS[4], ARGV[5])
   return {1, token, 1}
 end
@@ -58,9 +35,5 @@ end
 if ARGV[7] == 'try' then
   return {0, wait}
 end
-local grant = ''
-if ARGV[8] ~= '' then
-  grant = ARGV[8] .. ' ' .. ARGV[2] .. ' ' .. ARGV[1]
-end
-enqueue(KEYS[3], KEYS[4], ARGV[5], tonumber(ARGV[6]), wait, grant)
+enqueue(KEYS[3], KEYS[4], ARGV[5], tonumber(ARGV[6]), wait, ARGV[8], ARGV[2], ARGV[1])
 return {0, wait}

@@ -48,11 +48,11 @@ local function waiter(v)
 end
 
 -- Queue a waiter, or renew its place: it stays alive for expiry ms after
--- its last visit. grant is "lease hold owner" when the lock may be handed to
--- it, '' otherwise. The id '' registers the waiters for '1' messages: they
+-- its last visit. A lease (ms) other than '' lets a release hand the lock
+-- to it, as owner with hold. The id '' registers the waiters for '1' messages: they
 -- come back by themselves after wait ms (the holder's lease), so the mark
 -- stays until the next release, or a second longer than that.
-local function enqueue(queue, waiters, id, expiry, wait, grant)
+local function enqueue(queue, waiters, id, expiry, wait, lease, hold, owner)
   if id == '' then
     redis.call('ZADD', queue, 0, '*')
     local keep = math.max(wait, 0) + 1000
@@ -66,8 +66,8 @@ local function enqueue(queue, waiters, id, expiry, wait, grant)
     redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '\0n', 1), id)
   end
   local entry = tostring(now + expiry)
-  if grant ~= '' then
-    entry = entry .. ' ' .. grant
+  if lease ~= '' then
+    entry = entry .. ' ' .. lease .. ' ' .. hold .. ' ' .. owner
   end
   redis.call('HSET', waiters, id, entry)
   -- The queue lives as long as a waiter keeps coming back.
@@ -86,6 +86,55 @@ local function dequeue(queue, waiters, id)
   end
 end
 
+-- Take a free lock for owner with one hold and lease ms: the next fencing
+-- token (t is the server's TIME). Returns the token.
+local function take(lock, fence, t, retention, owner, hold, lease)
+  local token = next_token(fence, t, retention)
+  redis.call('HSET', lock, 'owner', owner, 'token', token, hold, '1')
+  redis.call('PEXPIRE', lock, lease)
+  return token
+end
+
+-- Add a hold to a lock its owner holds (a re-entry, or a lock handed over
+-- to a waiter, whose hold may be set already), never shortening its lease.
+-- Returns {1, token, holds}, the acquire scripts' answer.
+local function reenter(lock, hold, lease)
+  redis.call('HSET', lock, hold, '1')
+  if redis.call('PTTL', lock) < tonumber(lease) then
+    redis.call('PEXPIRE', lock, lease)
+  end
+  return {1, redis.call('HGET', lock, 'token'), redis.call('HLEN', lock) - 2}
+end
+
+-- The first member of a queue that is '*' or a waiter whose place has not
+-- expired, dropping the dead ones ahead of it (and the keys, when that
+-- empties the queue). t is the server's TIME, read here when nil and
+-- needed. Returns the member and its waiter() fields, and t; nil when
+-- nobody waits.
+local function first_live(queue, waiters, t)
+  local removed
+  while true do
+    local h = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not h then
+      if removed then
+        redis.call('DEL', queue, waiters)
+      end
+      return nil, 0, nil, nil, nil, t
+    end
+    if h == '*' then
+      return h, 0, nil, nil, nil, t
+    end
+    t = t or redis.call('TIME')
+    local d, lease, hold, owner = waiter(redis.call('HGET', waiters, h))
+    if d > now_ms(t) then
+      return h, d, lease, hold, owner, t
+    end
+    redis.call('ZREM', queue, h)
+    redis.call('HDEL', waiters, h)
+    removed = true
+  end
+end
+
 -- Hand a free lock to the first waiter of its queue that is still alive,
 -- dropping the dead ones ahead of it: the lock becomes the waiter's, with
 -- the lease it asked for, and 'g:<id> <token>' tells it. A waiter that did
@@ -93,37 +142,21 @@ end
 -- 'w:<id>' instead and takes the lock itself. '*' is consumed and
 -- announced with '1'.
 local function wake_head(lock, fence, queue, waiters, channel, retention)
-  local t, removed, shared
-  while true do
-    local h = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not h then
-      if removed then
-        redis.call('DEL', queue, waiters)
-      end
-      return
-    end
-    removed = true
-    if h == '*' then
-      redis.call('ZREM', queue, h)
-      publish(channel, '1')
-      shared = true
-    else
-      t = t or redis.call('TIME')
-      local d, lease, hold, owner = waiter(redis.call('HGET', waiters, h))
-      if d > now_ms(t) then
-        if lease and not shared then
-          local token = next_token(fence, t, retention)
-          redis.call('HSET', lock, 'owner', owner, 'token', token, hold, '1')
-          redis.call('PEXPIRE', lock, lease)
-          dequeue(queue, waiters, h)
-          publish(channel, 'g:' .. h .. ' ' .. token)
-        else
-          publish(channel, 'w:' .. h)
-        end
-        return
-      end
-      redis.call('ZREM', queue, h)
-      redis.call('HDEL', waiters, h)
-    end
+  local h, d, lease, hold, owner, t = first_live(queue, waiters, nil)
+  local shared = h == '*'
+  if shared then
+    dequeue(queue, waiters, h)
+    publish(channel, '1')
+    h, d, lease, hold, owner, t = first_live(queue, waiters, t)
+  end
+  if not h then
+    return
+  end
+  if lease and not shared then
+    local token = take(lock, fence, t, retention, owner, hold, lease)
+    dequeue(queue, waiters, h)
+    publish(channel, 'g:' .. h .. ' ' .. token)
+  else
+    publish(channel, 'w:' .. h)
   end
 end
