@@ -208,11 +208,16 @@ func inflight(ctx context.Context) (actx context.Context, done func()) {
 	return actx, func() { stop(); cancel() }
 }
 
+// unclaimedWarn is how long a Lease Acquire delivered may wait on its
+// channel, unused, before its abandonment is logged as a probable mistake
+// (a channel form called as a statement) rather than a lost race.
+const unclaimedWarn = time.Second
+
 // acquireAsync runs acquire in the background and delivers one Lease on the
-// returned channel, then closes it; failure is a Lease whose Err is set. If
-// ctx ends after the acquisition but before anybody received the Lease, the
-// Lease is abandoned: what it holds is released and its Err is ctx's error.
-// A nil Client serves to deliver a check error.
+// returned channel, then closes it; failure is a Lease whose Err is set.
+// The Lease is offered until its receiver first uses it (claim): if ctx
+// ends before that, it is abandoned, what it holds is released and its Err
+// is ctx's error. A nil Client serves to deliver a check error.
 func (c *Client) acquireAsync(ctx context.Context, check error, acquire func(context.Context) (*Lease, error)) <-chan *Lease {
 	ch := make(chan *Lease, 1)
 	if check != nil {
@@ -229,18 +234,24 @@ func (c *Client) acquireAsync(ctx context.Context, check error, acquire func(con
 			close(ch)
 			return
 		}
+		l.mu.Lock()
+		l.offered = l.failed == nil && !l.released
+		l.mu.Unlock()
+		offered := time.Now()
 		ch <- l
 		close(ch)
 		stop := context.AfterFunc(ctx, func() {
-			if len(ch) == 1 { // nobody took it
-				l.abandon(ctx.Err())
+			if len(ch) == 1 && time.Since(offered) >= unclaimedWarn {
+				c.log.Warn("redisync: a Lease delivered by Acquire was never received before its context ended; released",
+					"lock", l.Name(), "waited", time.Since(offered).Round(time.Millisecond))
 			}
+			l.reclaim(ctx.Err())
 		})
 		l.mu.Lock()
-		if l.released || l.failed != nil {
-			stop()
-		} else {
+		if l.offered {
 			l.stopReclaim = stop
+		} else {
+			stop()
 		}
 		l.mu.Unlock()
 	}()

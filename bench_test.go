@@ -371,10 +371,11 @@ type commandCount struct {
 	client int64            // the commands clients sent
 }
 
-// benchObserver reports the commands the benchmarks send to watch the
-// server: INFO and PUBSUB.
+// benchObserver reports the commands not counted as work: those the
+// benchmarks send to watch the server (INFO, PUBSUB), and the HELLO with
+// which rueidis opens one more of its connections, whenever it does.
 func benchObserver(name string) bool {
-	return name == "info" || strings.HasPrefix(name, "pubsub|")
+	return name == "info" || name == "hello" || strings.HasPrefix(name, "pubsub|")
 }
 
 // commandDelta counts the commands executed between before and after.
@@ -426,4 +427,89 @@ func scriptCommands(tb testing.TB) map[string]bool {
 		}
 	}
 	return names
+}
+
+// BenchmarkHeld10000 holds 10 000 Mutex leases on one Client with the
+// default watchdog lease (a renewal pass every 10 s) and reports what
+// holding costs per lease, in each LossDetection mode:
+//
+//   - track-cmds/lease: commands to register the lease's key for tracking
+//     (CLIENT CACHING and HGET; 0 on renewal).
+//   - pass-allcmds/lease: commands the server runs per lease for one
+//     renewal pass: the renewal script's share and what it calls, and with
+//     tracking the read that registers the key again after the renewal
+//     changed it.
+//   - srv-B/lease: the server's memory per held lease (used_memory): the
+//     lock, its fence hash, and with tracking its entry in the tracking
+//     table.
+//   - heap-B/lease: the Client's heap per held lease.
+//
+// Run it with -benchtime 1x: each run holds the leases through one pass.
+func BenchmarkHeld10000(b *testing.B) {
+	for _, mode := range []LossDetection{DetectOnChange, DetectOnRenewal} {
+		b.Run(strings.ReplaceAll(mode.String(), " ", "-"), func(b *testing.B) {
+			const n = 10000
+			e := ownServer(b)
+			ctx := context.Background()
+			c := e.client(b)
+			if mode == DetectOnRenewal {
+				c = e.renewalClient(b)
+			}
+			benchLockUnlock(b, c.Mutex("warm-up"))
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			heap := ms.HeapAlloc
+			mem := serverMemory(b, e.server)
+			before := commandCalls(b, e.server)
+			start := time.Now()
+			leases := make([]*Lease, 0, n)
+			for i := range n {
+				l, err := c.Mutex("held:" + strconv.Itoa(i)).Lock(ctx)
+				if err != nil {
+					b.Fatalf("Lock: %v", err)
+				}
+				leases = append(leases, l)
+			}
+			time.Sleep(200 * time.Millisecond) // every key read for tracking
+			locked := commandDelta(b, before, commandCalls(b, e.server))
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			heapPer := float64(int64(ms.HeapAlloc)-int64(heap)) / n
+			srvPer := float64(serverMemory(b, e.server)-mem) / n
+			before = commandCalls(b, e.server)
+			b.ResetTimer()
+			// The first pass comes a third of the watchdog lease after the
+			// first lease was granted.
+			time.Sleep(time.Until(start.Add(defaultWatchdogLease/3 + time.Second)))
+			b.StopTimer()
+			pass := commandDelta(b, before, commandCalls(b, e.server))
+			b.ReportMetric(heapPer, "heap-B/lease")
+			b.ReportMetric(srvPer, "srv-B/lease")
+			b.ReportMetric(float64(2*locked.calls["client|caching"])/n, "track-cmds/lease")
+			b.ReportMetric(float64(pass.all)/n, "pass-allcmds/lease")
+			for _, l := range leases {
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatalf("Unlock: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// serverMemory is the server's used_memory in bytes.
+func serverMemory(tb testing.TB, srv *redistest.Server) int64 {
+	tb.Helper()
+	info, err := srv.Do("INFO", "memory")
+	if err != nil {
+		tb.Fatalf("INFO memory: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	tb.Fatal("INFO memory without used_memory")
+	return 0
 }

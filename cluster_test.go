@@ -155,3 +155,44 @@ func TestClusterMasterKilled(t *testing.T) {
 		require.NoError(t, nl.Unlock(ctx))
 	}
 }
+
+// A failover to a replica that never got the lock's key is found at once:
+// the connection to the dead master breaks, every held key is read again,
+// and the new master, which lacks the key, answers as soon as it serves.
+func TestClusterFailoverWithoutTheKeyLosesAtOnce(t *testing.T) {
+	e := ownCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder := e.client(t) // the default watchdog lease: renewals every 10 s
+	m := holder.Mutex("failover-without-key")
+	master, replica := slotOwner(t, e.cluster, m.keys.lock)
+	// The replica misses the lock: its link to the master is cut while it
+	// is paused (so that it cannot come back), the lock is taken, and the
+	// master dies before the replica resumes.
+	require.NoError(t, replica.Pause())
+	mustDo(t, master, "CLIENT", "KILL", "TYPE", "replica")
+	l, err := m.Lock(ctx)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // tracked
+	require.NoError(t, master.Kill())
+	require.NoError(t, replica.Resume())
+	mustDo(t, replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+	var serving time.Time
+	eventually(t, 30*time.Second, func() bool {
+		role, err := replica.Do("ROLE")
+		if err == nil && strings.HasPrefix(role, "master") {
+			serving = time.Now()
+			return true
+		}
+		return false
+	}, "replica not promoted")
+	select {
+	case <-l.Lost():
+		t.Logf("lost %v after the new master took over: %v", time.Since(serving), l.Err())
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not reported lost 5s after the new master took over")
+	}
+	require.ErrorIs(t, l.Err(), ErrExpired)
+	_, err = replica.Do("EXISTS", m.keys.lock)
+	require.NoError(t, err)
+}

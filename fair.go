@@ -53,6 +53,7 @@ var fairAcquireScript = newScript(preludeLua + fairAcquireLua)
 // holders are (the keys have the same shapes); only acquisitions differ.
 var fairKind = &leaseKind{
 	primitive:  "fair",
+	tracked:    true,
 	renew:      renewScript,
 	release:    releaseScript,
 	releaseAll: mutexKind.releaseAll,

@@ -102,7 +102,7 @@ func TestMutexCancellationsLeaveNothing(t *testing.T) {
 }
 
 // ownServer is a standalone env whose server the test may restart or pause.
-func ownServer(t *testing.T) *env {
+func ownServer(t testing.TB) *env {
 	s := redistest.Standalone(t)
 	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
 }

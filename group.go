@@ -1410,22 +1410,22 @@ func releaseBucket(ctx context.Context, c *Client, ms []*member, timeout time.Du
 	for _, m := range ms {
 		keys = append(keys, m.m.keys.lock, m.m.keys.fence, m.m.keys.queue, m.m.keys.waiters)
 		args = append(args, m.owner, m.hold, m.m.keys.channel)
-		if m.state == memberHeld {
-			h := m.lease.h
-			h.mu.Lock()
-			h.releasing++
-			h.mu.Unlock()
-		}
 	}
-	res, err := groupReleaseScript.exec(ctx, c.rc, keys, args).AsIntSlice()
+	// Counted as in flight until the answers are applied: a renewal
+	// answered in between never reads a released lock as lost.
+	var releasing []*holder
 	for _, m := range ms {
 		if m.state == memberHeld {
-			h := m.lease.h
-			h.mu.Lock()
-			h.releasing--
-			h.mu.Unlock()
+			releasing = append(releasing, m.lease.h)
+			m.lease.h.beginRelease()
 		}
 	}
+	defer func() {
+		for _, h := range releasing {
+			h.endRelease()
+		}
+	}()
+	res, err := groupReleaseScript.exec(ctx, c.rc, keys, args).AsIntSlice()
 	if err == nil && len(res) != len(ms) {
 		err = fmt.Errorf("%d answers for %d locks", len(res), len(ms))
 	}

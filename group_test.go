@@ -1216,6 +1216,6 @@ func TestGroupMetrics(t *testing.T) {
 	eventually(t, 5*time.Second, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.lost[ErrExpired] == 1 && r.lost[l.Err()] == 1
+		return r.lost[ErrForceUnlocked] == 1 && r.lost[l.Err()] == 1
 	}, "losses not reported: %v", r.lost)
 }

@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 var rueidisLingering = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
 	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo"),
+	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
 }
 
 // env is one Redis deployment the tests run against.
@@ -110,11 +111,23 @@ func (e *env) rueidisClient(t testing.TB) rueidis.Client {
 	return rc
 }
 
-// client returns a Client on its own connection; closed at the end of the test.
+// client returns a Client that dials its own connection, as users get it
+// from Dial (LossDetection DetectOnChange); closed at the end of the test.
 func (e *env) client(t testing.TB, opts ...Option) *Client {
 	t.Helper()
-	rc := e.rueidisClient(t)
-	c, err := New(rc, append([]Option{WithLogger(quietLogger())}, opts...)...)
+	c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs}, append([]Option{WithLogger(quietLogger())}, opts...)...)
+	if err != nil {
+		t.Fatalf("connecting to %s redis at %v: %v", e.name, e.addrs, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// renewalClient returns a Client made with New on a rueidis.Client of the
+// test's (LossDetection DetectOnRenewal); closed at the end of the test.
+func (e *env) renewalClient(t testing.TB, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(e.rueidisClient(t), append([]Option{WithLogger(quietLogger())}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -3,7 +3,6 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -70,6 +69,10 @@ type leaseKind struct {
 	releaseAll func(h *holder) rueidis.LuaExec
 	// unlock releases one hold of a holder ("" for all of them).
 	unlock func(ctx context.Context, h *holder, hold string) (releaseState, error)
+	// tracked marks kinds whose key is a lock hash with the holder's owner
+	// id in its field "owner", held by one holder at a time: Redis can tell
+	// the Client when it changes (see tracker).
+	tracked bool
 	// spansClients marks holders whose locks live on several Clients (the
 	// holders of groups): their unlock deals with closed Clients itself, so
 	// Lease.Unlock does not stop at a closed h.c.
@@ -79,6 +82,7 @@ type leaseKind struct {
 // mutexKind is the kind of Mutex holders.
 var mutexKind = &leaseKind{
 	primitive: "mutex",
+	tracked:   true,
 	renew:     renewScript,
 	release:   releaseScript,
 	releaseAll: func(h *holder) rueidis.LuaExec {
@@ -112,6 +116,7 @@ type holder struct {
 	leases    map[*Lease]struct{} // live leases sharing this ownership
 	lastOK    time.Time           // when the last successful acquire or renewal was sent
 	releasing int                 // releases in flight: a renewal that finds the key gone is not a loss
+	doubts    int                 // leases whose last release attempt got no answer: likewise
 	done      bool                // released or lost: no longer renewed
 	err       error               // the loss reason
 	lostAt    time.Time           // when the loss was noticed
@@ -132,7 +137,23 @@ func (h *holder) deadline() time.Time {
 // lose ends the ownership with reason err: Lost closes, every lease's
 // context is cancelled with err as its cause. It reports whether this call
 // ended it.
+//
+// A loss is logged at WARN and counted in Metrics.Lost only when somebody
+// holds a lease of the ownership: not when its only leases were abandoned
+// before anybody received them, and not when its Client closed (Debug).
 func (h *holder) lose(err error) bool {
+	return h.end(err, false)
+}
+
+// runOut ends a fixed lease whose time is up: reported as ErrExpired, but
+// logged at Debug and counted in Metrics.Expired rather than Metrics.Lost,
+// since running out is often what a fixed lease is for.
+func (h *holder) runOut() bool {
+	return h.end(ErrExpired, true)
+}
+
+// end is lose, and runOut when ranOut.
+func (h *holder) end(err error, ranOut bool) bool {
 	h.mu.Lock()
 	if h.done {
 		h.mu.Unlock()
@@ -143,21 +164,54 @@ func (h *holder) lose(err error) bool {
 	h.leases = nil
 	h.mu.Unlock()
 	// Contexts first: whoever sees Lost closed finds their cause set.
+	received := false
 	for l := range leases {
+		received = received || !l.unreceived()
 		l.cancel(err)
 	}
 	h.c.watchdog.remove(h)
-	level := slog.LevelWarn
-	if err == ErrClosed {
-		level = slog.LevelDebug
+	switch {
+	case !received:
+		h.c.log.Debug("redisync: lease ended before anybody received it", "key", h.key, "reason", err)
+	case err == ErrClosed:
+		h.c.log.Debug("redisync: lease lost", "key", h.key, "reason", err)
+	case ranOut:
+		h.c.log.Debug("redisync: fixed lease ran out", "key", h.key)
+	default:
+		h.c.log.Warn("redisync: lease lost", "key", h.key, "reason", err)
 	}
-	h.c.log.Log(context.Background(), level, "redisync: lease lost", "key", h.key, "reason", err)
-	if f := h.c.cfg.metrics.Lost; f != nil {
-		f(h.kind.primitive, h.name, err)
+	switch m := h.c.cfg.metrics; {
+	case !received:
+	case ranOut && m.Expired != nil:
+		m.Expired(h.kind.primitive, h.name)
+	case !ranOut && m.Lost != nil:
+		m.Lost(h.kind.primitive, h.name, err)
 	}
 	// Last: whoever sees Lost closed finds the loss reported everywhere.
 	close(h.lost)
 	return true
+}
+
+// beginRelease counts a release of h in flight: until it ends, a renewal or
+// a check that finds the key gone or taken is no loss.
+func (h *holder) beginRelease() {
+	h.mu.Lock()
+	h.releasing++
+	h.mu.Unlock()
+}
+
+// endRelease ends what beginRelease counted. Call it after the release's
+// outcome was applied (finish, lose), so that an answer about the key that
+// arrives in between never reads a released lock as lost. An ownership
+// that lives on is tracked again: its key changed.
+func (h *holder) endRelease() {
+	h.mu.Lock()
+	h.releasing--
+	alive := !h.done
+	h.mu.Unlock()
+	if alive {
+		h.c.tracker.retrack(h)
+	}
 }
 
 // Lease is one acquisition of a lock. It is safe for concurrent use.
@@ -171,11 +225,34 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 	since  time.Time // when it was granted
 
-	mu          sync.Mutex
-	released    bool
-	failed      error       // why the acquisition failed, or why it was abandoned
-	stopReclaim func() bool // stops Acquire's reclaim of an unreceived lease
-	unsure      time.Time   // when a release whose outcome is unknown was sent
+	mu       sync.Mutex
+	released bool
+	failed   error     // why the acquisition failed, or why it was abandoned
+	unsure   time.Time // when a release whose outcome is unknown was sent
+	// offered is set while Acquire offers the lease and nobody has used it:
+	// if ctx ends first, it is abandoned. The first call of a method that
+	// tells whether it is held (Err, Lost, Unlock, Context, Token) claims
+	// it, under mu, so that a lease seen held is never abandoned after.
+	offered     bool
+	stopReclaim func() bool // stops Acquire's reclaim of an unclaimed lease
+}
+
+// claim marks an offered lease as received. Call it with l.mu held.
+func (l *Lease) claim() {
+	if l.offered {
+		l.offered = false
+		if stop := l.stopReclaim; stop != nil {
+			l.stopReclaim = nil
+			stop()
+		}
+	}
+}
+
+// unreceived reports whether Acquire offered the lease and nobody used it.
+func (l *Lease) unreceived() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.offered
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -230,6 +307,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
 	l.mu.Lock()
+	l.claim()
 	failed, released := l.failed, l.released
 	l.mu.Unlock()
 	switch {
@@ -245,21 +323,28 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if !h.kind.spansClients && h.c.isClosed() {
 		return fmt.Errorf("%w: %w", ErrNotHeld, ErrClosed)
 	}
-	h.mu.Lock()
-	h.releasing++
-	h.mu.Unlock()
+	h.beginRelease()
+	defer h.endRelease()
 	sent := time.Now()
 	st, err := h.kind.unlock(ctx, h, l.hold)
-	h.mu.Lock()
-	h.releasing--
-	lostAt := h.lostAt
-	h.mu.Unlock()
 	l.mu.Lock()
 	unsure := l.unsure
-	if err != nil && unsure.IsZero() {
+	switch {
+	case err != nil && unsure.IsZero():
 		l.unsure = sent
+	case err == nil && !unsure.IsZero():
+		l.unsure = time.Time{}
 	}
 	l.mu.Unlock()
+	h.mu.Lock()
+	lostAt := h.lostAt
+	switch {
+	case err != nil && unsure.IsZero():
+		h.doubts++
+	case err == nil && !unsure.IsZero():
+		h.doubts--
+	}
+	h.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -292,12 +377,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 func (l *Lease) end(reason error) {
 	l.mu.Lock()
 	l.released = true
-	stop := l.stopReclaim
-	l.stopReclaim = nil
+	l.claim()
 	l.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
 	h := l.h
 	h.mu.Lock()
 	delete(h.leases, l)
@@ -341,6 +422,7 @@ func (l *Lease) Lost() <-chan struct{} {
 		return closedChan
 	}
 	l.mu.Lock()
+	l.claim()
 	failed := l.failed
 	l.mu.Unlock()
 	if failed != nil {
@@ -357,6 +439,7 @@ func (l *Lease) Err() error {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
 	}
 	l.mu.Lock()
+	l.claim()
 	failed, released := l.failed, l.released
 	l.mu.Unlock()
 	switch {
@@ -381,6 +464,9 @@ func (l *Lease) Context() context.Context {
 	if l == nil || l.ctx == nil {
 		return failedLease(ErrNotHeld).ctx
 	}
+	l.mu.Lock()
+	l.claim()
+	l.mu.Unlock()
 	return l.ctx
 }
 
@@ -393,6 +479,9 @@ func (l *Lease) Token() uint64 {
 	if l == nil || l.h == nil {
 		return 0
 	}
+	l.mu.Lock()
+	l.claim()
+	l.mu.Unlock()
 	return l.h.token
 }
 
@@ -405,19 +494,32 @@ func (l *Lease) Name() string {
 	return l.h.name
 }
 
-// abandon releases a lease that its acquirer will not get: Acquire
-// delivered it but nobody received it before ctx ended, or ctx ended as it
-// was granted. The lease reports err.
-func (l *Lease) abandon(err error) {
+// abandon releases a lease that its acquirer will not get, because ctx
+// ended as it was granted. The lease reports err. It does nothing to a
+// lease already released or failed.
+func (l *Lease) abandon(err error) { l.giveBack(err, false) }
+
+// reclaim abandons a lease Acquire offered, if nobody claimed it: its ctx
+// ended first.
+func (l *Lease) reclaim(err error) { l.giveBack(err, true) }
+
+func (l *Lease) giveBack(err error, onlyOffered bool) {
 	l.mu.Lock()
-	done := l.released || l.failed != nil
+	skip := l.released || l.failed != nil || (onlyOffered && !l.offered)
+	if !skip {
+		// Failed in the same step as no longer offered: a receiver
+		// claiming it from now on finds it failed.
+		l.offered, l.failed = false, err
+	}
 	l.mu.Unlock()
-	if done {
+	if skip {
 		return
 	}
 	h := l.h
 	ctx, cancel := detached(context.Background())
 	defer cancel()
+	h.beginRelease()
+	defer h.endRelease()
 	// Failed first: a late receiver never sees a lease whose hold is
 	// already given back report itself held.
 	l.fail(err)
@@ -426,7 +528,7 @@ func (l *Lease) abandon(err error) {
 	case st == freed:
 		h.finish()
 	case rerr != nil:
-		h.c.log.Error("redisync: release of an abandoned lease failed; it expires with its lease", "key", h.key, "err", rerr)
+		h.c.log.Warn("redisync: release of an abandoned lease failed; it expires with its lease", "key", h.key, "err", rerr)
 		h.mu.Lock()
 		orphan := len(h.leases) == 0
 		h.mu.Unlock()

@@ -14,9 +14,15 @@ type Metrics struct {
 	// Released is called when Unlock releases a lease, with how long it
 	// was held.
 	Released func(primitive, name string, held time.Duration)
-	// Lost is called when a lease is lost, with the reason (ErrExpired,
-	// ErrTakenOver, ErrConnectionLost, ErrClosed).
+	// Lost is called when a lease that somebody received is lost, with the
+	// reason (ErrExpired, ErrForceUnlocked, ErrTakenOver,
+	// ErrConnectionLost, ErrClosed). A fixed lease that runs out is counted
+	// by Expired instead.
 	Lost func(primitive, name string, reason error)
+	// Expired is called when a fixed lease (WithFixedLease) that somebody
+	// received runs out before it was released: the lease reports
+	// ErrExpired, but running out is often the intent of a fixed lease.
+	Expired func(primitive, name string)
 	// Renewed is called after each batch the watchdog sends, with the
 	// number of leases in it and the error when it failed.
 	Renewed func(leases int, err error)

@@ -417,9 +417,11 @@ func parseMutexState(res []rueidis.RedisMessage) MutexState {
 
 // ForceUnlock deletes the lock whoever holds it and hands it to the first
 // waiter of its queue, as a release does. It reports whether the mutex was
-// locked. The holder's lease reports
-// ErrExpired at its next renewal, within a third of the watchdog lease. For
-// operators: a holder that is alive loses mutual exclusion.
+// locked. The holder's lease reports ErrForceUnlocked (which matches
+// ErrExpired): about one round trip later when its Client's LossDetection
+// is DetectOnChange, at its next renewal (within a third of the watchdog
+// lease) otherwise. For operators: a holder that is alive loses mutual
+// exclusion.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err

@@ -90,9 +90,15 @@ var (
 var (
 	// ErrReleased: the lease was released by Unlock.
 	ErrReleased = errors.New("redisync: lease released")
-	// ErrExpired: the lock's key expired or was deleted (ForceUnlock, a
-	// flush, a restart of a Redis server without persistence).
+	// ErrExpired: the lock's key expired or was deleted (a DEL, a flush, a
+	// restart of a Redis server without persistence, a failover to a
+	// replica that never got the key).
 	ErrExpired = errors.New("redisync: lease expired or lock deleted")
+	// ErrForceUnlocked: an operator removed the lock (ForceUnlock, or
+	// "redisync unlock --force") while the lease held it. It matches
+	// ErrExpired too. Mutex, FairMutex and Group and Quorum members report
+	// it; other primitives report a forced unlock as ErrExpired.
+	ErrForceUnlocked error = forceUnlocked{}
 	// ErrTakenOver: the lock's key is held by another owner (it expired and
 	// someone acquired it) or was overwritten.
 	ErrTakenOver = errors.New("redisync: lock taken over by another owner")
@@ -102,6 +108,13 @@ var (
 	// tenth of the lease.
 	ErrConnectionLost = errors.New("redisync: connection lost before the lease could be renewed")
 )
+
+// forceUnlocked is ErrForceUnlocked: its own reason, and ErrExpired for
+// code written before it existed.
+type forceUnlocked struct{}
+
+func (forceUnlocked) Error() string        { return "redisync: lock force-unlocked" }
+func (forceUnlocked) Is(target error) bool { return target == ErrExpired }
 
 const (
 	defaultWatchdogLease  = 30 * time.Second
@@ -190,6 +203,7 @@ type Client struct {
 
 	notify   *notifier
 	watchdog *watchdog
+	tracker  *tracker
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -198,7 +212,17 @@ type Client struct {
 
 // New returns a Client that uses rc for every command. rc stays the
 // caller's: Close does not close it. New sends nothing to Redis.
+//
+// Its LossDetection is DetectOnRenewal: rc does not tell the Client when a
+// key changes. Dial gives a Client that learns of a lost lock within about
+// a round trip.
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
+	return newClient(rc, nil, opts)
+}
+
+// newClient makes a Client on rc; invalidations, when not nil, is where
+// rc's OnInvalidations hook sends what it receives.
+func newClient(rc rueidis.Client, invalidations *invalidationHook, opts []Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
 	}
@@ -235,23 +259,56 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	c.log = cfg.logger.With("redisync.client", c.id)
 	c.notify = newNotifier(c)
 	c.watchdog = newWatchdog(c)
+	c.tracker = newTracker(c, invalidations != nil)
+	if invalidations != nil {
+		invalidations.set(c.tracker.invalidated)
+	}
 	return c, nil
 }
 
 // Dial connects to Redis with opt and returns a Client that owns the
 // connection: Close closes it too.
+//
+// Unless opt.DisableCache is set, the Client's LossDetection is
+// DetectOnChange: it installs an OnInvalidations hook (calling opt's own
+// hook, if any, as well) and tracks the keys of the locks it holds with
+// rueidis' client-side caching, so that a lock deleted or taken over
+// behind its holder is reported lost about one round trip later.
 func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
+	var hook *invalidationHook
+	if !opt.DisableCache {
+		hook = &invalidationHook{user: opt.OnInvalidations}
+		opt.OnInvalidations = hook.call
+	}
 	rc, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, err
 	}
-	c, err := New(rc, opts...)
+	c, err := newClient(rc, hook, opts)
 	if err != nil {
 		rc.Close()
 		return nil, err
 	}
 	c.ownsRC = true
 	return c, nil
+}
+
+// invalidationHook passes the invalidations of a rueidis.Client to the
+// Client made on it, which exists only after the rueidis.Client does.
+type invalidationHook struct {
+	user func([]rueidis.RedisMessage)
+	to   atomic.Pointer[func([]rueidis.RedisMessage)]
+}
+
+func (h *invalidationHook) set(f func([]rueidis.RedisMessage)) { h.to.Store(&f) }
+
+func (h *invalidationHook) call(keys []rueidis.RedisMessage) {
+	if f := h.to.Load(); f != nil {
+		(*f)(keys)
+	}
+	if h.user != nil {
+		h.user(keys)
+	}
 }
 
 // ID returns the client's random id, the first part of every owner id it
@@ -276,6 +333,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		c.watchdog.close()
+		c.tracker.close()
 		c.waiters.Wait()
 		c.notify.close()
 		if c.ownsRC {

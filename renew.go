@@ -65,6 +65,7 @@ func (w *watchdog) add(h *holder) {
 	case w.kick <- struct{}{}:
 	default:
 	}
+	w.c.tracker.add(h)
 }
 
 // remove unregisters a holder: it is never renewed again.
@@ -72,6 +73,7 @@ func (w *watchdog) remove(h *holder) {
 	w.mu.Lock()
 	delete(w.holders, h)
 	w.mu.Unlock()
+	w.c.tracker.remove(h)
 }
 
 // close stops the loop, reports every live lease lost with ErrClosed and
@@ -191,7 +193,7 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
 		if h.watchdog {
 			h.lose(ErrConnectionLost)
 		} else {
-			h.lose(ErrExpired)
+			h.runOut()
 		}
 	}
 	return wait, any
@@ -202,17 +204,52 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
 // an answer from Redis.
 func (w *watchdog) pass(ctx context.Context, start time.Time, short bool) bool {
 	w.mu.Lock()
-	kinds := make(map[*leaseKind]map[uint16][]*holder)
+	hs := make([]*holder, 0, len(w.holders))
 	soonest := time.Duration(1<<63 - 1)
 	for h := range w.holders {
-		if short {
-			h.mu.Lock()
-			initial := h.initial
-			h.mu.Unlock()
-			if initial == 0 {
-				continue
-			}
+		h.mu.Lock()
+		skip := short && h.initial == 0
+		if !skip {
+			soonest = min(soonest, h.deadline().Sub(start))
 		}
+		h.mu.Unlock()
+		if !skip {
+			hs = append(hs, h)
+		}
+	}
+	w.mu.Unlock()
+	// A pass never outlives the first deadline, so that loss is reported on
+	// time even when Redis does not answer.
+	ctx, cancel := context.WithTimeout(ctx, max(min(w.period, soonest), 10*time.Millisecond))
+	defer cancel()
+	ok := true
+	for kind, slots := range w.bySlot(hs) {
+		if _, unanswered := w.renew(ctx, kind, slots, start, false); len(unanswered) > 0 {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// check asks Redis whether each holder still holds its lock, renewing
+// nothing, and applies the answers as a pass does: a lock gone or taken is
+// a loss. It returns the holders found holding their lock, and those Redis
+// did not answer for.
+func (w *watchdog) check(ctx context.Context, hs []*holder) (held, unanswered []*holder) {
+	start := time.Now()
+	for kind, slots := range w.bySlot(hs) {
+		h, u := w.renew(ctx, kind, slots, start, true)
+		held = append(held, h...)
+		unanswered = append(unanswered, u...)
+	}
+	return held, unanswered
+}
+
+// bySlot groups holders by kind and cluster slot, as renewal scripts take
+// them.
+func (w *watchdog) bySlot(hs []*holder) map[*leaseKind]map[uint16][]*holder {
+	kinds := make(map[*leaseKind]map[uint16][]*holder)
+	for _, h := range hs {
 		var slot uint16
 		if w.c.cluster {
 			slot = slotHash(h.key)
@@ -221,27 +258,15 @@ func (w *watchdog) pass(ctx context.Context, start time.Time, short bool) bool {
 			kinds[h.kind] = make(map[uint16][]*holder)
 		}
 		kinds[h.kind][slot] = append(kinds[h.kind][slot], h)
-		h.mu.Lock()
-		soonest = min(soonest, h.deadline().Sub(start))
-		h.mu.Unlock()
 	}
-	w.mu.Unlock()
-	// A pass never outlives the first deadline, so that loss is reported on
-	// time even when Redis does not answer.
-	ctx, cancel := context.WithTimeout(ctx, max(min(w.period, soonest), 10*time.Millisecond))
-	defer cancel()
-	ok := true
-	for kind, slots := range kinds {
-		if !w.renew(ctx, kind, slots, start) {
-			ok = false
-		}
-	}
-	return ok
+	return kinds
 }
 
-// renew renews or checks the holders of one kind, in one script run per
-// slot and per renewBatch holders, all sent in one pipeline.
-func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16][]*holder, start time.Time) bool {
+// renew renews (or with check, only checks) the holders of one kind, in one
+// script run per slot and per renewBatch holders, all sent in one pipeline.
+// It returns the holders that hold their lock and those Redis did not
+// answer for.
+func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16][]*holder, start time.Time, check bool) (held, unanswered []*holder) {
 	var batch []rueidis.LuaExec
 	var members [][]*holder
 	for _, hs := range slots {
@@ -253,7 +278,7 @@ func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16]
 			for i, h := range chunk {
 				e.Keys[i] = h.key
 				lease := "0"
-				if h.watchdog {
+				if h.watchdog && !check {
 					lease = strconv.FormatInt(h.lease.Milliseconds(), 10)
 				}
 				e.Args = append(e.Args, h.owner, lease)
@@ -262,50 +287,67 @@ func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16]
 			members = append(members, chunk)
 		}
 	}
-	ok := true
 	for i, r := range kind.renew.batch(ctx, w.c.rc, batch) {
 		states, err := r.AsIntSlice()
-		if f := w.c.cfg.metrics.Renewed; f != nil {
+		if f := w.c.cfg.metrics.Renewed; f != nil && !check {
 			f(len(members[i]), err)
 		}
 		if err != nil || len(states) != len(members[i]) {
-			ok = false
+			unanswered = append(unanswered, members[i]...)
 			w.c.log.Warn("redisync: lease renewal failed; retrying", "keys", len(members[i]), "err", err)
 			continue
 		}
 		for j, h := range members[i] {
-			w.settle(h, states[j], start)
+			if w.settle(ctx, h, states[j], start, check) {
+				held = append(held, h)
+			}
 		}
 	}
-	return ok
+	return held, unanswered
 }
 
-// settle applies one renewal answer to a holder.
-func (w *watchdog) settle(h *holder, state int64, sent time.Time) {
+// settle applies one renewal (or check) answer to a holder, and reports
+// whether the holder holds its lock.
+func (w *watchdog) settle(ctx context.Context, h *holder, state int64, sent time.Time, check bool) bool {
 	h.mu.Lock()
 	if h.done {
 		h.mu.Unlock()
-		return
+		return false
 	}
 	if state == 1 {
-		if h.watchdog {
+		if h.watchdog && !check {
 			h.lastOK = sent
 			h.initial = 0
 		}
 		h.mu.Unlock()
-		return
+		return true
 	}
-	// A release in flight explains a missing key; the next pass looks again.
-	releasing := h.releasing > 0
+	// A release in flight, or one whose answer never came, explains a
+	// missing key; the next pass looks again.
+	releasing := h.releasing > 0 || h.doubts > 0
 	h.mu.Unlock()
 	if releasing {
-		return
+		return false
 	}
-	if state == 0 {
+	switch {
+	case w.forced(ctx, h):
+		h.lose(ErrForceUnlocked)
+	case state == 0:
 		h.lose(ErrExpired)
-	} else {
+	default:
 		h.lose(ErrTakenOver)
 	}
+	return false
+}
+
+// forced reports whether a lock found gone was force-unlocked while h held
+// it: ForceUnlock leaves the owner it removed in the fence hash.
+func (w *watchdog) forced(ctx context.Context, h *holder) bool {
+	if h.keys.fence == "" {
+		return false
+	}
+	owner, err := w.c.rc.Do(ctx, w.c.rc.B().Hget().Key(h.keys.fence).Field("f").Build()).ToString()
+	return err == nil && owner == h.owner
 }
 
 // slotHash is the Redis Cluster slot of a key: CRC16 (XMODEM) of its hash

@@ -70,6 +70,7 @@ var rwReadKind = &leaseKind{
 // as a Mutex lock, so it renews the same way.
 var rwWriteKind = &leaseKind{
 	primitive: "rwmutex.write",
+	tracked:   true,
 	renew:     renewScript,
 	release:   rwUnlockScript,
 	releaseAll: func(h *holder) rueidis.LuaExec {

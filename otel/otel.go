@@ -76,6 +76,8 @@ func Metrics(mp metric.MeterProvider) (redisync.Metrics, error) {
 
 func reasonName(err error) string {
 	switch {
+	case errors.Is(err, redisync.ErrForceUnlocked):
+		return "force_unlocked"
 	case errors.Is(err, redisync.ErrExpired):
 		return "expired"
 	case errors.Is(err, redisync.ErrTakenOver):

@@ -81,7 +81,7 @@ func TestMetrics(t *testing.T) {
 	}
 	require.EqualValues(t, 2, sum("redisync.acquisitions", attribute.String("redisync.primitive", "mutex")))
 	require.EqualValues(t, 1, sum("redisync.acquisitions", attribute.String("redisync.primitive", "fair")))
-	require.EqualValues(t, 1, sum("redisync.lease.losses", attribute.String("redisync.reason", "expired")))
+	require.EqualValues(t, 1, sum("redisync.lease.losses", attribute.String("redisync.reason", "force_unlocked")))
 	require.Positive(t, sum("redisync.renewals", attribute.String("redisync.outcome", "ok")))
 	h, ok := got["redisync.hold.duration"].(metricdata.Histogram[float64])
 	require.True(t, ok)

@@ -481,6 +481,7 @@ func errName(err error) string {
 		err  error
 		name string
 	}{
+		{redisync.ErrForceUnlocked, "ErrForceUnlocked"},
 		{redisync.ErrExpired, "ErrExpired"},
 		{redisync.ErrTakenOver, "ErrTakenOver"},
 		{redisync.ErrConnectionLost, "ErrConnectionLost"},

@@ -41,7 +41,7 @@ func TestCLI(t *testing.T) {
 
 		// Phase 2: worker-4 has the short lease and loses it.
 		require.Regexp(t, `(?m)^ *[0-9.]+ms  operator  unlocked  "demo:orders" by force`, stdout)
-		require.Regexp(t, `(?m)^ *[0-9.]+ms  worker-4  lost      reason: redisync: lease expired or lock deleted \(ErrExpired\)  \(detected [0-9.]+ms after the force-unlock\)$`, stdout)
+		require.Regexp(t, `(?m)^ *[0-9.]+ms  worker-4  lost      reason: redisync: lock force-unlocked \(ErrForceUnlocked\)  \(detected [0-9.]+ms after the force-unlock\)$`, stdout)
 		require.Contains(t, stdout, "a fenced write with the old token would be rejected")
 		m := regexp.MustCompile(`token ([0-9]+) \(worker-1\) > ([0-9]+) \(worker-4, lost\)`).FindStringSubmatch(stdout)
 		require.NotNil(t, m, stdout)

@@ -20,11 +20,13 @@ var unlockCommand = &command{
 	summary:  "break a lock whoever holds it (ForceUnlock), after confirmation",
 	help: `
 Breaks the lock NAME whoever holds it, as ForceUnlock does: the lock's key
-is deleted and its waiters are woken. The holder is not told at once: its
-lease reports ErrExpired (its Lost channel is closed) at its next renewal,
-within a third of its watchdog lease, and until then it believes it still
-holds the lock. Use it for a lock whose holder is gone or stuck, and rely on
-fencing tokens to keep a holder that is alive from writing late.
+is deleted and its waiters are woken. The holder's lease reports
+ErrForceUnlocked (its Lost channel is closed): about one round trip later
+when its Client learns of changes to its keys (a Client from Dial), at its
+next renewal, within a third of its watchdog lease, otherwise (a Client made
+with New); until then it believes it still holds the lock. Use it for a lock
+whose holder is gone or stuck, and rely on fencing tokens to keep a holder
+that is alive from writing late.
 
 --force is required. Without --kind, every kind of lock held under NAME is
 broken: the Mutex, the FairMutex (its queue stays) and the RWMutex (the
@@ -140,7 +142,7 @@ func (u *unlocker) run(ctx context.Context) error {
 			fmt.Fprintf(u.out, "%s %s was released meanwhile: nothing to unlock\n", k.title(), strconv.Quote(u.name))
 		}
 	}
-	fmt.Fprintln(u.out, "the holders' leases report ErrExpired at their next renewal, within a third of their watchdog lease")
+	fmt.Fprintln(u.out, "the holders' leases report ErrForceUnlocked: within milliseconds for Clients that learn of changes to their keys, at their next renewal otherwise")
 	return nil
 }
 

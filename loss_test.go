@@ -1,0 +1,254 @@
+package redisync
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLossDetectionMode(t *testing.T) {
+	e := standaloneEnv(t)
+	require.Equal(t, DetectOnChange, e.client(t).LossDetection())
+	require.Equal(t, DetectOnRenewal, e.renewalClient(t).LossDetection())
+	c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithLogger(quietLogger()))
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, DetectOnRenewal, c.LossDetection())
+	require.Equal(t, "on change", DetectOnChange.String())
+	require.Equal(t, DetectOnRenewal, (*Client)(nil).LossDetection())
+}
+
+// lostWithin waits for l's loss, at most d, and returns how long it took
+// from since.
+func lostWithin(t *testing.T, l *Lease, since time.Time, d time.Duration) time.Duration {
+	t.Helper()
+	select {
+	case <-l.Lost():
+		return time.Since(since)
+	case <-time.After(d):
+		t.Fatalf("Lost not closed %v after the change", d)
+		return 0
+	}
+}
+
+// TestLostSoonAfterKeyChanges: with the default watchdog lease (renewals
+// every 10 s), a held lock deleted, overwritten or force-unlocked behind its
+// holder is reported lost at once, with its reason.
+func TestLostSoonAfterKeyChanges(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		admin := e.rueidisClient(t)
+		other := e.client(t)
+		for _, tc := range []struct {
+			name   string
+			change func(m *Mutex) error
+			reason error
+		}{
+			{"deleted", func(m *Mutex) error { return admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error() }, ErrExpired},
+			{"overwritten", func(m *Mutex) error {
+				return admin.Do(ctx, admin.B().Hset().Key(m.keys.lock).FieldValue().FieldValue("owner", "someone:1").Build()).Error()
+			}, ErrTakenOver},
+			{"force-unlocked", func(m *Mutex) error { _, err := other.Mutex(m.name).ForceUnlock(ctx); return err }, ErrForceUnlocked},
+			{"flushed", func(m *Mutex) error { return admin.Do(ctx, admin.B().Flushall().Build()).Error() }, ErrExpired},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.name == "flushed" && e.cluster != nil {
+					t.Log("FLUSHALL on the node of the key")
+				}
+				m := c.Mutex(t.Name())
+				var took []time.Duration
+				for range 5 {
+					l, err := m.Lock(ctx)
+					require.NoError(t, err)
+					time.Sleep(50 * time.Millisecond) // held a while: tracked
+					start := time.Now()
+					if tc.name == "flushed" && e.cluster != nil {
+						master, _ := slotOwner(t, e.cluster, m.keys.lock)
+						_, err = master.Do("FLUSHALL")
+					} else {
+						err = tc.change(m)
+					}
+					require.NoError(t, err)
+					took = append(took, lostWithin(t, l, start, 2*time.Second))
+					require.ErrorIs(t, l.Err(), tc.reason)
+					require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+					admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build())
+				}
+				slices.Sort(took)
+				t.Logf("Lost after %v (median %v, max %v)", took, took[len(took)/2], took[len(took)-1])
+			})
+		}
+	})
+}
+
+// TestForceUnlockedMatchesExpired: code that checks ErrExpired keeps
+// working for a forced unlock.
+func TestForceUnlockedMatchesExpired(t *testing.T) {
+	require.ErrorIs(t, ErrForceUnlocked, ErrExpired)
+	require.ErrorIs(t, ErrForceUnlocked, ErrForceUnlocked)
+	require.NotErrorIs(t, ErrExpired, ErrForceUnlocked)
+	require.Equal(t, "redisync: lock force-unlocked", ErrForceUnlocked.Error())
+}
+
+// TestLostSoonAfterChangeInFirstMoments: a lock changed before its key was
+// first read for tracking is reported lost by that read.
+func TestLostSoonAfterChangeInFirstMoments(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		admin := e.rueidisClient(t)
+		m := c.Mutex(t.Name())
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		start := time.Now()
+		require.NoError(t, admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error())
+		took := lostWithin(t, l, start, 2*time.Second)
+		require.ErrorIs(t, l.Err(), ErrExpired)
+		t.Logf("lost %v after a DEL right after Lock", took)
+	})
+}
+
+// TestLostSoonAfterRestartWithoutData: a server that comes back empty (no
+// persistence) is checked as soon as it answers: the lease is lost with
+// ErrExpired long before the watchdog's next renewal.
+func TestLostSoonAfterRestartWithoutData(t *testing.T) {
+	e := ownServer(t)
+	ctx := context.Background()
+	c := e.client(t)
+	l, err := c.Mutex(t.Name()).Lock(ctx)
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, e.server.Restart())
+	up := time.Now()
+	took := lostWithin(t, l, up, 3*time.Second)
+	require.ErrorIs(t, l.Err(), ErrExpired)
+	t.Logf("lost %v after the server was back", took)
+}
+
+// TestRenewalModeFindsLossOnRenewal: a Client made with New still reports a
+// deleted lock, at its next renewal.
+func TestRenewalModeFindsLossOnRenewal(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.renewalClient(t, WithWatchdogLease(600*time.Millisecond))
+		m := c.Mutex(t.Name())
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		_, err = m.ForceUnlock(ctx)
+		require.NoError(t, err)
+		lostWithin(t, l, time.Now(), 5*time.Second)
+		require.ErrorIs(t, l.Err(), ErrForceUnlocked)
+	})
+}
+
+// countingHandler counts the WARN lines that report a lost lease.
+type countingHandler struct {
+	slog.Handler
+	lost *atomic.Int64
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && strings.Contains(r.Message, "lease lost") {
+		h.lost.Add(1)
+	}
+	return nil
+}
+
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestNoFalseLoss hands one Mutex between 8 Clients, each holder unlocking
+// at once and some acquisitions cancelled by short deadlines (Lock and
+// Acquire). Nothing is ever lost there: no lease released by a successful
+// Unlock reports a loss, no lease received from Acquire with a nil Err is
+// released under its receiver, and nothing is logged at WARN or counted as
+// lost.
+func TestNoFalseLoss(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		total := soak(10000, 100000)
+		var warned, counted atomic.Int64
+		log := slog.New(countingHandler{slog.Default().Handler(), &warned})
+		metrics := Metrics{Lost: func(string, string, error) { counted.Add(1) }}
+		var clients []*Client
+		for range 8 {
+			clients = append(clients, e.client(t, WithLogger(log), WithMetrics(metrics)))
+		}
+		name := t.Name()
+		var left atomic.Int64
+		left.Store(int64(total))
+		var (
+			mu       sync.Mutex
+			released []*Lease
+			errs     []error
+		)
+		fail := func(err error) {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+		var wg sync.WaitGroup
+		for i := range 16 {
+			c := clients[i%len(clients)]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := c.Mutex(name)
+				for left.Add(-1) >= 0 {
+					timeout := time.Hour
+					if rand.IntN(4) == 0 {
+						timeout = time.Duration(rand.IntN(3000)) * time.Microsecond
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), timeout)
+					var l *Lease
+					if rand.IntN(2) == 0 {
+						l, _ = m.Lock(ctx)
+					} else {
+						select {
+						case l = <-m.Acquire(ctx):
+						case <-ctx.Done():
+						}
+					}
+					cancel()
+					if l == nil || l.Err() != nil {
+						continue
+					}
+					if err := l.Unlock(context.Background()); err != nil {
+						fail(err)
+						continue
+					}
+					mu.Lock()
+					released = append(released, l)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		require.Empty(t, errs, "a lease received held could not be released")
+		// Late answers (renewals, tracking reads) have had time to arrive.
+		time.Sleep(300 * time.Millisecond)
+		falseLosses := 0
+		for _, l := range released {
+			select {
+			case <-l.Lost():
+				falseLosses++
+				t.Logf("released lease reports %v", l.Err())
+			default:
+			}
+		}
+		t.Logf("%d attempts, %d acquired and released", total, len(released))
+		require.NotZero(t, len(released))
+		require.Zero(t, falseLosses, "released leases reported lost")
+		require.Zero(t, warned.Load(), "lease lost logged at WARN")
+		require.Zero(t, counted.Load(), "losses counted in Metrics.Lost")
+	})
+}

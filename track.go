@@ -1,0 +1,339 @@
+package redisync
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// LossDetection is how a Client learns that a lock it holds was lost.
+type LossDetection int
+
+const (
+	// DetectOnRenewal: the watchdog finds a lost lock at its next pass,
+	// every third of the watchdog lease (fixed leases are checked at the
+	// same passes), and a lease whose renewals fail is reported lost a
+	// tenth of its lease before it could expire. A Client made with New has
+	// this mode: the rueidis.Client it is given does not tell it about
+	// changes to keys.
+	DetectOnRenewal LossDetection = iota
+	// DetectOnChange: in addition, Redis tells the Client when the key of
+	// a lock it holds changes (server-assisted client-side caching: the
+	// Client reads each key it holds once, and Redis sends an invalidation
+	// when it is modified, deleted, expired or flushed, or when the
+	// connection that read it breaks). The Client then checks the key at
+	// once: a lock deleted, force-unlocked or taken over behind its holder
+	// is reported lost about one round trip after the change, and after a
+	// failover every held lock is checked as soon as the new primary
+	// answers. Dial gives a Client this mode unless the ClientOption
+	// disables client-side caching. It covers Mutex, FairMutex, the write
+	// lock of RWMutex, and the members of Groups and Quorums; read locks and
+	// Semaphore permits, whose keys are shared by every holder, are found
+	// lost on renewal.
+	DetectOnChange
+)
+
+// String returns "on renewal" or "on change".
+func (d LossDetection) String() string {
+	if d == DetectOnChange {
+		return "on change"
+	}
+	return "on renewal"
+}
+
+// LossDetection tells how the Client learns that a lock it holds was lost.
+func (c *Client) LossDetection() LossDetection {
+	if c != nil && c.tracker != nil && c.tracker.on {
+		return DetectOnChange
+	}
+	return DetectOnRenewal
+}
+
+const (
+	// trackDelay is how long a lock is held before its key is read for
+	// tracking: locks released sooner cost nothing, and a change in the
+	// meantime is found by that read.
+	trackDelay = 20 * time.Millisecond
+	// trackRetry is the first pause after a tracking read that failed; it
+	// doubles up to trackRetryMax, with jitter.
+	trackRetry    = 20 * time.Millisecond
+	trackRetryMax = 250 * time.Millisecond
+	// trackCacheTTL bounds how long rueidis keeps a tracked value in its
+	// client-side cache; tracking on the server outlives it.
+	trackCacheTTL = time.Hour
+)
+
+// tracker asks Redis to tell the Client when the key of a held lock
+// changes, and checks such a key at once. It reads each key once with
+// CLIENT CACHING YES and HGET owner (rueidis DoMultiCache): the read both
+// registers the key for invalidation and says whether the holder still
+// owns it. Every invalidation of a held key (the Client's own renewals and
+// releases included: tracking is per connection, and rueidis spreads
+// commands over several) leads to a new read; a read that does not find the
+// holder's owner id leads to the watchdog's check, which decides. One
+// goroutine, running only while something is to be read.
+type tracker struct {
+	c  *Client
+	on bool
+
+	mu      sync.Mutex
+	keys    map[string][]*holder // tracked holders, by key
+	pending []pendingTrack       // first reads, in time order
+	dirty   map[string]struct{}  // keys invalidated since their last read
+	all     bool                 // every key invalidated
+	running bool
+	closed  bool
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type pendingTrack struct {
+	h  *holder
+	at time.Time
+}
+
+func newTracker(c *Client, on bool) *tracker {
+	return &tracker{
+		c: c, on: on,
+		keys:  make(map[string][]*holder),
+		dirty: make(map[string]struct{}),
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+}
+
+// add starts tracking a new holder whose kind can be tracked: its key is
+// read trackDelay from now.
+func (t *tracker) add(h *holder) {
+	if !t.on || !h.kind.tracked {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.keys[h.key] = append(t.keys[h.key], h)
+	t.pending = append(t.pending, pendingTrack{h, time.Now().Add(trackDelay)})
+	t.start()
+}
+
+// remove stops tracking a holder.
+func (t *tracker) remove(h *holder) {
+	if !t.on || !h.kind.tracked {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hs := t.keys[h.key]
+	for i, x := range hs {
+		if x == h {
+			hs = append(hs[:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(t.keys, h.key)
+	} else {
+		t.keys[h.key] = hs
+	}
+}
+
+// retrack reads a holder's key again: the Client changed it, or a check
+// found it held after a read that did not.
+func (t *tracker) retrack(h *holder) {
+	if !t.on || !h.kind.tracked {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.keys[h.key]; ok && !t.closed {
+		t.dirty[h.key] = struct{}{}
+		t.start()
+	}
+}
+
+// invalidated is rueidis' OnInvalidations hook: keys changed, or (nil)
+// every key may have (a flush, a connection that broke). It runs in a
+// connection's reader: it must not block.
+func (t *tracker) invalidated(keys []rueidis.RedisMessage) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || len(t.keys) == 0 {
+		return
+	}
+	if keys == nil {
+		t.all = true
+	}
+	for _, m := range keys {
+		if k, err := m.ToString(); err == nil {
+			if _, ok := t.keys[k]; ok {
+				t.dirty[k] = struct{}{}
+			}
+		}
+	}
+	t.start()
+}
+
+// start runs the loop, or wakes it. Call it with t.mu held.
+func (t *tracker) start() {
+	if !t.running {
+		t.running = true
+		go t.run()
+		return
+	}
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the loop; nothing is tracked afterwards.
+func (t *tracker) close() {
+	t.mu.Lock()
+	t.closed = true
+	running := t.running
+	t.running = true // no loop starts from now on
+	t.mu.Unlock()
+	close(t.stop)
+	if running {
+		<-t.done
+	}
+}
+
+func (t *tracker) run() {
+	defer close(t.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	retry := time.Duration(0)
+	for {
+		hs, next := t.due(time.Now())
+		if len(hs) > 0 {
+			if t.read(hs) {
+				retry = 0
+				continue
+			}
+			retry = min(max(2*retry, trackRetry), trackRetryMax)
+			next = time.Now().Add(retry/2 + rand.N(retry/2+1))
+		}
+		if next.IsZero() {
+			next = time.Now().Add(time.Hour)
+		}
+		timer.Reset(max(time.Until(next), time.Millisecond))
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// due takes the holders whose key is to be read now, and tells when the
+// next first read is due (zero when none).
+func (t *tracker) due(now time.Time) (hs []*holder, next time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := make(map[*holder]bool)
+	take := func(h *holder) {
+		if !seen[h] {
+			seen[h] = true
+			hs = append(hs, h)
+		}
+	}
+	n := 0
+	for ; n < len(t.pending) && !t.pending[n].at.After(now); n++ {
+		take(t.pending[n].h)
+	}
+	t.pending = t.pending[n:]
+	if len(t.pending) > 0 {
+		next = t.pending[0].at
+	}
+	if t.all {
+		t.all = false
+		clear(t.dirty)
+		for _, ks := range t.keys {
+			for _, h := range ks {
+				take(h)
+			}
+		}
+	}
+	for k := range t.dirty {
+		delete(t.dirty, k)
+		for _, h := range t.keys[k] {
+			take(h)
+		}
+	}
+	return hs, next
+}
+
+// read reads the keys of hs for tracking, and has the watchdog check the
+// holders the read does not find owning their key. A holder in the middle
+// of a release is read again when the release ends. It reports whether
+// Redis answered; if not, the holders are read again later.
+func (t *tracker) read(hs []*holder) bool {
+	live := hs[:0]
+	for _, h := range hs {
+		h.mu.Lock()
+		skip := h.done || h.releasing > 0
+		h.mu.Unlock()
+		if !skip {
+			live = append(live, h)
+		}
+	}
+	if len(live) == 0 {
+		return true
+	}
+	cmds := make([]rueidis.CacheableTTL, len(live))
+	for i, h := range live {
+		cmd := t.c.rc.B().Hget().Key(h.key).Field("owner").Cache().ToStaticTTL()
+		cmds[i] = rueidis.CT(cmd, trackCacheTTL)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(t.c.watchdog.period, time.Second))
+	defer cancel()
+	var check []*holder
+	var failed []*holder
+	for i, r := range t.c.rc.DoMultiCache(ctx, cmds...) {
+		h := live[i]
+		owner, err := r.ToString()
+		switch {
+		case err == nil && owner == h.owner:
+		case err == nil || rueidis.IsRedisNil(err) || isRedisReply(err):
+			check = append(check, h)
+		default:
+			failed = append(failed, h)
+		}
+	}
+	if len(check) > 0 {
+		held, unanswered := t.c.watchdog.check(ctx, check)
+		failed = append(failed, unanswered...)
+		for _, h := range held {
+			// The read found the key changed, the check held: read again,
+			// as the change may have left it untracked.
+			t.mu.Lock()
+			t.pending = append(t.pending, pendingTrack{h, time.Now().Add(trackDelay)})
+			t.mu.Unlock()
+		}
+	}
+	if len(failed) == 0 {
+		return true
+	}
+	t.mu.Lock()
+	for _, h := range failed {
+		t.dirty[h.key] = struct{}{}
+	}
+	t.mu.Unlock()
+	return false
+}
+
+// isRedisReply reports whether err is a reply from Redis (a key of the
+// wrong type), not a failure to reach it.
+func isRedisReply(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}
