@@ -11,25 +11,38 @@ import (
 	"github.com/redisync/redisync"
 )
 
-// redisyncLocker is one redisync Client on its own rueidis client.
+// redisyncLocker is one redisync Client on its own connection.
 type redisyncLocker struct {
-	rc   rueidis.Client
+	rc   rueidis.Client // nil when the Client dialed it
 	c    *redisync.Client
 	fair bool
 }
 
 func connectRedisync(cfg clientConfig, fair bool) (locker, error) {
-	rc, err := newRueidis(rueidis.ClientOption{InitAddress: []string{cfg.addr}}, cfg.rt)
+	opts := []redisync.Option{
+		redisync.WithPrefix(cfg.prefix),
+		redisync.WithWatchdogLease(cfg.lease),
+		redisync.WithFenceRetention(10 * time.Minute),
+		// Lost leases are what scenario F provokes: log errors only.
+		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	}
+	opt := rueidis.ClientOption{InitAddress: []string{cfg.addr}}
+	if cfg.rt == nil {
+		// As users get it: Dial, which learns of changes to held keys.
+		c, err := redisync.Dial(opt, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &redisyncLocker{c: c, fair: fair}, nil
+	}
+	// Round trips are counted on a rueidis client of our own: New, which
+	// learns of lost locks on renewal (no difference for the cycles
+	// counted, which release their locks before they would be tracked).
+	rc, err := newRueidis(opt, cfg.rt)
 	if err != nil {
 		return nil, err
 	}
-	c, err := redisync.New(rc,
-		redisync.WithPrefix(cfg.prefix),
-		redisync.WithWatchdogLease(cfg.lease),
-		redisync.WithFenceRetention(10*time.Minute),
-		// Lost leases are what scenario F provokes: log errors only.
-		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-	)
+	c, err := redisync.New(rc, opts...)
 	if err != nil {
 		rc.Close()
 		return nil, err
@@ -53,7 +66,9 @@ func (l *redisyncLocker) Lock(ctx context.Context, name string) (*held, error) {
 
 func (l *redisyncLocker) Close() {
 	l.c.Close()
-	l.rc.Close()
+	if l.rc != nil {
+		l.rc.Close()
+	}
 }
 
 func redisyncMutex() *library {
