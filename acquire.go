@@ -71,7 +71,8 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		}
 	}()
 	var lastErr error
-	backoff := 10 * time.Millisecond
+	retry := backoff{first: 10 * time.Millisecond, limit: time.Second}
+	failures := retryLog{log: a.c.log, msg: "redisync: acquire failed"}
 	for {
 		l, wait, err := a.attempt(ctx)
 		if err != nil {
@@ -84,16 +85,16 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 			if once || !transient(err) {
 				return nil, err
 			}
-			a.c.log.Warn("redisync: acquire failed; retrying", "key", a.key, "err", err)
+			failures.failed("key", a.key, "err", err)
 			lastErr = err
-			if _, err := sleep[struct{}](ctx, a.c, nil, nil, backoff); err != nil {
+			if _, err := sleep[struct{}](ctx, a.c, nil, nil, retry.next()); err != nil {
 				a.abandon(ctx)
 				return nil, ctxErr(ctx, lastErr)
 			}
-			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		backoff = 10 * time.Millisecond
+		retry.reset()
+		failures.succeeded("key", a.key)
 		if l != nil {
 			if ctx.Err() != nil {
 				l.abandon(ctx.Err())

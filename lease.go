@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -227,6 +228,7 @@ type Lease struct {
 
 	mu       sync.Mutex
 	released bool
+	detached bool      // released by Detach, not Unlock
 	failed   error     // why the acquisition failed, or why it was abandoned
 	unsure   time.Time // when a release whose outcome is unknown was sent
 	// offered is set while Acquire offers the lease and nobody has used it:
@@ -308,11 +310,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.claim()
-	failed, released := l.failed, l.released
+	failed, released, detached := l.failed, l.released, l.detached
 	l.mu.Unlock()
 	switch {
 	case failed != nil:
 		return fmt.Errorf("%w: %w", ErrNotHeld, failed)
+	case detached:
+		return fmt.Errorf("%w: %w", ErrNotHeld, ErrDetached)
 	case released:
 		return fmt.Errorf("%w: %w", ErrNotHeld, ErrReleased)
 	}
@@ -440,11 +444,13 @@ func (l *Lease) Err() error {
 	}
 	l.mu.Lock()
 	l.claim()
-	failed, released := l.failed, l.released
+	failed, released, detached := l.failed, l.released, l.detached
 	l.mu.Unlock()
 	switch {
 	case failed != nil:
 		return failed
+	case detached:
+		return ErrDetached
 	case released:
 		return ErrReleased
 	case l.h == nil:
@@ -483,6 +489,62 @@ func (l *Lease) Token() uint64 {
 	l.claim()
 	l.mu.Unlock()
 	return l.h.token
+}
+
+// Deadline returns when the lease will be reported lost unless the
+// watchdog renews it first: for a fixed lease, when it runs out (ErrExpired);
+// for a watchdog lease, a moment that every renewal moves forward, so it is
+// far off while Redis answers. It is the holder's view and errs early: it
+// runs from when the command that set the key's expiry was sent, less a
+// tenth of the lease, so Redis expires the key a tenth of the lease later at
+// the earliest (Inspect reads the server's TTL). ok is false when the lease
+// does not hold its lock.
+func (l *Lease) Deadline() (deadline time.Time, ok bool) {
+	if l.Err() != nil {
+		return time.Time{}, false
+	}
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	if l.h.done {
+		return time.Time{}, false
+	}
+	return l.h.deadline(), true
+}
+
+// Detach leaves the lease's hold of the lock to expire in Redis instead of
+// releasing it: the lease ends (Err and context.Cause of Context report
+// ErrDetached; Lost stays open), and, once no other lease of the same
+// ownership (re-entries) is live, the Client stops renewing and checking the
+// lock and does not release it on Close. A fixed lease then runs its
+// course, which is what one run per time slot needs (lock the slot, detach,
+// exit); a watchdog lease expires within the watchdog lease. It returns
+// ErrNotHeld when the lease does not hold its lock, and ErrInvalidArgument
+// for the lease of a Group or Quorum, whose locks are released together.
+func (l *Lease) Detach() error {
+	if err := l.Err(); err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	h := l.h
+	if h.kind.spansClients {
+		return fmt.Errorf("%w: a lease over several locks cannot be detached", ErrInvalidArgument)
+	}
+	l.mu.Lock()
+	l.detached = true
+	l.mu.Unlock()
+	l.end(ErrDetached)
+	h.mu.Lock()
+	rest := len(h.leases)
+	if rest == 0 {
+		h.done = true
+	}
+	h.mu.Unlock()
+	if rest == 0 {
+		h.c.watchdog.remove(h)
+	}
+	return nil
 }
 
 // Name returns the name of the lock the lease is for ("" for a failed

@@ -325,7 +325,7 @@ func (q *queuedLock) releaseAbandoned(ctx context.Context, owner, hold string) {
 	dctx, cancel := detached(ctx)
 	defer cancel()
 	if _, err := q.c.release(dctx, q.keys, owner, hold); err != nil {
-		q.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", q.keys.lock, "err", err)
+		q.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", q.keys.lock, "err", err)
 	}
 }
 

@@ -150,7 +150,8 @@ func (s *subscription) run() {
 	n := s.n
 	defer n.wg.Done()
 	defer close(s.done)
-	backoff := 10 * time.Millisecond
+	retry := backoff{first: 10 * time.Millisecond, limit: time.Second}
+	failures := retryLog{log: n.c.log, msg: "redisync: subscription broken"}
 	for {
 		classic := n.classic.Load()
 		var cmd rueidis.Completed
@@ -178,7 +179,8 @@ func (s *subscription) run() {
 			return
 		}
 		if restarted {
-			backoff = 10 * time.Millisecond
+			retry.reset()
+			failures.succeeded("channel", s.channel)
 			continue
 		}
 		if err != nil && !classic && isUnknownCommand(err) {
@@ -186,17 +188,17 @@ func (s *subscription) run() {
 			continue
 		}
 		if s.confirms.Load() > before {
-			backoff = 10 * time.Millisecond
+			retry.reset()
+			failures.succeeded("channel", s.channel)
 		}
 		if err != nil {
-			n.c.log.Warn("redisync: subscription broken; resubscribing", "channel", s.channel, "err", err)
+			failures.failed("channel", s.channel, "err", err)
 		}
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(retry.next()):
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

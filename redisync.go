@@ -90,6 +90,8 @@ var (
 var (
 	// ErrReleased: the lease was released by Unlock.
 	ErrReleased = errors.New("redisync: lease released")
+	// ErrDetached: the lease was left to expire in Redis by Detach.
+	ErrDetached = errors.New("redisync: lease detached")
 	// ErrExpired: the lock's key expired or was deleted (a DEL, a flush, a
 	// restart of a Redis server without persistence, a failover to a
 	// replica that never got the key).

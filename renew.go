@@ -35,6 +35,9 @@ type watchdog struct {
 	kick chan struct{} // wakes the loop to look at a new holder
 	stop chan struct{}
 	done chan struct{}
+
+	logMu    sync.Mutex
+	failures retryLog // renewal batches that failed
 }
 
 func newWatchdog(c *Client) *watchdog {
@@ -45,6 +48,8 @@ func newWatchdog(c *Client) *watchdog {
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+
+		failures: retryLog{log: c.log, msg: "redisync: lease renewal failed"},
 	}
 }
 
@@ -159,13 +164,13 @@ func (w *watchdog) run() {
 			switch {
 			case r.short && r.ok:
 			case r.short:
-				if retry := time.Now().Add(renewRetry); retry.Before(next) {
+				if retry := time.Now().Add(jitter(renewRetry)); retry.Before(next) {
 					next = retry
 				}
 			case r.ok:
 				next = time.Now().Add(w.period)
 			default:
-				next = time.Now().Add(min(w.period, renewRetry))
+				next = time.Now().Add(jitter(min(w.period, renewRetry)))
 			}
 		}
 	}
@@ -227,6 +232,11 @@ func (w *watchdog) pass(ctx context.Context, start time.Time, short bool) bool {
 		if _, unanswered := w.renew(ctx, kind, slots, start, false); len(unanswered) > 0 {
 			ok = false
 		}
+	}
+	if ok {
+		w.logMu.Lock()
+		w.failures.succeeded()
+		w.logMu.Unlock()
 	}
 	return ok
 }
@@ -294,7 +304,11 @@ func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16]
 		}
 		if err != nil || len(states) != len(members[i]) {
 			unanswered = append(unanswered, members[i]...)
-			w.c.log.Warn("redisync: lease renewal failed; retrying", "keys", len(members[i]), "err", err)
+			if !check {
+				w.logMu.Lock()
+				w.failures.failed("keys", len(members[i]), "err", err)
+				w.logMu.Unlock()
+			}
 			continue
 		}
 		for j, h := range members[i] {

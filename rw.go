@@ -490,7 +490,7 @@ func (m *RWMutex) releaseAbandoned(ctx context.Context, side, owner, hold string
 		_, err = m.c.rwReleaseWrite(dctx, m.keys, owner, hold)
 	}
 	if err != nil && !m.c.isClosed() {
-		m.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", m.keys.lock, "side", side, "err", err)
+		m.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", m.keys.lock, "side", side, "err", err)
 	}
 }
 

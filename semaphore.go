@@ -404,7 +404,7 @@ func (s *Semaphore) releaseAbandoned(ctx context.Context, member string) {
 // release gives back what member may hold or wait for, with ctx as it is.
 func (s *Semaphore) release(ctx context.Context, member string) {
 	if _, err := s.c.semRelease(ctx, s.keys, member); err != nil {
-		s.c.log.Error("redisync: release of an abandoned acquisition failed; it expires with its lease", "key", s.keys.sem, "err", err)
+		s.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", s.keys.sem, "err", err)
 	}
 }
 

@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -58,7 +57,7 @@ const (
 	// meantime is found by that read.
 	trackDelay = 20 * time.Millisecond
 	// trackRetry is the first pause after a tracking read that failed; it
-	// doubles up to trackRetryMax, with jitter.
+	// doubles up to trackRetryMax (see backoff).
 	trackRetry    = 20 * time.Millisecond
 	trackRetryMax = 250 * time.Millisecond
 	// trackCacheTTL bounds how long rueidis keeps a tracked value in its
@@ -210,16 +209,15 @@ func (t *tracker) run() {
 	defer close(t.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	retry := time.Duration(0)
+	retry := backoff{first: trackRetry, limit: trackRetryMax}
 	for {
 		hs, next := t.due(time.Now())
 		if len(hs) > 0 {
 			if t.read(hs) {
-				retry = 0
+				retry.reset()
 				continue
 			}
-			retry = min(max(2*retry, trackRetry), trackRetryMax)
-			next = time.Now().Add(retry/2 + rand.N(retry/2+1))
+			next = time.Now().Add(retry.next())
 		}
 		if next.IsZero() {
 			next = time.Now().Add(time.Hour)

@@ -1,0 +1,209 @@
+package redisync
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// recordingHandler keeps the messages logged at or above a level.
+type recordingHandler struct {
+	level slog.Level
+	mu    *sync.Mutex
+	lines *[]string
+}
+
+func newRecorder(level slog.Level) (*slog.Logger, func() []string) {
+	var mu sync.Mutex
+	var lines []string
+	h := recordingHandler{level: level, mu: &mu, lines: &lines}
+	return slog.New(h), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), lines...)
+	}
+}
+
+func (h recordingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+func (h recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	*h.lines = append(*h.lines, r.Level.String()+" "+r.Message)
+	h.mu.Unlock()
+	return nil
+}
+func (h recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+// matching returns the lines that contain s.
+func matching(lines []string, s string) []string {
+	var out []string
+	for _, l := range lines {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func TestLeaseDeadline(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	before := time.Now()
+	l, err := c.Mutex(t.Name(), WithFixedLease(2*time.Second)).Lock(ctx)
+	require.NoError(t, err)
+	d, ok := l.Deadline()
+	require.True(t, ok)
+	require.WithinRange(t, d, before.Add(1800*time.Millisecond), time.Now().Add(1800*time.Millisecond))
+	st, err := c.Mutex(t.Name()).Inspect(ctx)
+	require.NoError(t, err)
+	require.True(t, time.Now().Add(st.TTL).After(d), "the server's expiry comes after the holder's deadline")
+
+	w, err := c.Mutex(t.Name() + "/watchdog").Lock(ctx)
+	require.NoError(t, err)
+	wd, ok := w.Deadline()
+	require.True(t, ok)
+	require.True(t, wd.After(time.Now().Add(20*time.Second)), "a watchdog lease of 30s")
+
+	require.NoError(t, l.Unlock(ctx))
+	_, ok = l.Deadline()
+	require.False(t, ok)
+	require.NoError(t, w.Unlock(ctx))
+	_, ok = (*Lease)(nil).Deadline()
+	require.False(t, ok)
+}
+
+// TestLeaseDetach: one run per time slot: lock the slot with a fixed
+// lease, detach, close the Client; the lock stays until its lease runs out.
+func TestLeaseDetach(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var lost, expired atomic.Int64
+		m := Metrics{Lost: func(string, string, error) { lost.Add(1) }, Expired: func(string, string) { expired.Add(1) }}
+		c := e.client(t, WithMetrics(m))
+		slot := c.Mutex(t.Name(), WithFixedLease(time.Second))
+		l, err := slot.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Detach())
+		require.ErrorIs(t, l.Err(), ErrDetached)
+		require.ErrorIs(t, context.Cause(l.Context()), ErrDetached)
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, l.Detach(), ErrNotHeld)
+		require.NoError(t, c.Close())
+		select {
+		case <-l.Lost():
+			t.Fatal("a detached lease is not lost")
+		default:
+		}
+
+		other := e.client(t)
+		st, err := other.Mutex(t.Name()).Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked, "Close left the detached lock alone")
+		_, err = other.Mutex(t.Name()).TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		eventually(t, 3*time.Second, func() bool {
+			l, err := other.Mutex(t.Name()).TryLock(ctx)
+			if err != nil {
+				return false
+			}
+			require.NoError(t, l.Unlock(ctx))
+			return true
+		}, "the detached lock did not expire")
+		require.Zero(t, lost.Load())
+		require.Zero(t, expired.Load())
+
+		require.ErrorIs(t, (*Lease)(nil).Detach(), ErrNotHeld)
+		gc := e.client(t)
+		gl, err := NewGroup(gc.Mutex(t.Name()+"/a"), gc.Mutex(t.Name()+"/b")).Lock(ctx)
+		require.NoError(t, err)
+		require.ErrorIs(t, gl.Detach(), ErrInvalidArgument)
+		require.NoError(t, gl.Unlock(ctx))
+	})
+}
+
+// TestFixedLeaseRunsOutQuietly: a fixed lease that runs out is reported on
+// Lost and Err, logged at Debug and counted by Metrics.Expired, not Lost.
+func TestFixedLeaseRunsOutQuietly(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := context.Background()
+	var lost, expired atomic.Int64
+	m := Metrics{Lost: func(string, string, error) { lost.Add(1) }, Expired: func(string, string) { expired.Add(1) }}
+	log, lines := newRecorder(slog.LevelDebug)
+	c := e.client(t, WithMetrics(m), WithLogger(log))
+	l, err := c.Mutex(t.Name(), WithFixedLease(300*time.Millisecond)).Lock(ctx)
+	require.NoError(t, err)
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("fixed lease not reported run out")
+	}
+	require.ErrorIs(t, l.Err(), ErrExpired)
+	require.EqualValues(t, 1, expired.Load())
+	require.Zero(t, lost.Load())
+	require.Len(t, matching(lines(), "DEBUG redisync: fixed lease ran out"), 1, "%v", lines())
+	require.Empty(t, matching(lines(), "WARN"), "%v", lines())
+}
+
+// TestUnreceivedAcquireIsLogged: a Lease Acquire delivered that nobody
+// received for a second before its context ended is released, and the
+// mistake is logged.
+func TestUnreceivedAcquireIsLogged(t *testing.T) {
+	e := standaloneEnv(t)
+	log, lines := newRecorder(slog.LevelWarn)
+	c := e.client(t, WithLogger(log))
+	m := c.Mutex(t.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	m.Acquire(ctx) // the mistake: a statement
+	<-ctx.Done()
+	eventually(t, 5*time.Second, func() bool {
+		st, err := m.Inspect(context.Background())
+		return err == nil && !st.Locked
+	}, "the unreceived lease was not released")
+	require.Len(t, matching(lines(), "never received"), 1, "%v", lines())
+	require.Empty(t, matching(lines(), "lease lost"), "%v", lines())
+}
+
+// TestAcquireClaimedLeaseIsKept: a Lease received from Acquire and used
+// before its context ends stays held after the context ended.
+func TestAcquireClaimedLeaseIsKept(t *testing.T) {
+	e := standaloneEnv(t)
+	c := e.client(t)
+	m := c.Mutex(t.Name())
+	ctx, cancel := context.WithCancel(context.Background())
+	l := <-m.Acquire(ctx)
+	require.NoError(t, l.Err())
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, l.Err())
+	st, err := m.Inspect(context.Background())
+	require.NoError(t, err)
+	require.True(t, st.Locked)
+	require.NoError(t, l.Unlock(context.Background()))
+}
+
+// TestAcquireUnclaimedLeaseIsReleased: a Lease received from Acquire but not
+// used before its context ended is released, and says so.
+func TestAcquireUnclaimedLeaseIsReleased(t *testing.T) {
+	e := standaloneEnv(t)
+	c := e.client(t)
+	m := c.Mutex(t.Name())
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := m.Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return len(ch) == 1 }, "no lease delivered")
+	cancel()
+	eventually(t, 5*time.Second, func() bool {
+		st, err := m.Inspect(context.Background())
+		return err == nil && !st.Locked
+	}, "the unclaimed lease was not released")
+	l := <-ch
+	require.ErrorIs(t, l.Err(), context.Canceled)
+	require.ErrorIs(t, l.Unlock(context.Background()), ErrNotHeld)
+}
