@@ -204,7 +204,7 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	short := handOverLease(c, lease, q.cfg, parent)
 	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
 		waiter, strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(short)}
-	heartbeat := q.cfg.waiterExpiry / 3
+	joined := false // counted by the Client's presence in the queue
 	var lastSent time.Time
 	a := acquisition{
 		c: c, primitive: q.kind.primitive, name: q.name,
@@ -224,8 +224,23 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 			}
 			if !ok {
 				args[6] = "queued"
-				// Coming back renews the place in the queue.
-				return nil, min(time.Duration(val)*time.Millisecond+time.Millisecond, heartbeat), nil
+				if !joined {
+					joined = true
+					c.presence.join(q.keys, q.cfg.waiterExpiry)
+				}
+				if len(res) > 2 && res[2].IsInt64() {
+					if held, _ := res[2].AsInt64(); held == 0 {
+						// Free, and the head is another live waiter: look
+						// again when its Client's deadline passes.
+						return nil, time.Duration(val)*time.Millisecond + time.Millisecond, nil
+					}
+				}
+				// The place lives as long as the Client renews its deadline
+				// in the queue, and the Client looks at the lock when the
+				// holder's lease runs out (a holder that died publishes
+				// nothing): the waiter sleeps until a message wakes it.
+				c.presence.watch(q.keys, val)
+				return nil, waiterFallback, nil
 			}
 			l, err := c.grant(ctx, q.kind, q.name, q.keys, q.keys.lock, parent, owner, hold, val, lease, q.cfg.fixedLease == 0, sent)
 			if err != nil {
@@ -238,13 +253,25 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 		},
 		undo: func(ctx context.Context) { q.releaseAbandoned(ctx, owner, hold) },
 		leave: func(ctx context.Context) {
-			if args[6] == "queued" {
-				c.leaveQueue(ctx, q.keys, waiter, owner, hold)
+			if args[6] != "queued" {
+				return
+			}
+			if err := c.leaveQueue(ctx, q.keys, waiter, owner, hold); err != nil {
+				c.presence.orphan(func(ctx context.Context) error { return c.leaveQueue(ctx, q.keys, waiter, owner, hold) })
 			}
 		},
 	}
-	return a.run(ctx, try)
+	l, err := a.run(ctx, try)
+	if joined {
+		c.presence.leave(q.keys)
+	}
+	return l, err
 }
+
+// waiterFallback bounds how long a waiter sleeps without a message: its
+// Client wakes it when the lock may have become free (see presence); this
+// is only a safety net.
+const waiterFallback = 2 * time.Minute
 
 // handOverLease is the lease with which a release may hand the lock over to
 // a waiter: the waiter's lease, but no longer than its place in the queue
@@ -281,18 +308,35 @@ func (c *Client) handedOver(ctx context.Context, kind *leaseKind, name string, k
 	if short < lease {
 		initial = short
 	}
+	if initial > 0 && time.Since(sent) > initial/2 {
+		// The waiter slept since its last attempt: that no longer bounds
+		// when the release set the key's lease closely enough. Renew the
+		// full lease now and count from there.
+		renewed := time.Now()
+		actx, done := inflight(ctx)
+		states, err := renewScript.exec(actx, c.rc, []string{keys.lock}, []string{owner, strconv.FormatInt(lease.Milliseconds(), 10)}).AsIntSlice()
+		done()
+		switch {
+		case err != nil:
+			return nil, redisErr("renew", err)
+		case len(states) != 1 || states[0] != 1:
+			return nil, fmt.Errorf("%w: the lock handed over expired before it was taken", ErrNotHeld)
+		}
+		sent, initial = renewed, 0
+	}
 	return c.grantShort(ctx, kind, name, keys, keys.lock, nil, owner, hold, tok, lease, true, sent, initial)
 }
 
 // leaveQueue gives up a waiter's place in the queue of a Mutex or FairMutex;
 // a lock handed over to it meanwhile (owner, hold) is given back. When the
 // lock is free, it goes to the waiter now at the head.
-func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, hold string) {
+func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, hold string) error {
 	err := leaveScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
 		[]string{waiter, keys.channel, owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}).Error()
 	if err != nil {
-		c.log.Warn("redisync: leaving the queue failed; the place expires", "key", keys.queue, "err", err)
+		c.log.Debug("redisync: leaving the queue failed; retrying, and the place expires once the Client stops renewing it", "key", keys.queue, "err", err)
 	}
+	return err
 }
 
 // attempt runs the acquire script once, and the WAIT that WithReplicaAck

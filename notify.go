@@ -37,7 +37,8 @@ type notifier struct {
 type subscription struct {
 	n       *notifier
 	channel string
-	refs    int // guarded by n.mu
+	refs    int         // guarded by n.mu
+	linger  *time.Timer // drops the subscription once idle; guarded by n.mu
 	sema    sema.Sema
 
 	ready    chan struct{} // closed at the first confirmation from the server
@@ -98,21 +99,42 @@ func (n *notifier) join(channel string) (*subscription, error) {
 	return s, nil
 }
 
-// leave removes a waiter added by join; the last one out drops the
-// subscription, in the background.
+// subscriptionLinger is how long a subscription outlives its last waiter:
+// a lock waited for again soon does not pay for unsubscribing and
+// subscribing again.
+const subscriptionLinger = 2 * time.Second
+
+// leave removes a waiter added by join; the subscription is dropped, in the
+// background, subscriptionLinger after the last one left unless another
+// joined meanwhile.
 func (s *subscription) leave() {
 	n := s.n
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	s.refs--
 	s.sema.Leave()
 	if s.refs > 0 || n.subs[s.channel] != s {
-		n.mu.Unlock()
+		return
+	}
+	if s.linger == nil {
+		s.linger = time.AfterFunc(subscriptionLinger, s.dropIdle)
+	} else {
+		s.linger.Reset(subscriptionLinger)
+	}
+}
+
+// dropIdle drops the subscription if no waiter joined it since the last
+// one left.
+func (s *subscription) dropIdle() {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s.refs > 0 || n.subs[s.channel] != s {
 		return
 	}
 	delete(n.subs, s.channel)
 	n.closing[s.channel] = s
 	n.wg.Add(1)
-	n.mu.Unlock()
 	go s.drop()
 }
 
@@ -213,13 +235,28 @@ func (s *subscription) confirmed(ps rueidis.PubSubSubscription) bool {
 		return true
 	}
 	// Resubscribed: messages may have been lost meanwhile.
+	s.wakeAll()
+	return true
+}
+
+// wakeAll makes every waiter of the subscription look again.
+func (s *subscription) wakeAll() {
 	s.sema.ReleaseAll()
 	s.tmu.Lock()
 	for _, ch := range s.targets {
 		signal(ch, "")
 	}
 	s.tmu.Unlock()
-	return true
+}
+
+// wakeAll makes every local waiter of channel look again.
+func (n *notifier) wakeAll(channel string) {
+	n.mu.Lock()
+	s := n.subs[channel]
+	n.mu.Unlock()
+	if s != nil {
+		s.wakeAll()
+	}
 }
 
 // message runs in the connection's reader: it must not block.
@@ -228,20 +265,29 @@ func (s *subscription) message(m rueidis.PubSubMessage) {
 	case m.Message == "*":
 		s.sema.ReleaseAll()
 	case strings.HasPrefix(m.Message, "w:"):
-		s.tmu.Lock()
-		if ch := s.targets[m.Message[2:]]; ch != nil {
-			signal(ch, "")
-		}
-		s.tmu.Unlock()
+		s.target(m.Message[2:], "")
 	case strings.HasPrefix(m.Message, "g:"):
 		id, token, _ := strings.Cut(m.Message[2:], " ")
-		s.tmu.Lock()
-		if ch := s.targets[id]; ch != nil {
-			signal(ch, token)
-		}
-		s.tmu.Unlock()
+		s.target(id, token)
 	default:
 		s.sema.Release(1)
+	}
+}
+
+// target signals the waiter id with v: "" wakes it, a token tells it that
+// the lock is its own. A waiter of another Client now holds the lock, or is
+// about to take it: if it died meanwhile, the lock is free again within its
+// waiter expiry, and the Client looks then. It runs in the connection's
+// reader: it must not block.
+func (s *subscription) target(id, v string) {
+	s.tmu.Lock()
+	ch := s.targets[id]
+	if ch != nil {
+		signal(ch, v)
+	}
+	s.tmu.Unlock()
+	if ch == nil {
+		s.n.c.presence.changedHands(s.channel)
 	}
 }
 
@@ -300,6 +346,9 @@ func (n *notifier) close() {
 	n.closed = true
 	var live []*subscription
 	for ch, s := range n.subs {
+		if s.linger != nil {
+			s.linger.Stop()
+		}
 		delete(n.subs, ch)
 		n.closing[ch] = s
 		live = append(live, s)

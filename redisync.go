@@ -206,6 +206,7 @@ type Client struct {
 	notify   *notifier
 	watchdog *watchdog
 	tracker  *tracker
+	presence *presence
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -262,6 +263,7 @@ func newClient(rc rueidis.Client, invalidations *invalidationHook, opts []Option
 	c.notify = newNotifier(c)
 	c.watchdog = newWatchdog(c)
 	c.tracker = newTracker(c, invalidations != nil)
+	c.presence = newPresence(c)
 	if invalidations != nil {
 		invalidations.set(c.tracker.invalidated)
 	}
@@ -337,6 +339,7 @@ func (c *Client) Close() error {
 		c.watchdog.close()
 		c.tracker.close()
 		c.waiters.Wait()
+		c.presence.close()
 		c.notify.close()
 		if c.ownsRC {
 			c.rc.Close()

@@ -27,15 +27,18 @@ var (
 	leaveLua string
 	//go:embed lua/fair_acquire.lua
 	fairAcquireLua string
+	//go:embed lua/presence.lua
+	presenceLua string
 )
 
 var (
-	acquireScript = newScript(preludeLua + acquireLua)
-	releaseScript = newScript(preludeLua + releaseLua)
-	renewScript   = newScript(renewLua)
-	forceScript   = newScript(preludeLua + forceLua)
-	leaveScript   = newScript(preludeLua + leaveLua)
-	inspectScript = newScript(inspectLua)
+	acquireScript  = newScript(preludeLua + acquireLua)
+	releaseScript  = newScript(preludeLua + releaseLua)
+	renewScript    = newScript(renewLua)
+	forceScript    = newScript(preludeLua + forceLua)
+	leaveScript    = newScript(preludeLua + leaveLua)
+	inspectScript  = newScript(inspectLua)
+	presenceScript = newScript(preludeLua + presenceLua)
 )
 
 // The scripts of RWMutex.

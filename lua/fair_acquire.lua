@@ -6,9 +6,11 @@
 -- attempt (never queued), anything else otherwise ('first', 'queued', as for
 -- acquire.lua: a taken lock dequeues the waiter whatever it says),
 -- ARGV[8] the lease (ms) to hand the lock over with, '' to be woken instead.
--- Returns {1, token, holds} when held by ARGV[1] after the call, {0, wait ms}
--- otherwise: how long until something may change (the holder's lease runs
--- out, or the waiter ahead of us expires).
+-- Returns {1, token, holds} when held by ARGV[1] after the call, {0, wait
+-- ms, held} otherwise: how long until something may change, and held 1 when
+-- another owner holds the lock (wait is its remaining lease), 0 when it is
+-- free but the queue's head is another live waiter (wait is until its
+-- Client's deadline).
 local t = redis.call('TIME')
 local now = now_ms(t)
 
@@ -26,14 +28,12 @@ if owner == false and (h == nil or h == ARGV[5]) then
   dequeue(KEYS[3], KEYS[4], ARGV[5])
   return {1, token, 1}
 end
-local wait
+local wait, held = hd - now, 0
 if owner ~= false then
-  wait = redis.call('PTTL', KEYS[1])
-else
-  wait = hd - now
+  wait, held = redis.call('PTTL', KEYS[1]), 1
 end
 if ARGV[7] == 'try' then
-  return {0, wait}
+  return {0, wait, held}
 end
 enqueue(KEYS[3], KEYS[4], ARGV[5], tonumber(ARGV[6]), wait, ARGV[8], ARGV[2], ARGV[1])
-return {0, wait}
+return {0, wait, held}

@@ -32,24 +32,34 @@ local function now_ms(t)
 end
 
 -- A lock's waiters: a queue (zset: waiter id -> arrival number) and a
--- waiters hash (waiter id -> "deadline" in server ms, or "deadline lease
--- hold owner" for a waiter the lock may be handed to; "\0n" -> the last
--- arrival number). The member '*' of the queue stands for the waiters that
--- wait for a '1' message, because they wait for several locks at once.
-local function waiter(v)
-  if not v then
-    return 0
-  end
-  local d, lease, hold, owner = string.match(v, '^(%d+) (%d+) (%S+) (%S+)$')
-  if d then
-    return tonumber(d), lease, hold, owner
-  end
-  return tonumber(v) or 0
+-- waiters hash: waiter id -> "lease hold owner" for a waiter the lock may be
+-- handed to as owner with hold, '' for one to wake; "\0n" -> the last arrival
+-- number; "\0c<client id>" -> the deadline (server ms) of the waiters of one
+-- Client. A waiter id is its Client's id, ':' and a number, and a waiter is
+-- alive while its Client's deadline has not passed: each Client renews one
+-- deadline per lock for all its waiters, whatever their number. The member
+-- '*' of the queue stands for the waiters that wait for a '1' message,
+-- because they wait for several locks at once.
+local function client_field(id)
+  return '\0c' .. (string.match(id, '^(.*):') or id)
 end
 
--- Queue a waiter, or renew its place: it stays alive for expiry ms after
--- its last visit. A lease (ms) other than '' lets a release hand the lock
--- to it, as owner with hold. The id '' registers the waiters for '1' messages: they
+-- The fields of a waiter's entry: lease, hold, owner (nil for a waiter to
+-- wake).
+local function waiter(v)
+  if not v then
+    return nil
+  end
+  return string.match(v, '^(%d+) (%S+) (%S+)$')
+end
+
+-- How long a queue outlives its Clients' renewals, in waiter expiries: the
+-- Clients refresh it now and then rather than at every renewal.
+local queue_keep = 10
+
+-- Queue a waiter, or keep its place: its Client's deadline is expiry ms
+-- from now. A lease (ms) other than '' lets a release hand the lock to it,
+-- as owner with hold. The id '' registers the waiters for '1' messages: they
 -- come back by themselves after wait ms (the holder's lease), so the mark
 -- stays until the next release, or a second longer than that.
 local function enqueue(queue, waiters, id, expiry, wait, lease, hold, owner)
@@ -65,16 +75,16 @@ local function enqueue(queue, waiters, id, expiry, wait, lease, hold, owner)
   if redis.call('ZSCORE', queue, id) == false then
     redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '\0n', 1), id)
   end
-  local entry = tostring(now + expiry)
+  local entry = ''
   if lease ~= '' then
-    entry = entry .. ' ' .. lease .. ' ' .. hold .. ' ' .. owner
+    entry = lease .. ' ' .. hold .. ' ' .. owner
   end
-  redis.call('HSET', waiters, id, entry)
-  -- The queue lives as long as a waiter keeps coming back.
-  if redis.call('PTTL', queue) < expiry then
-    redis.call('PEXPIRE', queue, expiry)
+  redis.call('HSET', waiters, id, entry, client_field(id), now + expiry)
+  local keep = queue_keep * expiry
+  if redis.call('PTTL', queue) < keep then
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', waiters, keep)
   end
-  redis.call('PEXPIRE', waiters, expiry)
 end
 
 -- Remove a waiter from the queue; the keys go when it is empty.
@@ -106,11 +116,10 @@ local function reenter(lock, hold, lease)
   return {1, redis.call('HGET', lock, 'token'), redis.call('HLEN', lock) - 2}
 end
 
--- The first member of a queue that is '*' or a waiter whose place has not
--- expired, dropping the dead ones ahead of it (and the keys, when that
--- empties the queue). t is the server's TIME, read here when nil and
--- needed. Returns the member and its waiter() fields, and t; nil when
--- nobody waits.
+-- The first member of a queue that is '*' or a live waiter, dropping the
+-- dead ones ahead of it (and the keys, when that empties the queue). t is the
+-- server's TIME, read here when nil and needed. Returns the member, its
+-- Client's deadline and its waiter() fields, and t; nil when nobody waits.
 local function first_live(queue, waiters, t)
   local removed
   while true do
@@ -125,12 +134,16 @@ local function first_live(queue, waiters, t)
       return h, 0, nil, nil, nil, t
     end
     t = t or redis.call('TIME')
-    local d, lease, hold, owner = waiter(redis.call('HGET', waiters, h))
+    local cf = client_field(h)
+    local v = redis.call('HMGET', waiters, cf, h)
+    local d = tonumber(v[1] or '0') or 0
     if d > now_ms(t) then
+      local lease, hold, owner = waiter(v[2])
       return h, d, lease, hold, owner, t
     end
+    -- Its Client stopped renewing: every place of that Client is dead.
     redis.call('ZREM', queue, h)
-    redis.call('HDEL', waiters, h)
+    redis.call('HDEL', waiters, h, cf)
     removed = true
   end
 end

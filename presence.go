@@ -1,0 +1,326 @@
+package redisync
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// presence keeps a Client's waiters alive in the queues of the Mutex and
+// FairMutex locks they wait for. A waiter's place is alive while its
+// Client's deadline in the lock's waiters hash has not passed (see the
+// prelude), and the Client renews that one deadline for all its waiters on
+// the lock, every third of the waiter expiry, in batched scripts: what
+// waiting costs grows with the Clients and the locks waited for, not with
+// the waiting goroutines. A Client that dies stops renewing, and its places
+// are passed over once its deadline has passed. One goroutine, started with
+// the first waiter.
+type presence struct {
+	c *Client
+
+	mu      sync.Mutex
+	locks   map[string]*presenceEntry // by waiters key
+	byChan  map[string]*presenceEntry // the same, by channel
+	orphans []orphanLeave             // leaves that failed, retried at the next passes
+	running bool
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// presenceEntry is one lock that the Client has waiters on.
+type presenceEntry struct {
+	keys    lockKeys
+	expiry  time.Duration
+	waiters int
+	touched time.Time // when the keys' expiry was last refreshed
+	// checkAt, when not zero, is when the lock may have become free
+	// without a message: its holder's lease runs out (a holder that dies
+	// publishes nothing), or the waiter another Client's release handed it
+	// to, or woke, may be dead. The lock's key is then read, and if it is
+	// gone every local waiter looks again: the waiters themselves sleep
+	// until a message wakes them.
+	checkAt time.Time
+}
+
+type orphanLeave struct {
+	leave func(ctx context.Context) error
+	tries int
+}
+
+// orphanTries bounds the retries of a failed leave; the place is dead
+// anyway once the Client stops renewing its deadline there.
+const orphanTries = 3
+
+func newPresence(c *Client) *presence {
+	return &presence{
+		c: c, locks: make(map[string]*presenceEntry), byChan: make(map[string]*presenceEntry),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// join counts a waiter that took a place in the lock's queue: its Client's
+// deadline there is renewed until it leaves.
+func (p *presence) join(keys lockKeys, expiry time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.locks[keys.waiters]
+	if e == nil {
+		e = &presenceEntry{keys: keys, expiry: expiry, touched: time.Now()}
+		p.locks[keys.waiters] = e
+		p.byChan[keys.channel] = e
+	}
+	e.expiry = min(e.expiry, expiry)
+	e.waiters++
+	if !p.running {
+		p.running = true
+		go p.run()
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// leave counts a waiter out; once none is left, the deadline is no longer
+// renewed.
+func (p *presence) leave(keys lockKeys) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.locks[keys.waiters]; e != nil {
+		e.waiters--
+		if e.waiters == 0 {
+			delete(p.locks, keys.waiters)
+			delete(p.byChan, keys.channel)
+		}
+	}
+}
+
+// watch has the lock checked when its holder's lease, pttl ms as an
+// attempt found it, runs out.
+func (p *presence) watch(keys lockKeys, pttl int64) {
+	at := time.Now().Add(time.Duration(pttl)*time.Millisecond + time.Millisecond)
+	if pttl < 0 { // a key without expiry: not the library's
+		at = time.Now().Add(defaultWaiterExpiry)
+	}
+	p.checkBy(p.locks, keys.waiters, at)
+}
+
+// changedHands has the lock checked a waiter expiry from now: a release
+// handed it to, or woke, a waiter of another Client (channel's message),
+// which holds it for that long at most if it died meanwhile.
+func (p *presence) changedHands(channel string) {
+	p.mu.Lock()
+	e := p.byChan[channel]
+	var expiry time.Duration
+	if e != nil {
+		expiry = e.expiry
+	}
+	p.mu.Unlock()
+	if e != nil {
+		p.checkBy(p.byChan, channel, time.Now().Add(expiry))
+	}
+}
+
+// checkBy moves the check of the entry m[k] to at, if that is sooner.
+func (p *presence) checkBy(m map[string]*presenceEntry, k string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := m[k]
+	if e == nil || (!e.checkAt.IsZero() && !at.Before(e.checkAt)) {
+		return
+	}
+	e.checkAt = at
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// orphan records a waiter whose leave failed (the connection broke as it
+// gave up its place), to retry it at the next passes.
+func (p *presence) orphan(leave func(ctx context.Context) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.orphans = append(p.orphans, orphanLeave{leave: leave})
+}
+
+// close stops the loop.
+func (p *presence) close() {
+	p.mu.Lock()
+	running := p.running
+	p.running = true // no loop starts from now on
+	p.mu.Unlock()
+	close(p.stop)
+	if running {
+		<-p.done
+	}
+}
+
+func (p *presence) run() {
+	defer close(p.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var nextPass time.Time
+	for {
+		period, check, ok := p.schedule()
+		if !ok {
+			nextPass = time.Time{}
+			period = time.Hour // idle until the next join
+		} else if nextPass.IsZero() {
+			nextPass = time.Now().Add(period)
+		}
+		wake := nextPass
+		if wake.IsZero() {
+			wake = time.Now().Add(period)
+		}
+		if !check.IsZero() && check.Before(wake) {
+			wake = check
+		}
+		timer.Reset(max(time.Until(wake), time.Millisecond))
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+			continue
+		case <-timer.C:
+		}
+		now := time.Now()
+		if ok && !now.Before(nextPass) {
+			p.pass(period)
+			nextPass = now.Add(period)
+		}
+		p.check(now, period)
+	}
+}
+
+// schedule returns the time between passes (a third of the shortest waiter
+// expiry) and the soonest check; ok is false when nothing is waited for.
+func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.locks {
+		if !ok || e.expiry/3 < period {
+			period, ok = e.expiry/3, true
+		}
+		if !e.checkAt.IsZero() && (check.IsZero() || e.checkAt.Before(check)) {
+			check = e.checkAt
+		}
+	}
+	if !ok && len(p.orphans) > 0 {
+		period, ok = renewRetry, true
+	}
+	return max(period, time.Millisecond), check, ok
+}
+
+// check reads the keys of the locks whose check is due, in one pipeline:
+// every local waiter of a lock whose key is gone looks again, and the next
+// check comes when the key's lease runs out.
+func (p *presence) check(now time.Time, timeout time.Duration) {
+	p.mu.Lock()
+	var due []lockKeys
+	var expiries []time.Duration
+	for _, e := range p.locks {
+		if !e.checkAt.IsZero() && !now.Before(e.checkAt) {
+			e.checkAt = time.Time{}
+			due = append(due, e.keys)
+			expiries = append(expiries, e.expiry)
+		}
+	}
+	p.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	cmds := make(rueidis.Commands, len(due))
+	for i, keys := range due {
+		cmds[i] = p.c.rc.B().Pttl().Key(keys.lock).Build()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
+	defer cancel()
+	for i, r := range p.c.rc.DoMulti(ctx, cmds...) {
+		keys := due[i]
+		pttl, err := r.AsInt64()
+		switch {
+		case err != nil:
+			// Look again soon; waiters also look again once resubscribed.
+			p.checkBy(p.locks, keys.waiters, time.Now().Add(renewRetry))
+		case pttl == -2:
+			p.c.notify.wakeAll(keys.channel)
+			// If nobody takes it, look again.
+			p.checkBy(p.locks, keys.waiters, time.Now().Add(expiries[i]))
+		default:
+			p.watch(keys, pttl)
+		}
+	}
+}
+
+// pass renews the Client's deadline on every lock it has waiters on, in one
+// script per slot and renewBatch locks, all in one pipeline, and retries the
+// leaves that failed. Waiters of a lock where the Client had no deadline
+// any more look again.
+func (p *presence) pass(timeout time.Duration) {
+	batch, channels, orphans := p.batch(time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
+	defer cancel()
+	for i, r := range presenceScript.batch(ctx, p.c.rc, batch) {
+		gone, err := r.AsIntSlice()
+		if err != nil || len(gone) != len(channels[i]) {
+			continue // the places expire; the waiters look again once resubscribed
+		}
+		for j, ch := range channels[i] {
+			if gone[j] == 1 {
+				p.c.notify.wakeAll(ch)
+			}
+		}
+	}
+	for _, o := range orphans {
+		if err := o.leave(ctx); err != nil && o.tries+1 < orphanTries {
+			o.tries++
+			p.mu.Lock()
+			p.orphans = append(p.orphans, o)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// batch builds a pass's scripts (with the channels of their locks), and
+// takes the failed leaves to retry.
+func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, channels [][]string, orphans []orphanLeave) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	orphans, p.orphans = p.orphans, nil
+	slots := make(map[uint16][]*presenceEntry)
+	for _, e := range p.locks {
+		var slot uint16
+		if p.c.cluster {
+			slot = slotHash(e.keys.waiters)
+		}
+		slots[slot] = append(slots[slot], e)
+	}
+	field := "\x00c" + p.c.id
+	for _, es := range slots {
+		for len(es) > 0 {
+			chunk := es[:min(len(es), renewBatch)]
+			es = es[len(chunk):]
+			b := rueidis.LuaExec{Keys: make([]string, 0, 2*len(chunk)), Args: make([]string, 1, 1+2*len(chunk))}
+			b.Args[0] = field
+			chs := make([]string, len(chunk))
+			for i, e := range chunk {
+				touch := "0"
+				if now.Sub(e.touched) >= 3*e.expiry {
+					touch, e.touched = "1", now
+				}
+				b.Keys = append(b.Keys, e.keys.waiters, e.keys.queue)
+				b.Args = append(b.Args, strconv.FormatInt(e.expiry.Milliseconds(), 10), touch)
+				chs[i] = e.keys.channel
+			}
+			batch = append(batch, b)
+			channels = append(channels, chs)
+		}
+	}
+	return batch, channels, orphans
+}
