@@ -368,17 +368,6 @@ func validName(name string) error {
 	return nil
 }
 
-// redisErr wraps an error from Redis, marking wrong-type replies.
-func redisErr(op string, err error) error {
-	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-		return fmt.Errorf("redisync: %s: %w: %w", op, ErrWrongType, err)
-	}
-	if errors.Is(err, rueidis.ErrClosing) {
-		return fmt.Errorf("redisync: %s: %w: %w", op, ErrClosed, err)
-	}
-	return fmt.Errorf("redisync: %s: %w", op, err)
-}
-
 // detached returns a context for work the library must finish even though
 // the caller's context ended: releasing what an abandoned call may hold.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -163,7 +163,7 @@ func (s *Semaphore) checkN(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) noSize() error {
-	return fmt.Errorf("%w: %w: %q (set it with TrySetSize)", ErrInvalidArgument, ErrNoSize, s.name)
+	return errorf("%w: %w: %q (set it with TrySetSize)", ErrInvalidArgument, ErrNoSize, s.name)
 }
 
 // TrySetSize sets the semaphore's size to size if it has none, and reports
