@@ -108,3 +108,48 @@ func TestSemaphoreNoSizeMessage(t *testing.T) {
 	requireOnePrefix(t, err, "TryLock")
 	require.Equal(t, `redisync: invalid argument: semaphore has no size: "TestSemaphoreNoSizeMessage" (set it with TrySetSize)`, err.Error())
 }
+
+// TestBusyIsErrLocked: the single attempt of every primitive that finds
+// what it asks for held by another owner matches ErrLocked.
+func TestBusyIsErrLocked(t *testing.T) {
+	require.ErrorIs(t, ErrNoPermits, ErrLocked)
+	require.NotErrorIs(t, ErrLocked, ErrNoPermits)
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		a, b, b2 := e.client(t, WithPrefix("busy")), e.client(t, WithPrefix("busy")), e.client(t, WithPrefix("busy"))
+		name := t.Name()
+		for _, tc := range []struct {
+			what string
+			hold func(context.Context) (*Lease, error)
+			try  func(context.Context) (*Lease, error)
+		}{
+			{"Mutex", a.Mutex(name).Lock, b.Mutex(name).TryLock},
+			{"FairMutex", a.FairMutex(name).Lock, b.FairMutex(name).TryLock},
+			{"RWMutex write-held, TryLock", a.RWMutex(name).Lock, b.RWMutex(name).TryLock},
+			{"RWMutex write-held, TryRLock", a.RWMutex(name).Lock, b.RWMutex(name).TryRLock},
+			{"RWMutex read-held, TryLock", a.RWMutex(name).RLock, b.RWMutex(name).TryLock},
+			{"Semaphore", func(ctx context.Context) (*Lease, error) {
+				if _, err := a.Semaphore(name).SetSize(ctx, 1); err != nil {
+					return nil, err
+				}
+				return a.Semaphore(name).Lock(ctx, 1)
+			}, func(ctx context.Context) (*Lease, error) { return b.Semaphore(name).TryLock(ctx, 1) }},
+			{"Group in one script", a.Mutex("{" + name + "}:2").Lock,
+				NewGroup(b.Mutex("{"+name+"}:1"), b.Mutex("{"+name+"}:2")).TryLock},
+			{"Group one lock at a time", a.Mutex(name + "/2").Lock,
+				NewGroup(b.Mutex(name+"/1"), b2.Mutex(name+"/2")).TryLock},
+			{"Quorum", a.Mutex(name + "/q").Lock, NewQuorum(name+"/q", []*Client{b}).TryLock},
+		} {
+			t.Run(tc.what, func(t *testing.T) {
+				held, err := tc.hold(ctx)
+				require.NoError(t, err)
+				defer held.Unlock(context.Background())
+				l, err := tc.try(ctx)
+				require.Nil(t, l)
+				require.ErrorIs(t, err, ErrLocked)
+				requireOnePrefix(t, err, tc.what)
+			})
+		}
+	})
+}

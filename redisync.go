@@ -47,8 +47,14 @@ var (
 	// ErrClosed reports that the Client was closed. It is also the reason a
 	// lease reports when its Client is closed while it is held.
 	ErrClosed = errors.New("redisync: client closed")
-	// ErrLocked reports that a single attempt found the lock held by another
-	// owner. It is not a failure to reach Redis.
+	// ErrLocked reports that a single attempt found what it asked for held
+	// by another owner. It is not a failure to reach Redis. It is the one
+	// error to match (errors.Is) for "someone else has it" after the single
+	// attempt of every primitive: TryLock of a Mutex, FairMutex, RWMutex and
+	// Group and TryRLock return it (wrapped with detail); Semaphore.TryLock
+	// returns ErrNoPermits, which matches ErrLocked; Quorum.TryLock returns
+	// ErrNoQuorum, which wraps ErrLocked when servers found the lock held by
+	// another owner.
 	ErrLocked = errors.New("redisync: locked by another owner")
 	// ErrNotHeld reports an Unlock of a lease that no longer holds its lock:
 	// it was already released, it was lost, or it was never acquired.
@@ -67,8 +73,9 @@ var (
 	ErrUpgrade = errors.New("redisync: cannot upgrade a read lease to a write lease")
 	// ErrNoPermits reports that a single attempt (Semaphore.TryLock) could
 	// not have the permits it asked for: they are held, or promised to
-	// earlier waiters. It is not a failure to reach Redis.
-	ErrNoPermits = errors.New("redisync: not enough permits available")
+	// earlier waiters. It is not a failure to reach Redis. It matches
+	// ErrLocked.
+	ErrNoPermits error = &pkgError{msg: "redisync: not enough permits available", errs: []error{ErrLocked}}
 	// ErrNoSize reports an acquisition from a semaphore that has no size:
 	// it was never set, it was deleted, or a Redis server without
 	// persistence restarted. It always comes with ErrInvalidArgument, as
@@ -80,8 +87,8 @@ var (
 	// unreachable or too slow), or acquiring it took so long that no
 	// validity was left. A failed acquisition leaves nothing held. It wraps
 	// the servers' errors (ErrLocked for a server where another owner held
-	// the lock), and as the reason of a lost Quorum lease the members' loss
-	// reasons.
+	// the lock, so that a refused TryLock matches ErrLocked), and as the
+	// reason of a lost Quorum lease the members' loss reasons.
 	ErrNoQuorum = errors.New("redisync: no quorum")
 )
 

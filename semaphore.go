@@ -263,8 +263,9 @@ func (s *Semaphore) Lock(ctx context.Context, n int) (*Lease, error) {
 }
 
 // TryLock makes a single attempt to acquire n permits. It returns
-// ErrNoPermits when they are held or promised to queued waiters, other
-// errors as Lock does (connection errors at once), and never queues.
+// ErrNoPermits (which matches ErrLocked) when they are held or promised to
+// queued waiters, other errors as Lock does (connection errors at once),
+// and never queues.
 func (s *Semaphore) TryLock(ctx context.Context, n int) (*Lease, error) {
 	if err := s.checkN(ctx, n); err != nil {
 		return nil, err
