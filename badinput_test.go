@@ -82,8 +82,8 @@ func (b *bi) allKeys(t *testing.T) map[string]bool {
 }
 
 // requireNoState checks that the case left nothing behind: no key that was
-// not there before except fencing counters (a hash without an owner, that
-// expires), and no pub/sub subscription.
+// not there before except fencing counters (fence, fairfence, rwfence: a
+// hash without an owner, that expires), and no pub/sub subscription.
 func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -95,7 +95,8 @@ func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 		if len(short) > 80 {
 			short = short[:80] + "..."
 		}
-		if _, rest, _ := strings.Cut(k, ":"); !strings.HasPrefix(rest, "fence:") {
+		_, rest, _ := strings.Cut(k, ":")
+		if kind, _, _ := strings.Cut(rest, ":"); !strings.HasSuffix(kind, "fence") {
 			t.Errorf("key left behind: %q", short)
 			continue
 		}
@@ -447,6 +448,82 @@ var badInputCases = []biCase{
 		requireAllFail(t, c.Mutex(t.Name(), WithFixedLease(-1)), ErrInvalidArgument)
 		// A nil LockOption is ignored.
 		lockWorks(t, b, c, b.client(t), t.Name())
+	}},
+	{"options a lock does not use", func(t *testing.T, b *bi) {
+		// WithWaiterExpiry is for the queues of Mutex and FairMutex: every
+		// other lock that takes options reports it from every method.
+		ctx := b.ctx(t)
+		c := b.client(t)
+		name := t.Name()
+		for _, opts := range [][]LockOption{
+			{WithWaiterExpiry(time.Minute)},
+			{WithFixedLease(time.Minute), WithWaiterExpiry(time.Minute)},
+		} {
+			s := c.Semaphore(name, opts...)
+			_, err := s.TrySetSize(ctx, 1)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TrySetSize")
+			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a Semaphore")
+			_, err = s.SetSize(ctx, 1)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.SetSize")
+			_, err = s.AddSize(ctx, 1)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.AddSize")
+			_, err = s.Lock(ctx, 1)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Lock")
+			_, err = s.TryLock(ctx, 1)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TryLock")
+			requireFailedLease(t, recvLease(t, s.Acquire(ctx, 1)), ErrInvalidArgument)
+			_, err = s.Inspect(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Inspect")
+			_, err = s.Delete(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Delete")
+
+			rw := c.RWMutex(name, opts...)
+			for what, f := range map[string]func(context.Context) (*Lease, error){
+				"RLock": rw.RLock, "TryRLock": rw.TryRLock, "Lock": rw.Lock, "TryLock": rw.TryLock,
+			} {
+				l, err := f(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.%s", what)
+				require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a RWMutex")
+				require.Nil(t, l)
+			}
+			requireFailedLease(t, recvLease(t, rw.RAcquire(ctx)), ErrInvalidArgument)
+			requireFailedLease(t, recvLease(t, rw.Acquire(ctx)), ErrInvalidArgument)
+			_, err = rw.Inspect(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.Inspect")
+			_, err = rw.ForceUnlock(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.ForceUnlock")
+
+			q := NewQuorum(name, []*Client{c}, opts...)
+			l, err := q.Lock(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.Lock")
+			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a Quorum")
+			require.Nil(t, l)
+			_, err = q.TryLock(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.TryLock")
+			requireFailedLease(t, recvLease(t, q.Acquire(ctx)), ErrInvalidArgument)
+		}
+		// The options they use work.
+		s := c.Semaphore(name, WithFixedLease(time.Minute))
+		_, err := s.SetSize(ctx, 1)
+		require.NoError(t, err)
+		l, err := s.TryLock(ctx, 1)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		_, err = s.Delete(ctx)
+		require.NoError(t, err)
+		l, err = c.RWMutex(name, WithFixedLease(time.Minute)).TryLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		l, err = NewQuorum(name, []*Client{c}, WithFixedLease(time.Minute)).TryLock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		for _, m := range []interface {
+			TryLock(context.Context) (*Lease, error)
+		}{c.Mutex(name, WithWaiterExpiry(time.Minute)), c.FairMutex(name, WithWaiterExpiry(time.Minute))} {
+			l, err = m.TryLock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		}
 	}},
 	{"nil context", func(t *testing.T, b *bi) {
 		var nilCtx context.Context

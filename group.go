@@ -664,12 +664,16 @@ type Quorum struct {
 
 // NewQuorum returns the Quorum lock name over clients, one Client per
 // independent server; opts apply to the lock on every server
-// (WithFixedLease). An empty name, no Client, a nil or repeated Client or
-// an invalid option makes every method fail with ErrInvalidArgument.
+// (WithFixedLease, the only option). An empty name, no Client, a nil or
+// repeated Client or an invalid or other option makes every method fail
+// with ErrInvalidArgument.
 func NewQuorum(name string, clients []*Client, opts ...LockOption) *Quorum {
 	q := &Quorum{name: name}
 	if len(clients) == 0 {
 		q.err = fmt.Errorf("%w: a quorum needs at least one Client", ErrInvalidArgument)
+		return q
+	}
+	if q.err = checkLockOptions("Quorum", optFixedLease, opts); q.err != nil {
 		return q
 	}
 	for i, c := range clients {

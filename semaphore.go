@@ -126,11 +126,11 @@ var semaphoreKind = &leaseKind{
 
 // Semaphore returns the semaphore with the given name. Names are as for
 // Mutex; a Semaphore and a Mutex of the same name are unrelated. The only
-// option is WithFixedLease. An invalid name or option is reported by every
-// method, as ErrInvalidArgument.
+// option is WithFixedLease. An invalid name or option, or another option,
+// is reported by every method, as ErrInvalidArgument.
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	s := &Semaphore{c: c, name: name}
-	if s.cfg, s.err = newLockConfig(c, name, lockConfig{}, opts); s.err == nil {
+	if s.cfg, s.err = newLockConfig(c, "Semaphore", name, lockConfig{}, optFixedLease, opts); s.err == nil {
 		s.keys = c.semKeysFor(name)
 	}
 	return s
