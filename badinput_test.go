@@ -602,6 +602,91 @@ var badInputCases = []biCase{
 			requireAllFail(t, c.Mutex(t.Name()), ErrInvalidArgument)
 		})
 	}},
+	{"zero Client", func(t *testing.T, b *bi) {
+		// A Client not made by New or Dial has no connection: everything
+		// made from it reports ErrInvalidArgument, nothing panics.
+		for _, c := range []*Client{{}, new(Client)} {
+			notPanics(t, "zero Client", func() {
+				ctx := b.ctx(t)
+				name := t.Name()
+				require.Empty(t, c.ID())
+				requireAllFail(t, c.Mutex(name), ErrInvalidArgument)
+				lk := c.Mutex(name).Locker()
+				lk.Lock()
+				require.ErrorIs(t, lk.Err(), ErrInvalidArgument)
+				lk.Unlock()
+
+				fm := c.FairMutex(name)
+				_, err := fm.Lock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.Lock")
+				_, err = fm.TryLock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.TryLock")
+				requireFailedLease(t, recvLease(t, fm.Acquire(ctx)), ErrInvalidArgument)
+				_, err = fm.Inspect(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.Inspect")
+				_, err = fm.ForceUnlock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.ForceUnlock")
+
+				rw := c.RWMutex(name)
+				for what, f := range map[string]func(context.Context) (*Lease, error){
+					"RLock": rw.RLock, "TryRLock": rw.TryRLock, "Lock": rw.Lock, "TryLock": rw.TryLock,
+				} {
+					_, err := f(ctx)
+					require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.%s", what)
+				}
+				requireFailedLease(t, recvLease(t, rw.RAcquire(ctx)), ErrInvalidArgument)
+				requireFailedLease(t, recvLease(t, rw.Acquire(ctx)), ErrInvalidArgument)
+				_, err = rw.Inspect(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.Inspect")
+				_, err = rw.ForceUnlock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.ForceUnlock")
+
+				s := c.Semaphore(name)
+				_, err = s.TrySetSize(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TrySetSize")
+				_, err = s.SetSize(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.SetSize")
+				_, err = s.AddSize(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.AddSize")
+				_, err = s.Lock(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Lock")
+				_, err = s.TryLock(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TryLock")
+				requireFailedLease(t, recvLease(t, s.Acquire(ctx, 1)), ErrInvalidArgument)
+				_, err = s.Inspect(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Inspect")
+				_, err = s.Delete(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Delete")
+
+				l := c.Latch(name)
+				_, err = l.TrySetCount(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.TrySetCount")
+				_, err = l.Reset(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.Reset")
+				_, err = l.CountDown(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.CountDown")
+				_, err = l.Count(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.Count")
+				require.ErrorIs(t, l.Wait(ctx), ErrInvalidArgument, "Latch.Wait")
+				require.NotNil(t, l.Done(ctx))
+
+				g := NewGroup(c.Mutex(name))
+				_, err = g.Lock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Group.Lock")
+				_, err = g.TryLock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Group.TryLock")
+				requireFailedLease(t, recvLease(t, g.Acquire(ctx)), ErrInvalidArgument)
+				q := NewQuorum(name, []*Client{c})
+				_, err = q.Lock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.Lock")
+				_, err = q.TryLock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.TryLock")
+				requireFailedLease(t, recvLease(t, q.Acquire(ctx)), ErrInvalidArgument)
+
+				require.ErrorIs(t, c.Close(), ErrInvalidArgument)
+			})
+		}
+	}},
 	{"nil Lease", func(t *testing.T, b *bi) {
 		var nilCtx context.Context
 		var l *Lease

@@ -43,8 +43,8 @@ func newLockConfig(c *Client, kind, name string, base lockConfig, accepts lockOp
 		}
 	}
 	switch {
-	case c == nil:
-		return base, fmt.Errorf("%w: nil Client", ErrInvalidArgument)
+	case c.invalid() != nil:
+		return base, c.invalid()
 	case validName(name) != nil:
 		return base, validName(name)
 	case base.fixedLease < 0:

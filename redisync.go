@@ -275,10 +275,14 @@ func (c *Client) ID() string {
 // released in Redis at once (one pipelined batch, bounded by a few seconds)
 // so other clients do not wait for the lease to expire. Acquisitions in
 // progress return ErrClosed. Close is idempotent and returns nil; later calls
-// on the Client and its primitives return ErrClosed.
+// on the Client and its primitives return ErrClosed. A Client not made by
+// New or Dial (a zero Client) has nothing to close: ErrInvalidArgument.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
+	}
+	if err := c.invalid(); err != nil {
+		return err
 	}
 	c.closeOnce.Do(func() {
 		close(c.closed)
@@ -289,6 +293,18 @@ func (c *Client) Close() error {
 			c.rc.Close()
 		}
 	})
+	return nil
+}
+
+// invalid reports a Client that cannot be used: nil, or not made by New or
+// Dial (a zero Client, which has no connection).
+func (c *Client) invalid() error {
+	switch {
+	case c == nil:
+		return fmt.Errorf("%w: nil Client", ErrInvalidArgument)
+	case c.rc == nil:
+		return fmt.Errorf("%w: Client not made by New or Dial", ErrInvalidArgument)
+	}
 	return nil
 }
 
