@@ -361,6 +361,10 @@ var badInputCases = []biCase{
 			{`WithPrefix("{tag}")`, WithPrefix("{tag}")},
 			{`WithPrefix("a{b")`, WithPrefix("a{b")},
 			{`WithPrefix("a}b")`, WithPrefix("a}b")},
+			{`WithClientName("")`, WithClientName("")},
+			{`WithClientName("a b")`, WithClientName("a b")},
+			{`WithClientName("a\nb")`, WithClientName("a\nb")},
+			{`WithClientName("é")`, WithClientName("é")},
 		} {
 			c, err := New(b.rc, WithLogger(quietLogger()), o.opt)
 			require.ErrorIs(t, err, ErrInvalidArgument, o.what)
@@ -428,9 +432,12 @@ var badInputCases = []biCase{
 		c, err = Dial(rueidis.ClientOption{})
 		require.Error(t, err)
 		require.Nil(t, c)
-		// A bad option is reported after connecting; the connection is
-		// closed again (the leak check of TestMain would see it).
+		// A bad option is reported without connecting (the leak check of
+		// TestMain would see a connection left open).
 		c, err = Dial(rueidis.ClientOption{InitAddress: b.e.addrs, DisableCache: true}, WithPrefix(""))
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.Nil(t, c)
+		c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}, WithClientName("a b"))
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		require.Nil(t, c)
 	}},

@@ -130,6 +130,8 @@ type config struct {
 	ackReplicas    int
 	ackTimeout     time.Duration
 	metrics        Metrics
+	clientName     string
+	named          bool // WithClientName was given
 }
 
 // WithWatchdogLease sets the lease of locks acquired without a fixed lease
@@ -183,6 +185,40 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	}
 }
 
+// WithClientName names the Client, for the people who operate the
+// programs that use it: give it what finds the process (a host, a pid, a
+// service). Dial names the Client's connections "redisync:ID:NAME" (ID
+// being Client.ID), as CLIENT LIST shows them, and that is where `redisync
+// inspect` and `redisync watch` find the name of the Clients that hold
+// locks; nothing more is written to Redis. A Client made by New uses the
+// caller's connections, whose names it cannot set: the name then only
+// labels its log lines, as it labels a dialed Client's. Redis accepts
+// printable ASCII without spaces in connection names: any other name,
+// the empty name included, makes New and Dial fail with ErrInvalidArgument.
+func WithClientName(name string) Option {
+	return func(c *config) { c.clientName, c.named = name, true }
+}
+
+// validClientName reports whether name is not empty and Redis takes it in
+// a connection name (CLIENT SETNAME).
+func validClientName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] <= ' ' || name[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// connectionName is the name of a Client's connections: the CLI finds
+// the name of a lock's holder by its client id there.
+func connectionName(id, name string) string {
+	return "redisync:" + id + ":" + name
+}
+
 // Client is the entry point: it owns the watchdog and the pub/sub
 // subscriptions shared by every primitive made from it. A Client is safe for
 // concurrent use. Make one per process (or per Redis deployment) and share it.
@@ -209,6 +245,37 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
 	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(rc, uuid.NewString(), cfg), nil
+}
+
+// Dial connects to Redis with opt and returns a Client that owns the
+// connection: Close closes it too. Bad options are reported before
+// connecting. With WithClientName, the connections are named after the
+// Client (opt.ClientName is replaced).
+func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	if cfg.named {
+		opt.ClientName = connectionName(id, cfg.clientName)
+	}
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(rc, id, cfg)
+	c.ownsRC = true
+	return c, nil
+}
+
+// newConfig applies opts over the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
 	cfg := config{
 		watchdogLease:  defaultWatchdogLease,
 		prefix:         defaultPrefix,
@@ -221,44 +288,37 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	}
 	switch {
 	case cfg.watchdogLease < time.Millisecond:
-		return nil, fmt.Errorf("%w: watchdog lease %v is under a millisecond", ErrInvalidArgument, cfg.watchdogLease)
+		return cfg, fmt.Errorf("%w: watchdog lease %v is under a millisecond", ErrInvalidArgument, cfg.watchdogLease)
 	case cfg.fenceRetention < time.Millisecond:
-		return nil, fmt.Errorf("%w: fence retention %v is under a millisecond", ErrInvalidArgument, cfg.fenceRetention)
+		return cfg, fmt.Errorf("%w: fence retention %v is under a millisecond", ErrInvalidArgument, cfg.fenceRetention)
 	case cfg.ackReplicas < 0 || (cfg.ackReplicas > 0 && cfg.ackTimeout < time.Millisecond):
-		return nil, fmt.Errorf("%w: replica acknowledgement needs at least one replica and a positive timeout", ErrInvalidArgument)
+		return cfg, fmt.Errorf("%w: replica acknowledgement needs at least one replica and a positive timeout", ErrInvalidArgument)
 	case cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}"):
-		return nil, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
+		return cfg, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
+	case cfg.named && !validClientName(cfg.clientName):
+		return cfg, fmt.Errorf("%w: client name %q: it must be printable ASCII without spaces, and not empty", ErrInvalidArgument, cfg.clientName)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
+	return cfg, nil
+}
+
+func newClient(rc rueidis.Client, id string, cfg config) *Client {
 	c := &Client{
 		rc:      rc,
-		id:      uuid.NewString(),
+		id:      id,
 		cfg:     cfg,
 		cluster: rc.Mode() == rueidis.ClientModeCluster,
 		closed:  make(chan struct{}),
 	}
 	c.log = cfg.logger.With("redisync.client", c.id)
+	if cfg.named {
+		c.log = c.log.With("redisync.client_name", cfg.clientName)
+	}
 	c.notify = newNotifier(c)
 	c.watchdog = newWatchdog(c)
-	return c, nil
-}
-
-// Dial connects to Redis with opt and returns a Client that owns the
-// connection: Close closes it too.
-func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
-	rc, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, err
-	}
-	c, err := New(rc, opts...)
-	if err != nil {
-		rc.Close()
-		return nil, err
-	}
-	c.ownsRC = true
-	return c, nil
+	return c
 }
 
 // ID returns the client's random id, the first part of every owner id it
