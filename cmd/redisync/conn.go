@@ -109,9 +109,26 @@ func (f *connFlags) option() (rueidis.ClientOption, string, error) {
 	return opt, strings.Join(opt.InitAddress, ","), nil
 }
 
-// dial connects to Redis and returns a Client that owns the connection.
-// The caller must Close it.
-func (f *connFlags) dial(ctx context.Context) (*redisync.Client, error) {
+// client is the command's connection to Redis: a redisync Client, and the
+// rueidis client under it for what the library does not send (CLIENT
+// LIST).
+type client struct {
+	*redisync.Client
+	rc rueidis.Client
+	// names are the names of the Clients seen holding locks, by client id
+	// ("" for a Client without a name).
+	names map[string]string
+}
+
+// Close closes the Client and its connection.
+func (c *client) Close() error {
+	err := c.Client.Close()
+	c.rc.Close()
+	return err
+}
+
+// dial connects to Redis and returns a client. The caller must Close it.
+func (f *connFlags) dial(ctx context.Context) (*client, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
@@ -122,13 +139,18 @@ func (f *connFlags) dial(ctx context.Context) (*redisync.Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c, err := redisync.Dial(opt,
-		redisync.WithPrefix(f.prefix),
-		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	rc, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Redis at %s: %w", where, err)
 	}
-	return c, nil
+	c, err := redisync.New(rc,
+		redisync.WithPrefix(f.prefix),
+		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &client{Client: c, rc: rc, names: map[string]string{}}, nil
 }
 
 // request returns the context of one request: ctx bounded by --timeout.
