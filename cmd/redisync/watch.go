@@ -170,7 +170,7 @@ func (w *watcher) refresh(ctx context.Context) {
 			return // interrupted: print nothing half-done
 		case err != nil:
 			fmt.Fprintf(tw, "%s\t?\t(error)\t\t\t\t\n", name)
-			errs = append(errs, fmt.Sprintf("error: %s: %s", name, oneLine(err.Error())))
+			errs = append(errs, fmt.Sprintf("error: %s: %s", name, errorLine(err)))
 		case snap.Free:
 			fmt.Fprintf(tw, "%s\t-\tfree\t\t\t\t\n", name)
 		default:
