@@ -53,6 +53,7 @@ var commands = []*command{
 	watchCommand,
 	unlockCommand,
 	demoCommand,
+	versionCommand,
 }
 
 func lookup(name string) *command {
@@ -104,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		printUsage(stdout)
 		return exitOK
+	case "-version", "--version":
+		name = "version"
 	}
 	c := lookup(name)
 	if c == nil {
