@@ -168,19 +168,78 @@ func requireAllFail(t *testing.T, m *Mutex, want error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := m.Lock(ctx)
-	require.ErrorIs(t, err, want, "Lock")
-	require.Nil(t, l)
-	l, err = m.TryLock(ctx)
-	require.ErrorIs(t, err, want, "TryLock")
-	require.Nil(t, l)
+	requireLockFails(t, "Mutex", m, want)
 	st, err := m.Inspect(ctx)
 	require.ErrorIs(t, err, want, "Inspect")
 	require.Equal(t, MutexState{}, st)
 	ok, err := m.ForceUnlock(ctx)
 	require.ErrorIs(t, err, want, "ForceUnlock")
 	require.False(t, ok)
+}
+
+// exclusiveLock is the acquisitions of every exclusive lock.
+type exclusiveLock interface {
+	Lock(context.Context) (*Lease, error)
+	TryLock(context.Context) (*Lease, error)
+	Acquire(context.Context) <-chan *Lease
+}
+
+// requireLockFails checks that every acquisition of m reports want.
+func requireLockFails(t *testing.T, what string, m exclusiveLock, want error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := m.Lock(ctx)
+	require.ErrorIs(t, err, want, "%s.Lock", what)
+	require.Nil(t, l)
+	l, err = m.TryLock(ctx)
+	require.ErrorIs(t, err, want, "%s.TryLock", what)
+	require.Nil(t, l)
 	requireFailedLease(t, recvLease(t, m.Acquire(ctx)), want)
+}
+
+// readSide is the read acquisitions of an RWMutex as an exclusiveLock.
+type readSide struct{ m *RWMutex }
+
+func (r readSide) Lock(ctx context.Context) (*Lease, error)    { return r.m.RLock(ctx) }
+func (r readSide) TryLock(ctx context.Context) (*Lease, error) { return r.m.TryRLock(ctx) }
+func (r readSide) Acquire(ctx context.Context) <-chan *Lease   { return r.m.RAcquire(ctx) }
+
+// requireRWMutexFails checks that every method of m reports want.
+func requireRWMutexFails(t *testing.T, m *RWMutex, want error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	requireLockFails(t, "RWMutex", m, want)
+	requireLockFails(t, "RWMutex read", readSide{m}, want)
+	_, err := m.Inspect(ctx)
+	require.ErrorIs(t, err, want, "RWMutex.Inspect")
+	_, err = m.ForceUnlock(ctx)
+	require.ErrorIs(t, err, want, "RWMutex.ForceUnlock")
+}
+
+// requireSemaphoreFails checks that every method of s reports want.
+func requireSemaphoreFails(t *testing.T, s *Semaphore, want error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.TrySetSize(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.TrySetSize")
+	_, err = s.SetSize(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.SetSize")
+	_, err = s.AddSize(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.AddSize")
+	l, err := s.Lock(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.Lock")
+	require.Nil(t, l)
+	l, err = s.TryLock(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.TryLock")
+	require.Nil(t, l)
+	requireFailedLease(t, recvLease(t, s.Acquire(ctx, 1)), want)
+	_, err = s.Inspect(ctx)
+	require.ErrorIs(t, err, want, "Semaphore.Inspect")
+	_, err = s.Delete(ctx)
+	require.ErrorIs(t, err, want, "Semaphore.Delete")
 }
 
 // logBuffer collects log output.
@@ -466,48 +525,15 @@ var badInputCases = []biCase{
 			{WithWaiterExpiry(time.Minute)},
 			{WithFixedLease(time.Minute), WithWaiterExpiry(time.Minute)},
 		} {
-			s := c.Semaphore(name, opts...)
-			_, err := s.TrySetSize(ctx, 1)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TrySetSize")
+			_, err := c.Semaphore(name, opts...).TryLock(ctx, 1)
 			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a Semaphore")
-			_, err = s.SetSize(ctx, 1)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.SetSize")
-			_, err = s.AddSize(ctx, 1)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.AddSize")
-			_, err = s.Lock(ctx, 1)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Lock")
-			_, err = s.TryLock(ctx, 1)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TryLock")
-			requireFailedLease(t, recvLease(t, s.Acquire(ctx, 1)), ErrInvalidArgument)
-			_, err = s.Inspect(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Inspect")
-			_, err = s.Delete(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Delete")
-
-			rw := c.RWMutex(name, opts...)
-			for what, f := range map[string]func(context.Context) (*Lease, error){
-				"RLock": rw.RLock, "TryRLock": rw.TryRLock, "Lock": rw.Lock, "TryLock": rw.TryLock,
-			} {
-				l, err := f(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.%s", what)
-				require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a RWMutex")
-				require.Nil(t, l)
-			}
-			requireFailedLease(t, recvLease(t, rw.RAcquire(ctx)), ErrInvalidArgument)
-			requireFailedLease(t, recvLease(t, rw.Acquire(ctx)), ErrInvalidArgument)
-			_, err = rw.Inspect(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.Inspect")
-			_, err = rw.ForceUnlock(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.ForceUnlock")
-
-			q := NewQuorum(name, []*Client{c}, opts...)
-			l, err := q.Lock(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.Lock")
+			requireSemaphoreFails(t, c.Semaphore(name, opts...), ErrInvalidArgument)
+			_, err = c.RWMutex(name, opts...).TryLock(ctx)
+			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a RWMutex")
+			requireRWMutexFails(t, c.RWMutex(name, opts...), ErrInvalidArgument)
+			_, err = NewQuorum(name, []*Client{c}, opts...).TryLock(ctx)
 			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a Quorum")
-			require.Nil(t, l)
-			_, err = q.TryLock(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.TryLock")
-			requireFailedLease(t, recvLease(t, q.Acquire(ctx)), ErrInvalidArgument)
+			requireLockFails(t, "Quorum", NewQuorum(name, []*Client{c}, opts...), ErrInvalidArgument)
 		}
 		// The options they use work.
 		s := c.Semaphore(name, WithFixedLease(time.Minute))
@@ -518,15 +544,10 @@ var badInputCases = []biCase{
 		require.NoError(t, l.Unlock(ctx))
 		_, err = s.Delete(ctx)
 		require.NoError(t, err)
-		l, err = c.RWMutex(name, WithFixedLease(time.Minute)).TryLock(ctx)
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		l, err = NewQuorum(name, []*Client{c}, WithFixedLease(time.Minute)).TryLock(ctx)
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		for _, m := range []interface {
-			TryLock(context.Context) (*Lease, error)
-		}{c.Mutex(name, WithWaiterExpiry(time.Minute)), c.FairMutex(name, WithWaiterExpiry(time.Minute))} {
+		for _, m := range []exclusiveLock{
+			c.RWMutex(name, WithFixedLease(time.Minute)), NewQuorum(name, []*Client{c}, WithFixedLease(time.Minute)),
+			c.Mutex(name, WithWaiterExpiry(time.Minute)), c.FairMutex(name, WithWaiterExpiry(time.Minute)),
+		} {
 			l, err = m.TryLock(ctx)
 			require.NoError(t, err)
 			require.NoError(t, l.Unlock(ctx))
@@ -622,48 +643,14 @@ var badInputCases = []biCase{
 				lk.Lock()
 				require.ErrorIs(t, lk.Err(), ErrInvalidArgument)
 				lk.Unlock()
-
 				fm := c.FairMutex(name)
-				_, err := fm.Lock(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.Lock")
-				_, err = fm.TryLock(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.TryLock")
-				requireFailedLease(t, recvLease(t, fm.Acquire(ctx)), ErrInvalidArgument)
-				_, err = fm.Inspect(ctx)
+				requireLockFails(t, "FairMutex", fm, ErrInvalidArgument)
+				_, err := fm.Inspect(ctx)
 				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.Inspect")
 				_, err = fm.ForceUnlock(ctx)
 				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.ForceUnlock")
-
-				rw := c.RWMutex(name)
-				for what, f := range map[string]func(context.Context) (*Lease, error){
-					"RLock": rw.RLock, "TryRLock": rw.TryRLock, "Lock": rw.Lock, "TryLock": rw.TryLock,
-				} {
-					_, err := f(ctx)
-					require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.%s", what)
-				}
-				requireFailedLease(t, recvLease(t, rw.RAcquire(ctx)), ErrInvalidArgument)
-				requireFailedLease(t, recvLease(t, rw.Acquire(ctx)), ErrInvalidArgument)
-				_, err = rw.Inspect(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.Inspect")
-				_, err = rw.ForceUnlock(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "RWMutex.ForceUnlock")
-
-				s := c.Semaphore(name)
-				_, err = s.TrySetSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TrySetSize")
-				_, err = s.SetSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.SetSize")
-				_, err = s.AddSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.AddSize")
-				_, err = s.Lock(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Lock")
-				_, err = s.TryLock(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.TryLock")
-				requireFailedLease(t, recvLease(t, s.Acquire(ctx, 1)), ErrInvalidArgument)
-				_, err = s.Inspect(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Inspect")
-				_, err = s.Delete(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Semaphore.Delete")
+				requireRWMutexFails(t, c.RWMutex(name), ErrInvalidArgument)
+				requireSemaphoreFails(t, c.Semaphore(name), ErrInvalidArgument)
 
 				l := c.Latch(name)
 				_, err = l.TrySetCount(ctx, 1)
@@ -677,19 +664,8 @@ var badInputCases = []biCase{
 				require.ErrorIs(t, l.Wait(ctx), ErrInvalidArgument, "Latch.Wait")
 				require.NotNil(t, l.Done(ctx))
 
-				g := NewGroup(c.Mutex(name))
-				_, err = g.Lock(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Group.Lock")
-				_, err = g.TryLock(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Group.TryLock")
-				requireFailedLease(t, recvLease(t, g.Acquire(ctx)), ErrInvalidArgument)
-				q := NewQuorum(name, []*Client{c})
-				_, err = q.Lock(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.Lock")
-				_, err = q.TryLock(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument, "Quorum.TryLock")
-				requireFailedLease(t, recvLease(t, q.Acquire(ctx)), ErrInvalidArgument)
-
+				requireLockFails(t, "Group", NewGroup(c.Mutex(name)), ErrInvalidArgument)
+				requireLockFails(t, "Quorum", NewQuorum(name, []*Client{c}), ErrInvalidArgument)
 				require.ErrorIs(t, c.Close(), ErrInvalidArgument)
 			})
 		}
