@@ -82,8 +82,8 @@ func (b *bi) allKeys(t *testing.T) map[string]bool {
 }
 
 // requireNoState checks that the case left nothing behind: no key that was
-// not there before except fencing counters (a hash without an owner, that
-// expires), and no pub/sub subscription.
+// not there before except fencing counters (fence, fairfence, rwfence: a
+// hash without an owner, that expires), and no pub/sub subscription.
 func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -95,7 +95,8 @@ func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 		if len(short) > 80 {
 			short = short[:80] + "..."
 		}
-		if _, rest, _ := strings.Cut(k, ":"); !strings.HasPrefix(rest, "fence:") {
+		_, rest, _ := strings.Cut(k, ":")
+		if kind, _, _ := strings.Cut(rest, ":"); !strings.HasSuffix(kind, "fence") {
 			t.Errorf("key left behind: %q", short)
 			continue
 		}
@@ -167,19 +168,78 @@ func requireAllFail(t *testing.T, m *Mutex, want error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := m.Lock(ctx)
-	require.ErrorIs(t, err, want, "Lock")
-	require.Nil(t, l)
-	l, err = m.TryLock(ctx)
-	require.ErrorIs(t, err, want, "TryLock")
-	require.Nil(t, l)
+	requireLockFails(t, "Mutex", m, want)
 	st, err := m.Inspect(ctx)
 	require.ErrorIs(t, err, want, "Inspect")
 	require.Equal(t, MutexState{}, st)
 	ok, err := m.ForceUnlock(ctx)
 	require.ErrorIs(t, err, want, "ForceUnlock")
 	require.False(t, ok)
+}
+
+// exclusiveLock is the acquisitions of every exclusive lock.
+type exclusiveLock interface {
+	Lock(context.Context) (*Lease, error)
+	TryLock(context.Context) (*Lease, error)
+	Acquire(context.Context) <-chan *Lease
+}
+
+// requireLockFails checks that every acquisition of m reports want.
+func requireLockFails(t *testing.T, what string, m exclusiveLock, want error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := m.Lock(ctx)
+	require.ErrorIs(t, err, want, "%s.Lock", what)
+	require.Nil(t, l)
+	l, err = m.TryLock(ctx)
+	require.ErrorIs(t, err, want, "%s.TryLock", what)
+	require.Nil(t, l)
 	requireFailedLease(t, recvLease(t, m.Acquire(ctx)), want)
+}
+
+// readSide is the read acquisitions of an RWMutex as an exclusiveLock.
+type readSide struct{ m *RWMutex }
+
+func (r readSide) Lock(ctx context.Context) (*Lease, error)    { return r.m.RLock(ctx) }
+func (r readSide) TryLock(ctx context.Context) (*Lease, error) { return r.m.TryRLock(ctx) }
+func (r readSide) Acquire(ctx context.Context) <-chan *Lease   { return r.m.RAcquire(ctx) }
+
+// requireRWMutexFails checks that every method of m reports want.
+func requireRWMutexFails(t *testing.T, m *RWMutex, want error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	requireLockFails(t, "RWMutex", m, want)
+	requireLockFails(t, "RWMutex read", readSide{m}, want)
+	_, err := m.Inspect(ctx)
+	require.ErrorIs(t, err, want, "RWMutex.Inspect")
+	_, err = m.ForceUnlock(ctx)
+	require.ErrorIs(t, err, want, "RWMutex.ForceUnlock")
+}
+
+// requireSemaphoreFails checks that every method of s reports want.
+func requireSemaphoreFails(t *testing.T, s *Semaphore, want error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.TrySetSize(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.TrySetSize")
+	_, err = s.SetSize(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.SetSize")
+	_, err = s.AddSize(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.AddSize")
+	l, err := s.Lock(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.Lock")
+	require.Nil(t, l)
+	l, err = s.TryLock(ctx, 1)
+	require.ErrorIs(t, err, want, "Semaphore.TryLock")
+	require.Nil(t, l)
+	requireFailedLease(t, recvLease(t, s.Acquire(ctx, 1)), want)
+	_, err = s.Inspect(ctx)
+	require.ErrorIs(t, err, want, "Semaphore.Inspect")
+	_, err = s.Delete(ctx)
+	require.ErrorIs(t, err, want, "Semaphore.Delete")
 }
 
 // logBuffer collects log output.
@@ -360,6 +420,10 @@ var badInputCases = []biCase{
 			{`WithPrefix("{tag}")`, WithPrefix("{tag}")},
 			{`WithPrefix("a{b")`, WithPrefix("a{b")},
 			{`WithPrefix("a}b")`, WithPrefix("a}b")},
+			{`WithClientName("")`, WithClientName("")},
+			{`WithClientName("a b")`, WithClientName("a b")},
+			{`WithClientName("a\nb")`, WithClientName("a\nb")},
+			{`WithClientName("é")`, WithClientName("é")},
 		} {
 			c, err := New(b.rc, WithLogger(quietLogger()), o.opt)
 			require.ErrorIs(t, err, ErrInvalidArgument, o.what)
@@ -427,9 +491,12 @@ var badInputCases = []biCase{
 		c, err = Dial(rueidis.ClientOption{})
 		require.Error(t, err)
 		require.Nil(t, c)
-		// A bad option is reported after connecting; the connection is
-		// closed again (the leak check of TestMain would see it).
+		// A bad option is reported without connecting (the leak check of
+		// TestMain would see a connection left open).
 		c, err = Dial(rueidis.ClientOption{InitAddress: b.e.addrs, DisableCache: true}, WithPrefix(""))
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.Nil(t, c)
+		c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}, WithClientName("a b"))
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		require.Nil(t, c)
 	}},
@@ -447,6 +514,44 @@ var badInputCases = []biCase{
 		requireAllFail(t, c.Mutex(t.Name(), WithFixedLease(-1)), ErrInvalidArgument)
 		// A nil LockOption is ignored.
 		lockWorks(t, b, c, b.client(t), t.Name())
+	}},
+	{"options a lock does not use", func(t *testing.T, b *bi) {
+		// WithWaiterExpiry is for the queues of Mutex and FairMutex: every
+		// other lock that takes options reports it from every method.
+		ctx := b.ctx(t)
+		c := b.client(t)
+		name := t.Name()
+		for _, opts := range [][]LockOption{
+			{WithWaiterExpiry(time.Minute)},
+			{WithFixedLease(time.Minute), WithWaiterExpiry(time.Minute)},
+		} {
+			_, err := c.Semaphore(name, opts...).TryLock(ctx, 1)
+			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a Semaphore")
+			requireSemaphoreFails(t, c.Semaphore(name, opts...), ErrInvalidArgument)
+			_, err = c.RWMutex(name, opts...).TryLock(ctx)
+			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a RWMutex")
+			requireRWMutexFails(t, c.RWMutex(name, opts...), ErrInvalidArgument)
+			_, err = NewQuorum(name, []*Client{c}, opts...).TryLock(ctx)
+			require.ErrorContains(t, err, "WithWaiterExpiry does not apply to a Quorum")
+			requireLockFails(t, "Quorum", NewQuorum(name, []*Client{c}, opts...), ErrInvalidArgument)
+		}
+		// The options they use work.
+		s := c.Semaphore(name, WithFixedLease(time.Minute))
+		_, err := s.SetSize(ctx, 1)
+		require.NoError(t, err)
+		l, err := s.TryLock(ctx, 1)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		_, err = s.Delete(ctx)
+		require.NoError(t, err)
+		for _, m := range []exclusiveLock{
+			c.RWMutex(name, WithFixedLease(time.Minute)), NewQuorum(name, []*Client{c}, WithFixedLease(time.Minute)),
+			c.Mutex(name, WithWaiterExpiry(time.Minute)), c.FairMutex(name, WithWaiterExpiry(time.Minute)),
+		} {
+			l, err = m.TryLock(ctx)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		}
 	}},
 	{"nil context", func(t *testing.T, b *bi) {
 		var nilCtx context.Context
@@ -524,6 +629,46 @@ var badInputCases = []biCase{
 		notPanics(t, "Mutex of a nil Client", func() {
 			requireAllFail(t, c.Mutex(t.Name()), ErrInvalidArgument)
 		})
+	}},
+	{"zero Client", func(t *testing.T, b *bi) {
+		// A Client not made by New or Dial has no connection: everything
+		// made from it reports ErrInvalidArgument, nothing panics.
+		for _, c := range []*Client{{}, new(Client)} {
+			notPanics(t, "zero Client", func() {
+				ctx := b.ctx(t)
+				name := t.Name()
+				require.Empty(t, c.ID())
+				requireAllFail(t, c.Mutex(name), ErrInvalidArgument)
+				lk := c.Mutex(name).Locker()
+				lk.Lock()
+				require.ErrorIs(t, lk.Err(), ErrInvalidArgument)
+				lk.Unlock()
+				fm := c.FairMutex(name)
+				requireLockFails(t, "FairMutex", fm, ErrInvalidArgument)
+				_, err := fm.Inspect(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.Inspect")
+				_, err = fm.ForceUnlock(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "FairMutex.ForceUnlock")
+				requireRWMutexFails(t, c.RWMutex(name), ErrInvalidArgument)
+				requireSemaphoreFails(t, c.Semaphore(name), ErrInvalidArgument)
+
+				l := c.Latch(name)
+				_, err = l.TrySetCount(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.TrySetCount")
+				_, err = l.Reset(ctx, 1)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.Reset")
+				_, err = l.CountDown(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.CountDown")
+				_, err = l.Count(ctx)
+				require.ErrorIs(t, err, ErrInvalidArgument, "Latch.Count")
+				require.ErrorIs(t, l.Wait(ctx), ErrInvalidArgument, "Latch.Wait")
+				require.NotNil(t, l.Done(ctx))
+
+				requireLockFails(t, "Group", NewGroup(c.Mutex(name)), ErrInvalidArgument)
+				requireLockFails(t, "Quorum", NewQuorum(name, []*Client{c}), ErrInvalidArgument)
+				require.ErrorIs(t, c.Close(), ErrInvalidArgument)
+			})
+		}
 	}},
 	{"nil Lease", func(t *testing.T, b *bi) {
 		var nilCtx context.Context

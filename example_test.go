@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -173,4 +174,21 @@ func ExampleFairMutex() {
 	wg.Wait()
 	fmt.Println(order)
 	// Output: [1 2 3]
+}
+
+// WithClientName lets operators find the process that holds a lock:
+// `redisync inspect` and `redisync watch` show the name beside the
+// holder's Client id. Names are printable ASCII without spaces.
+func ExampleWithClientName() {
+	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}},
+		redisync.WithClientName(fmt.Sprintf("billing/pid-%d", os.Getpid())))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	_, err = redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}},
+		redisync.WithClientName("billing worker"))
+	fmt.Println(errors.Is(err, redisync.ErrInvalidArgument))
+	// Output: true
 }

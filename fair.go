@@ -14,10 +14,11 @@ const defaultWaiterExpiry = 3 * time.Second
 // the lock's queue (default 3s). Live waiters renew their place every third
 // of it, so the queue never stalls for longer behind a dead one (a Mutex's
 // waiters also come back that often, and take the lock if it is free).
-// Other locks ignore it. It must be at least a millisecond.
+// It must be at least a millisecond. Other locks reject it: their methods
+// return ErrInvalidArgument.
 func WithWaiterExpiry(d time.Duration) LockOption {
 	return func(c *lockConfig) {
-		c.waiterExpiry = d
+		c.waiterExpiry, c.given = d, c.given|optWaiterExpiry
 		if d < time.Millisecond {
 			c.waiterExpiry = -1
 		}
@@ -73,7 +74,7 @@ func (c *Client) fairKeysFor(name string) lockKeys {
 // ErrInvalidArgument.
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	m := &FairMutex{c: c, name: name}
-	if m.cfg, m.err = newLockConfig(c, name, lockConfig{waiterExpiry: defaultWaiterExpiry}, opts); m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, "FairMutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry, opts); m.err == nil {
 		m.keys = c.fairKeysFor(name)
 	}
 	return m

@@ -118,7 +118,7 @@ func NewGroup(locks ...*Mutex) *Group {
 	dups := make(map[dupKey]bool, len(locks))
 	for i, m := range locks {
 		if err := mutexErr(m); err != nil {
-			g.err = fmt.Errorf("lock %d of the group: %w", i, err)
+			g.err = errorf("lock %d of the group: %w", i, err)
 			return g
 		}
 		k := dupKey{m.c, m.keys.lock}
@@ -412,7 +412,7 @@ func (g *Group) grantAtomic(ctx context.Context, ms []*member, tokens []uint64, 
 			if c.isClosed() {
 				return nil, ErrClosed
 			}
-			return nil, fmt.Errorf("redisync: lock %q of the group: %w", mb.m.name, err)
+			return nil, errorf("lock %q of the group: %w", mb.m.name, err)
 		}
 	}
 	return newGroupLease(ctx, groupPrimitive, c, g.name, ms, len(ms), token, 0, start), nil
@@ -664,12 +664,16 @@ type Quorum struct {
 
 // NewQuorum returns the Quorum lock name over clients, one Client per
 // independent server; opts apply to the lock on every server
-// (WithFixedLease). An empty name, no Client, a nil or repeated Client or
-// an invalid option makes every method fail with ErrInvalidArgument.
+// (WithFixedLease, the only option). An empty name, no Client, a nil or
+// repeated Client or an invalid or other option makes every method fail
+// with ErrInvalidArgument.
 func NewQuorum(name string, clients []*Client, opts ...LockOption) *Quorum {
 	q := &Quorum{name: name}
 	if len(clients) == 0 {
 		q.err = fmt.Errorf("%w: a quorum needs at least one Client", ErrInvalidArgument)
+		return q
+	}
+	if q.err = checkLockOptions("Quorum", optFixedLease, opts); q.err != nil {
 		return q
 	}
 	for i, c := range clients {
@@ -1031,9 +1035,9 @@ collect:
 			if err == nil {
 				err = errors.New("the lock was lost meanwhile")
 			}
-			out.err = fmt.Errorf("%w: the fencing counter of %q was raised on %d of %d servers, %d needed: %w", ErrNoQuorum, q.name, confirmed, n, q.need, err)
+			out.err = errorf("%w: the fencing counter of %q was raised on %d of %d servers, %d needed: %w", ErrNoQuorum, q.name, confirmed, n, q.need, err)
 		case q.lease-out.elapsed-drift <= q.lease/10:
-			out.err = fmt.Errorf("%w: acquiring %q took %v, leaving no validity of its %v lease", ErrNoQuorum, q.name, out.elapsed.Round(time.Microsecond), q.lease)
+			out.err = errorf("%w: acquiring %q took %v, leaving no validity of its %v lease", ErrNoQuorum, q.name, out.elapsed.Round(time.Microsecond), q.lease)
 		default:
 			for i, res := range results {
 				if !res.done {
@@ -1048,9 +1052,9 @@ collect:
 	switch {
 	case out.err != nil:
 	case len(failures) == 0:
-		out.err = fmt.Errorf("%w: %q: the context ended", ErrNoQuorum, q.name)
+		out.err = errorf("%w: %q: the context ended", ErrNoQuorum, q.name)
 	default:
-		out.err = fmt.Errorf("%w: %d of %d servers granted %q, %d needed: %w", ErrNoQuorum, out.granted, n, q.name, q.need, joinedErrs(failures))
+		out.err = errorf("%w: %d of %d servers granted %q, %d needed: %w", ErrNoQuorum, out.granted, n, q.name, q.need, joinedErrs(failures))
 	}
 	dctx, cancel := detached(ctx)
 	releaseMembers(dctx, r.members, q.timeout)
@@ -1251,7 +1255,7 @@ func (gs *groupState) memberEnded(m *member) {
 // it. Called with gs.mu held.
 func (gs *groupState) lossReason(m *member, held int) error {
 	if !gs.quorum {
-		return fmt.Errorf("redisync: lock %q of the group: %w", m.m.name, m.reason)
+		return errorf("lock %q of the group: %w", m.m.name, m.reason)
 	}
 	var reasons []error
 	for i, x := range gs.members {
@@ -1259,7 +1263,7 @@ func (gs *groupState) lossReason(m *member, held int) error {
 			reasons = append(reasons, fmt.Errorf("server %d: %w", i, x.reason))
 		}
 	}
-	return fmt.Errorf("%w: %d of %d servers hold %q, %d needed: %w", ErrNoQuorum, held, len(gs.members), gs.name, gs.need, joinedErrs(reasons))
+	return errorf("%w: %d of %d servers hold %q, %d needed: %w", ErrNoQuorum, held, len(gs.members), gs.name, gs.need, joinedErrs(reasons))
 }
 
 // release releases every member that may still be held (the leaseKind
@@ -1319,14 +1323,14 @@ func (gs *groupState) outcome() (st releaseState, reason, err error) {
 		case released+open >= gs.need:
 			return notHeld, nil, cmp.Or(err, errors.New("redisync: release: outcome unknown"))
 		}
-		return notHeld, fmt.Errorf("%w: %d of %d servers held %q, %d needed: %w", ErrNoQuorum, released, len(gs.members), gs.name, gs.need, joinedErrs(reasons)), nil
+		return notHeld, errorf("%w: %d of %d servers held %q, %d needed: %w", ErrNoQuorum, released, len(gs.members), gs.name, gs.need, joinedErrs(reasons)), nil
 	}
 	for _, m := range gs.members {
 		switch m.state {
 		case memberFreed:
 		case memberGone:
 			if reason == nil {
-				reason = fmt.Errorf("redisync: lock %q of the group: %w", m.m.name, cmp.Or(m.reason, ErrExpired))
+				reason = errorf("lock %q of the group: %w", m.m.name, cmp.Or(m.reason, ErrExpired))
 			}
 		default:
 			err = cmp.Or(err, m.err, errors.New("redisync: release: outcome unknown"))

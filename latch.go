@@ -53,8 +53,8 @@ type Latch struct {
 func (c *Client) Latch(name string) *Latch {
 	l := &Latch{c: c, name: name}
 	l.err = validName(name)
-	if c == nil {
-		l.err = fmt.Errorf("%w: nil Client", ErrInvalidArgument)
+	if err := c.invalid(); err != nil {
+		l.err = err
 	}
 	if l.err == nil {
 		l.key, l.channel = c.key("latch", name), c.key("latchch", name)

@@ -52,7 +52,6 @@ func TestMain(m *testing.M) {
 // refresh dropped, and a delayed refresh.
 var rueidisLingering = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
-	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo"),
 	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
 }
 

@@ -314,18 +314,18 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Unlock()
 	switch {
 	case failed != nil:
-		return fmt.Errorf("%w: %w", ErrNotHeld, failed)
+		return errorf("%w: %w", ErrNotHeld, failed)
 	case detached:
-		return fmt.Errorf("%w: %w", ErrNotHeld, ErrDetached)
+		return errorf("%w: %w", ErrNotHeld, ErrDetached)
 	case released:
-		return fmt.Errorf("%w: %w", ErrNotHeld, ErrReleased)
+		return errorf("%w: %w", ErrNotHeld, ErrReleased)
 	}
 	h := l.h
 	if h == nil {
 		return fmt.Errorf("%w: not a Lease from a lock", ErrNotHeld)
 	}
 	if !h.kind.spansClients && h.c.isClosed() {
-		return fmt.Errorf("%w: %w", ErrNotHeld, ErrClosed)
+		return errorf("%w: %w", ErrNotHeld, ErrClosed)
 	}
 	h.beginRelease()
 	defer h.endRelease()
@@ -365,7 +365,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		reason := h.err
 		h.mu.Unlock()
 		l.fail(reason)
-		return fmt.Errorf("%w: %w", ErrNotHeld, reason)
+		return errorf("%w: %w", ErrNotHeld, reason)
 	}
 	l.end(ErrReleased)
 	if st == freed {
@@ -525,7 +525,7 @@ func (l *Lease) Detach() error {
 		if errors.Is(err, ErrNotHeld) {
 			return err
 		}
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return errorf("%w: %w", ErrNotHeld, err)
 	}
 	h := l.h
 	if h.kind.spansClients {

@@ -30,7 +30,7 @@ type Locker struct {
 
 func newLocker(c *Client, name string, lock func(context.Context) (*Lease, error)) *Locker {
 	log := slog.Default()
-	if c != nil {
+	if c != nil && c.log != nil {
 		log = c.log
 	}
 	return &Locker{lock: lock, name: name, log: log}

@@ -11,25 +11,40 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// LockOption configures a lock made by a Client.
+// LockOption configures a lock made by a Client. Each lock takes the
+// options its doc lists and rejects the others, as ErrInvalidArgument.
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	fixedLease   time.Duration // 0: renewed by the watchdog
 	waiterExpiry time.Duration // how long a waiter's place outlives its last visit
+	given        lockOptions   // the options given
 }
 
+// lockOptions is a set of LockOptions.
+type lockOptions uint8
+
+const (
+	optFixedLease lockOptions = 1 << iota
+	optWaiterExpiry
+)
+
+// lockOptionNames name the LockOptions in errors, in the order of their
+// bits.
+var lockOptionNames = []string{"WithFixedLease", "WithWaiterExpiry"}
+
 // newLockConfig applies opts over base and checks what every lock handle
-// checks: a Client, a name, durations of at least a millisecond.
-func newLockConfig(c *Client, name string, base lockConfig, opts []LockOption) (lockConfig, error) {
+// checks: a Client, a name, durations of at least a millisecond, and that
+// opts are among the options the lock, kind, accepts.
+func newLockConfig(c *Client, kind, name string, base lockConfig, accepts lockOptions, opts []LockOption) (lockConfig, error) {
 	for _, o := range opts {
 		if o != nil {
 			o(&base)
 		}
 	}
 	switch {
-	case c == nil:
-		return base, fmt.Errorf("%w: nil Client", ErrInvalidArgument)
+	case c.invalid() != nil:
+		return base, c.invalid()
 	case validName(name) != nil:
 		return base, validName(name)
 	case base.fixedLease < 0:
@@ -37,7 +52,24 @@ func newLockConfig(c *Client, name string, base lockConfig, opts []LockOption) (
 	case base.waiterExpiry < 0:
 		return base, fmt.Errorf("%w: waiter expiry under a millisecond", ErrInvalidArgument)
 	}
-	return base, nil
+	return base, checkLockOptions(kind, accepts, opts)
+}
+
+// checkLockOptions reports the first of opts that a lock of kind does not
+// accept.
+func checkLockOptions(kind string, accepts lockOptions, opts []LockOption) error {
+	var cfg lockConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	for i, name := range lockOptionNames {
+		if bit := lockOptions(1) << i; cfg.given&bit != 0 && accepts&bit == 0 {
+			return fmt.Errorf("%w: %s does not apply to a %s", ErrInvalidArgument, name, kind)
+		}
+	}
+	return nil
 }
 
 // lease is the lease of a new ownership: the fixed lease, or the watchdog
@@ -56,7 +88,7 @@ func (cfg lockConfig) lease(c *Client) time.Duration {
 // never shortens its remaining lease. d must be at least a millisecond.
 func WithFixedLease(d time.Duration) LockOption {
 	return func(c *lockConfig) {
-		c.fixedLease = d
+		c.fixedLease, c.given = d, c.given|optFixedLease
 		if d < time.Millisecond {
 			c.fixedLease = -1
 		}
@@ -98,7 +130,7 @@ type Mutex struct {
 // name or option is reported by every method, as ErrInvalidArgument.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name}
-	if m.cfg, m.err = newLockConfig(c, name, lockConfig{waiterExpiry: defaultWaiterExpiry}, opts); m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, "Mutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry, opts); m.err == nil {
 		m.keys = c.keysFor(name)
 	}
 	return m

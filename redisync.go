@@ -47,8 +47,14 @@ var (
 	// ErrClosed reports that the Client was closed. It is also the reason a
 	// lease reports when its Client is closed while it is held.
 	ErrClosed = errors.New("redisync: client closed")
-	// ErrLocked reports that a single attempt found the lock held by another
-	// owner. It is not a failure to reach Redis.
+	// ErrLocked reports that a single attempt found what it asked for held
+	// by another owner. It is not a failure to reach Redis. It is the one
+	// error to match (errors.Is) for "someone else has it" after the single
+	// attempt of every primitive: TryLock of a Mutex, FairMutex, RWMutex and
+	// Group and TryRLock return it (wrapped with detail); Semaphore.TryLock
+	// returns ErrNoPermits, which matches ErrLocked; Quorum.TryLock returns
+	// ErrNoQuorum, which wraps ErrLocked when servers found the lock held by
+	// another owner.
 	ErrLocked = errors.New("redisync: locked by another owner")
 	// ErrNotHeld reports an Unlock of a lease that no longer holds its lock:
 	// it was already released, it was lost, or it was never acquired.
@@ -67,8 +73,9 @@ var (
 	ErrUpgrade = errors.New("redisync: cannot upgrade a read lease to a write lease")
 	// ErrNoPermits reports that a single attempt (Semaphore.TryLock) could
 	// not have the permits it asked for: they are held, or promised to
-	// earlier waiters. It is not a failure to reach Redis.
-	ErrNoPermits = errors.New("redisync: not enough permits available")
+	// earlier waiters. It is not a failure to reach Redis. It matches
+	// ErrLocked.
+	ErrNoPermits error = &pkgError{msg: "redisync: not enough permits available", errs: []error{ErrLocked}}
 	// ErrNoSize reports an acquisition from a semaphore that has no size:
 	// it was never set, it was deleted, or a Redis server without
 	// persistence restarted. It always comes with ErrInvalidArgument, as
@@ -80,8 +87,8 @@ var (
 	// unreachable or too slow), or acquiring it took so long that no
 	// validity was left. A failed acquisition leaves nothing held. It wraps
 	// the servers' errors (ErrLocked for a server where another owner held
-	// the lock), and as the reason of a lost Quorum lease the members' loss
-	// reasons.
+	// the lock, so that a refused TryLock matches ErrLocked), and as the
+	// reason of a lost Quorum lease the members' loss reasons.
 	ErrNoQuorum = errors.New("redisync: no quorum")
 )
 
@@ -138,6 +145,8 @@ type config struct {
 	ackReplicas    int
 	ackTimeout     time.Duration
 	metrics        Metrics
+	clientName     string
+	named          bool // WithClientName was given
 }
 
 // WithWatchdogLease sets the lease of locks acquired without a fixed lease
@@ -191,6 +200,40 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	}
 }
 
+// WithClientName names the Client, for the people who operate the
+// programs that use it: give it what finds the process (a host, a pid, a
+// service). Dial names the Client's connections "redisync:ID:NAME" (ID
+// being Client.ID), as CLIENT LIST shows them, and that is where `redisync
+// inspect` and `redisync watch` find the name of the Clients that hold
+// locks; nothing more is written to Redis. A Client made by New uses the
+// caller's connections, whose names it cannot set: the name then only
+// labels its log lines, as it labels a dialed Client's. Redis accepts
+// printable ASCII without spaces in connection names: any other name,
+// the empty name included, makes New and Dial fail with ErrInvalidArgument.
+func WithClientName(name string) Option {
+	return func(c *config) { c.clientName, c.named = name, true }
+}
+
+// validClientName reports whether name is not empty and Redis takes it in
+// a connection name (CLIENT SETNAME).
+func validClientName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] <= ' ' || name[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// connectionName is the name of a Client's connections: the CLI finds
+// the name of a lock's holder by its client id there.
+func connectionName(id, name string) string {
+	return "redisync:" + id + ":" + name
+}
+
 // Client is the entry point: it owns the watchdog and the pub/sub
 // subscriptions shared by every primitive made from it. A Client is safe for
 // concurrent use. Make one per process (or per Redis deployment) and share it.
@@ -220,15 +263,51 @@ type Client struct {
 // key changes. Dial gives a Client that learns of a lost lock within about
 // a round trip.
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
-	return newClient(rc, nil, opts)
-}
-
-// newClient makes a Client on rc; invalidations, when not nil, is where
-// rc's OnInvalidations hook sends what it receives.
-func newClient(rc rueidis.Client, invalidations *invalidationHook, opts []Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
 	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(rc, uuid.NewString(), cfg, nil), nil
+}
+
+// Dial connects to Redis with opt and returns a Client that owns the
+// connection: Close closes it too. Bad options are reported before
+// connecting. With WithClientName, the connections are named after the
+// Client (opt.ClientName is replaced).
+//
+// Unless opt.DisableCache is set, the Client's LossDetection is
+// DetectOnChange: it installs an OnInvalidations hook (calling opt's own
+// hook, if any, as well) and tracks the keys of the locks it holds with
+// rueidis' client-side caching, so that a lock deleted or taken over
+// behind its holder is reported lost about one round trip later.
+func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	if cfg.named {
+		opt.ClientName = connectionName(id, cfg.clientName)
+	}
+	var hook *invalidationHook
+	if !opt.DisableCache {
+		hook = &invalidationHook{user: opt.OnInvalidations}
+		opt.OnInvalidations = hook.call
+	}
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(rc, id, cfg, hook)
+	c.ownsRC = true
+	return c, nil
+}
+
+// newConfig applies opts over the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
 	cfg := config{
 		watchdogLease:  defaultWatchdogLease,
 		prefix:         defaultPrefix,
@@ -241,25 +320,36 @@ func newClient(rc rueidis.Client, invalidations *invalidationHook, opts []Option
 	}
 	switch {
 	case cfg.watchdogLease < time.Millisecond:
-		return nil, fmt.Errorf("%w: watchdog lease %v is under a millisecond", ErrInvalidArgument, cfg.watchdogLease)
+		return cfg, fmt.Errorf("%w: watchdog lease %v is under a millisecond", ErrInvalidArgument, cfg.watchdogLease)
 	case cfg.fenceRetention < time.Millisecond:
-		return nil, fmt.Errorf("%w: fence retention %v is under a millisecond", ErrInvalidArgument, cfg.fenceRetention)
+		return cfg, fmt.Errorf("%w: fence retention %v is under a millisecond", ErrInvalidArgument, cfg.fenceRetention)
 	case cfg.ackReplicas < 0 || (cfg.ackReplicas > 0 && cfg.ackTimeout < time.Millisecond):
-		return nil, fmt.Errorf("%w: replica acknowledgement needs at least one replica and a positive timeout", ErrInvalidArgument)
+		return cfg, fmt.Errorf("%w: replica acknowledgement needs at least one replica and a positive timeout", ErrInvalidArgument)
 	case cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}"):
-		return nil, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
+		return cfg, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
+	case cfg.named && !validClientName(cfg.clientName):
+		return cfg, fmt.Errorf("%w: client name %q: it must be printable ASCII without spaces, and not empty", ErrInvalidArgument, cfg.clientName)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
+	return cfg, nil
+}
+
+// newClient makes a Client on rc; invalidations, when not nil, is where
+// rc's OnInvalidations hook sends what it receives.
+func newClient(rc rueidis.Client, id string, cfg config, invalidations *invalidationHook) *Client {
 	c := &Client{
 		rc:      rc,
-		id:      uuid.NewString(),
+		id:      id,
 		cfg:     cfg,
 		cluster: rc.Mode() == rueidis.ClientModeCluster,
 		closed:  make(chan struct{}),
 	}
 	c.log = cfg.logger.With("redisync.client", c.id)
+	if cfg.named {
+		c.log = c.log.With("redisync.client_name", cfg.clientName)
+	}
 	c.notify = newNotifier(c)
 	c.watchdog = newWatchdog(c)
 	c.tracker = newTracker(c, invalidations != nil)
@@ -267,34 +357,7 @@ func newClient(rc rueidis.Client, invalidations *invalidationHook, opts []Option
 	if invalidations != nil {
 		invalidations.set(c.tracker.invalidated)
 	}
-	return c, nil
-}
-
-// Dial connects to Redis with opt and returns a Client that owns the
-// connection: Close closes it too.
-//
-// Unless opt.DisableCache is set, the Client's LossDetection is
-// DetectOnChange: it installs an OnInvalidations hook (calling opt's own
-// hook, if any, as well) and tracks the keys of the locks it holds with
-// rueidis' client-side caching, so that a lock deleted or taken over
-// behind its holder is reported lost about one round trip later.
-func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
-	var hook *invalidationHook
-	if !opt.DisableCache {
-		hook = &invalidationHook{user: opt.OnInvalidations}
-		opt.OnInvalidations = hook.call
-	}
-	rc, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, err
-	}
-	c, err := newClient(rc, hook, opts)
-	if err != nil {
-		rc.Close()
-		return nil, err
-	}
-	c.ownsRC = true
-	return c, nil
+	return c
 }
 
 // invalidationHook passes the invalidations of a rueidis.Client to the
@@ -329,10 +392,14 @@ func (c *Client) ID() string {
 // released in Redis at once (one pipelined batch, bounded by a few seconds)
 // so other clients do not wait for the lease to expire. Acquisitions in
 // progress return ErrClosed. Close is idempotent and returns nil; later calls
-// on the Client and its primitives return ErrClosed.
+// on the Client and its primitives return ErrClosed. A Client not made by
+// New or Dial (a zero Client) has nothing to close: ErrInvalidArgument.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
+	}
+	if err := c.invalid(); err != nil {
+		return err
 	}
 	c.closeOnce.Do(func() {
 		close(c.closed)
@@ -345,6 +412,18 @@ func (c *Client) Close() error {
 			c.rc.Close()
 		}
 	})
+	return nil
+}
+
+// invalid reports a Client that cannot be used: nil, or not made by New or
+// Dial (a zero Client, which has no connection).
+func (c *Client) invalid() error {
+	switch {
+	case c == nil:
+		return fmt.Errorf("%w: nil Client", ErrInvalidArgument)
+	case c.rc == nil:
+		return fmt.Errorf("%w: Client not made by New or Dial", ErrInvalidArgument)
+	}
 	return nil
 }
 
@@ -429,17 +508,6 @@ func validName(name string) error {
 		return fmt.Errorf("%w: empty lock name", ErrInvalidArgument)
 	}
 	return nil
-}
-
-// redisErr wraps an error from Redis, marking wrong-type replies.
-func redisErr(op string, err error) error {
-	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "WRONGTYPE") {
-		return fmt.Errorf("redisync: %s: %w: %w", op, ErrWrongType, err)
-	}
-	if errors.Is(err, rueidis.ErrClosing) {
-		return fmt.Errorf("redisync: %s: %w: %w", op, ErrClosed, err)
-	}
-	return fmt.Errorf("redisync: %s: %w", op, err)
 }
 
 // detached returns a context for work the library must finish even though

@@ -154,11 +154,12 @@ type RWMutex struct {
 
 // RWMutex returns the reader/writer lock with the given name. Names are as
 // for Mutex; an RWMutex and a Mutex of the same name are different locks.
-// WithFixedLease applies to read and write leases alike. An invalid name or
-// option is reported by every method, as ErrInvalidArgument.
+// The only option is WithFixedLease, which applies to read and write leases
+// alike. An invalid name or option, or another option, is reported by every
+// method, as ErrInvalidArgument.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	m := &RWMutex{c: c, name: name, registration: rwRegistration, refresh: rwRefresh}
-	if m.cfg, m.err = newLockConfig(c, name, lockConfig{}, opts); m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, "RWMutex", name, lockConfig{}, optFixedLease, opts); m.err == nil {
 		m.keys = c.rwKeysFor(name)
 	}
 	return m

@@ -126,11 +126,11 @@ var semaphoreKind = &leaseKind{
 
 // Semaphore returns the semaphore with the given name. Names are as for
 // Mutex; a Semaphore and a Mutex of the same name are unrelated. The only
-// option is WithFixedLease. An invalid name or option is reported by every
-// method, as ErrInvalidArgument.
+// option is WithFixedLease. An invalid name or option, or another option,
+// is reported by every method, as ErrInvalidArgument.
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	s := &Semaphore{c: c, name: name}
-	if s.cfg, s.err = newLockConfig(c, name, lockConfig{}, opts); s.err == nil {
+	if s.cfg, s.err = newLockConfig(c, "Semaphore", name, lockConfig{}, optFixedLease, opts); s.err == nil {
 		s.keys = c.semKeysFor(name)
 	}
 	return s
@@ -163,7 +163,7 @@ func (s *Semaphore) checkN(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) noSize() error {
-	return fmt.Errorf("%w: %w: %q (set it with TrySetSize)", ErrInvalidArgument, ErrNoSize, s.name)
+	return errorf("%w: %w: %q (set it with TrySetSize)", ErrInvalidArgument, ErrNoSize, s.name)
 }
 
 // TrySetSize sets the semaphore's size to size if it has none, and reports
@@ -263,8 +263,9 @@ func (s *Semaphore) Lock(ctx context.Context, n int) (*Lease, error) {
 }
 
 // TryLock makes a single attempt to acquire n permits. It returns
-// ErrNoPermits when they are held or promised to queued waiters, other
-// errors as Lock does (connection errors at once), and never queues.
+// ErrNoPermits (which matches ErrLocked) when they are held or promised to
+// queued waiters, other errors as Lock does (connection errors at once),
+// and never queues.
 func (s *Semaphore) TryLock(ctx context.Context, n int) (*Lease, error) {
 	if err := s.checkN(ctx, n); err != nil {
 		return nil, err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -17,8 +19,12 @@ import (
 	"github.com/redisync/redisync"
 )
 
-// defaultAddr is where Redis is when neither --addr nor $REDIS_URL say.
-const defaultAddr = "127.0.0.1:6379"
+// defaultAddr is where Redis is when neither --addr nor $REDIS_URL say,
+// and defaultPort its port when --addr has none.
+const (
+	defaultAddr = "127.0.0.1:6379"
+	defaultPort = "6379"
+)
 
 // connHelp describes the connection flags, for the help of the commands
 // that take them.
@@ -44,7 +50,7 @@ type connFlags struct {
 }
 
 func (f *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.addr, "addr", "", "Redis `host:port` (default: the address in $REDIS_URL, else "+defaultAddr+")")
+	fs.StringVar(&f.addr, "addr", "", "Redis `host:port`, port "+defaultPort+" if left out (default: the address in $REDIS_URL, else "+defaultAddr+")")
 	fs.StringVar(&f.user, "user", "", "Redis ACL `user` (default: the user in $REDIS_URL)")
 	fs.StringVar(&f.password, "password", "", "Redis `password` (default: the password in $REDIS_URL)")
 	fs.BoolVar(&f.tls, "tls", false, "connect with TLS (also implied by rediss:// in $REDIS_URL)")
@@ -70,13 +76,21 @@ func (f *connFlags) check() error {
 func (f *connFlags) option() (rueidis.ClientOption, string, error) {
 	opt := rueidis.ClientOption{InitAddress: []string{defaultAddr}}
 	if url := os.Getenv("REDIS_URL"); url != "" {
+		if !strings.Contains(url, "://") {
+			// Not echoed: it may hold a password.
+			return opt, "", errors.New("REDIS_URL has no scheme: write redis://host:port (rediss:// for TLS, unix:///path for a socket)")
+		}
 		var err error
 		if opt, err = rueidis.ParseURL(url); err != nil {
 			return opt, "", fmt.Errorf("REDIS_URL: %w", err)
 		}
 	}
 	if f.addr != "" {
-		opt.InitAddress = []string{f.addr}
+		addr, err := withPort(f.addr)
+		if err != nil {
+			return opt, "", err
+		}
+		opt.InitAddress = []string{addr}
 	}
 	if f.user != "" {
 		opt.Username = f.user
@@ -109,9 +123,65 @@ func (f *connFlags) option() (rueidis.ClientOption, string, error) {
 	return opt, strings.Join(opt.InitAddress, ","), nil
 }
 
-// dial connects to Redis and returns a Client that owns the connection.
-// The caller must Close it.
-func (f *connFlags) dial(ctx context.Context) (*redisync.Client, error) {
+// withPort is addr with the default port when it has none: "localhost",
+// "::1" and "[::1]" as well as "localhost:6380".
+func withPort(addr string) (string, error) {
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if port == "" {
+			return net.JoinHostPort(host, defaultPort), nil
+		}
+		return addr, nil
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]")
+	if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+		return "", usageErrorf("--addr %q is not host:port", addr)
+	}
+	return net.JoinHostPort(host, defaultPort), nil
+}
+
+// plainText reports whether the server at addr answers a PING in plain
+// text: a server without TLS, on which a TLS handshake would wait until the
+// timeout. A TLS server answers with an alert, or nothing.
+func plainText(ctx context.Context, addr string, timeout time.Duration) bool {
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(min(timeout, time.Second))); err != nil {
+		return false
+	}
+	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(conn, b); err != nil {
+		return false
+	}
+	return b[0] == '+' || b[0] == '-'
+}
+
+// client is the command's connection to Redis: a redisync Client, and the
+// rueidis client under it for what the library does not send (CLIENT
+// LIST).
+type client struct {
+	*redisync.Client
+	rc rueidis.Client
+	// names are the names of the Clients seen holding locks, by client id
+	// ("" for a Client without a name).
+	names map[string]string
+}
+
+// Close closes the Client and its connection.
+func (c *client) Close() error {
+	err := c.Client.Close()
+	c.rc.Close()
+	return err
+}
+
+// dial connects to Redis and returns a client. The caller must Close it.
+func (f *connFlags) dial(ctx context.Context) (*client, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
@@ -122,13 +192,21 @@ func (f *connFlags) dial(ctx context.Context) (*redisync.Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c, err := redisync.Dial(opt,
-		redisync.WithPrefix(f.prefix),
-		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if opt.TLSConfig != nil && plainText(ctx, opt.InitAddress[0], f.timeout) {
+		return nil, fmt.Errorf("connect to Redis at %s: the server answers without TLS: use redis:// rather than rediss://, and no --tls", where)
+	}
+	rc, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Redis at %s: %w", where, err)
 	}
-	return c, nil
+	c, err := redisync.New(rc,
+		redisync.WithPrefix(f.prefix),
+		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &client{Client: c, rc: rc, names: map[string]string{}}, nil
 }
 
 // request returns the context of one request: ctx bounded by --timeout.

@@ -26,16 +26,20 @@ Latch with a count. Primitives of different kinds with the same name are
 unrelated; each is shown on its own.
 
 For each holder: its owner id (the holding Client's ID, as returned by
-Client.ID, a colon and a sequence number), the client id alone, the number
-of holds (re-entries count), the remaining lease and the fencing token. A
+Client.ID, a colon and a sequence number), the client id alone, followed by
+the Client's name in parentheses when it was dialed with
+redisync.WithClientName (found in CLIENT LIST, which the Redis user must be
+allowed to run), the number of holds (re-entries count), the remaining
+lease and the fencing token. A
 FairMutex shows the places in its queue, an RWMutex its read shares and
 waiting writers, a Semaphore its size, holders and waiters, a Latch its
 count. A name with none of them prints "NAME: free (no lock of any kind)".
 
 --json prints one JSON object: {"name", "time", "free", "kinds": [...]},
 one element per primitive in use with a "kind" of mutex, fair, rw,
-semaphore or latch. Durations are in milliseconds; a ttl_ms of -1 means
-the key has no expiry.
+semaphore or latch. Holders have a "client_id" and, when known, a
+"client_name". Durations are in milliseconds; a ttl_ms of -1 means the key
+has no expiry.
 
 Inspecting a Semaphore drops its holders whose lease is over, as every
 operation on it does.` + connHelp,
@@ -85,27 +89,52 @@ type kind interface {
 	fields() []field
 	// row is its one-line summary, for watch.
 	row() watchRow
+	// clients are its holders' Clients.
+	clients() []*clientRef
 }
 
 type field struct{ key, value string }
 
+// clientRef is the Client of a holder: its id, and its name if it has one
+// (redisync.WithClientName).
+type clientRef struct {
+	ClientID   string `json:"client_id"`
+	ClientName string `json:"client_name,omitempty"`
+}
+
+// who is the id, and the name in parentheses.
+func (r *clientRef) who() string {
+	if r.ClientName == "" {
+		return r.ClientID
+	}
+	return r.ClientID + " (" + r.ClientName + ")"
+}
+
 // holderView is one holder of a lock.
 type holderView struct {
-	Owner    string `json:"owner"`
-	ClientID string `json:"client_id"`
-	Holds    int    `json:"holds"`
-	TTLms    int64  `json:"ttl_ms"`
-	Token    uint64 `json:"token"`
+	Owner string `json:"owner"`
+	clientRef
+	Holds int    `json:"holds"`
+	TTLms int64  `json:"ttl_ms"`
+	Token uint64 `json:"token"`
 }
 
 func newHolder(st redisync.MutexState) *holderView {
-	return &holderView{Owner: st.Owner, ClientID: st.ClientID(), Holds: st.Holds, TTLms: ttlMillis(st.TTL), Token: st.Token}
+	return &holderView{Owner: st.Owner, clientRef: clientRef{ClientID: st.ClientID()}, Holds: st.Holds, TTLms: ttlMillis(st.TTL), Token: st.Token}
+}
+
+// holderRefs is the clientRef of h, if any.
+func holderRefs(h *holderView) []*clientRef {
+	if h == nil {
+		return nil
+	}
+	return []*clientRef{&h.clientRef}
 }
 
 func (h *holderView) fields(role string) []field {
 	return []field{
 		{role, h.Owner},
-		{"client", h.ClientID},
+		{"client", h.who()},
 		{"holds", strconv.Itoa(h.Holds)},
 		{"ttl", formatTTL(h.TTLms)},
 		{"token", strconv.FormatUint(h.Token, 10)},
@@ -135,6 +164,8 @@ func newQueued(kind string, st redisync.MutexState) queuedView {
 	return v
 }
 
+func (v *queuedView) clients() []*clientRef { return holderRefs(v.Holder) }
+
 func (v *queuedView) fields() []field {
 	var fs []field
 	if v.Holder != nil {
@@ -155,6 +186,8 @@ type rwView struct {
 
 func (v *rwView) title() string { return "rw mutex" }
 
+func (v *rwView) clients() []*clientRef { return holderRefs(v.Writer) }
+
 func (v *rwView) fields() []field {
 	var fs []field
 	if v.Writer != nil {
@@ -172,9 +205,9 @@ func (v *rwView) fields() []field {
 }
 
 type semHolderView struct {
-	ClientID string `json:"client_id"`
-	Permits  int    `json:"permits"`
-	TTLms    int64  `json:"ttl_ms"`
+	clientRef
+	Permits int   `json:"permits"`
+	TTLms   int64 `json:"ttl_ms"`
 }
 
 type semaphoreView struct {
@@ -189,6 +222,14 @@ type semaphoreView struct {
 
 func (v *semaphoreView) title() string { return "semaphore" }
 
+func (v *semaphoreView) clients() []*clientRef {
+	refs := make([]*clientRef, len(v.Holders))
+	for i := range v.Holders {
+		refs[i] = &v.Holders[i].clientRef
+	}
+	return refs
+}
+
 func (v *semaphoreView) fields() []field {
 	fs := []field{
 		{"size", strconv.Itoa(v.Size)},
@@ -197,7 +238,7 @@ func (v *semaphoreView) fields() []field {
 		{"holders", strconv.Itoa(len(v.Holders))},
 	}
 	for _, h := range v.Holders {
-		fs = append(fs, field{"", fmt.Sprintf("%s  %s  ttl %s", h.ClientID, plural(h.Permits, "permit"), formatTTL(h.TTLms))})
+		fs = append(fs, field{"", fmt.Sprintf("%s  %s  ttl %s", h.who(), plural(h.Permits, "permit"), formatTTL(h.TTLms))})
 	}
 	waiters := strconv.Itoa(v.Waiters)
 	if v.Waiters > 0 {
@@ -213,13 +254,15 @@ type latchView struct {
 
 func (v *latchView) title() string { return "latch" }
 
+func (v *latchView) clients() []*clientRef { return nil }
+
 func (v *latchView) fields() []field {
 	return []field{{"count", strconv.Itoa(v.Count) + " (closed: waiters wait until it is 0)"}}
 }
 
 // inspect reads every kind of primitive named name, concurrently, and
-// returns those in use.
-func inspect(ctx context.Context, c *redisync.Client, name string) (*snapshot, error) {
+// returns those in use, with the names of their holders' Clients.
+func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -255,7 +298,7 @@ func inspect(ctx context.Context, c *redisync.Client, name string) (*snapshot, e
 		}
 		v := &rwView{Kind: "rw", Readers: st.Readers, ReadTTLms: st.ReadTTL.Milliseconds(), WritersWaiting: st.WritersWaiting}
 		if st.WriteLocked {
-			v.Writer = &holderView{Owner: st.Writer, ClientID: st.WriterClientID(), Holds: st.WriteHolds, TTLms: ttlMillis(st.WriteTTL), Token: st.Token}
+			v.Writer = &holderView{Owner: st.Writer, clientRef: clientRef{ClientID: st.WriterClientID()}, Holds: st.WriteHolds, TTLms: ttlMillis(st.WriteTTL), Token: st.Token}
 		}
 		return v, nil
 	})
@@ -267,7 +310,7 @@ func inspect(ctx context.Context, c *redisync.Client, name string) (*snapshot, e
 		v := &semaphoreView{Kind: "semaphore", Size: st.Size, Acquired: st.Acquired, Available: st.Available,
 			Holders: []semHolderView{}, Waiters: st.Waiters, WaitingPermits: st.WaitingPermits}
 		for _, h := range st.Holders {
-			v.Holders = append(v.Holders, semHolderView{ClientID: h.ClientID(), Permits: h.Permits, TTLms: ttlMillis(h.TTL)})
+			v.Holders = append(v.Holders, semHolderView{clientRef: clientRef{ClientID: h.ClientID()}, Permits: h.Permits, TTLms: ttlMillis(h.TTL)})
 		}
 		return v, nil
 	})
@@ -290,6 +333,7 @@ func inspect(ctx context.Context, c *redisync.Client, name string) (*snapshot, e
 		}
 	}
 	snap.Free = len(snap.Kinds) == 0
+	c.nameHolders(ctx, snap)
 	return snap, nil
 }
 
@@ -345,7 +389,7 @@ func formatTTL(ms int64) string {
 
 func describeQueued(b *strings.Builder, v *queuedView) {
 	if v.Holder != nil {
-		fmt.Fprintf(b, " held by %s", v.Holder.ClientID)
+		fmt.Fprintf(b, " held by %s", v.Holder.who())
 	}
 	if v.Waiters > 0 {
 		fmt.Fprintf(b, ", %d waiting", v.Waiters)
@@ -364,7 +408,7 @@ func describe(k kind) string {
 	case *rwView:
 		var parts []string
 		if v.Writer != nil {
-			parts = append(parts, "write-held by "+v.Writer.ClientID)
+			parts = append(parts, "write-held by "+v.Writer.who())
 		}
 		if v.Readers > 0 {
 			parts = append(parts, plural(v.Readers, "reader"))

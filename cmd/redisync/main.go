@@ -53,6 +53,7 @@ var commands = []*command{
 	watchCommand,
 	unlockCommand,
 	demoCommand,
+	versionCommand,
 }
 
 func lookup(name string) *command {
@@ -104,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		printUsage(stdout)
 		return exitOK
+	case "-version", "--version":
+		name = "version"
 	}
 	c := lookup(name)
 	if c == nil {
@@ -138,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redisync %s: interrupted\n", c.name)
 		return exitInterrupted
 	default:
-		fmt.Fprintf(stderr, "redisync %s: %s\n", c.name, oneLine(err.Error()))
+		fmt.Fprintf(stderr, "redisync %s: %s\n", c.name, errorLine(err))
 		return exitFailure
 	}
 }
@@ -146,6 +149,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // oneLine folds a multi-line error message into one line.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// errorLine is err's message in one line, without the "redisync: " that
+// starts the library's errors: the command's own prefix says it.
+func errorLine(err error) string {
+	return oneLine(strings.TrimPrefix(err.Error(), "redisync: "))
 }
 
 func printUsage(w io.Writer) {

@@ -10,8 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/redisync/redisync"
 )
 
 var unlockCommand = &command{
@@ -76,7 +74,7 @@ nothing held prints so and exits with status 0.` + connHelp,
 }
 
 type unlocker struct {
-	c    *redisync.Client
+	c    *client
 	conn *connFlags
 	name string
 	kind string // "" for every kind held
@@ -190,14 +188,14 @@ func heldBy(k kind) string {
 		}
 		h = v.Writer
 		if v.Readers > 0 {
-			return fmt.Sprintf("write-held by %s, token %d, and %s", h.ClientID, h.Token, plural(v.Readers, "reader"))
+			return fmt.Sprintf("write-held by %s, token %d, and %s", h.who(), h.Token, plural(v.Readers, "reader"))
 		}
-		return fmt.Sprintf("write-held by %s, token %d", h.ClientID, h.Token)
+		return fmt.Sprintf("write-held by %s, token %d", h.who(), h.Token)
 	}
 	if h == nil { // taken between the look and the unlock
 		return "held"
 	}
-	return fmt.Sprintf("held by %s, token %d", h.ClientID, h.Token)
+	return fmt.Sprintf("held by %s, token %d", h.who(), h.Token)
 }
 
 // confirm writes question to out and reads the answer, a line, from in:

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/redisync/redisync"
 )
 
 var watchCommand = &command{
@@ -21,8 +19,9 @@ var watchCommand = &command{
 	help: `
 Shows the primitives named NAME... (see 'redisync inspect') as a table,
 refreshed every --interval until Ctrl-C, or --count refreshes. One line per
-primitive in use: its holder's client id, holds, remaining lease and
-fencing token, and who waits. A name with nothing in use shows "free".
+primitive in use: its holder's client id (and name, see 'redisync
+inspect'), holds, remaining lease and fencing token, and who waits. A name
+with nothing in use shows "free".
 
 On a terminal the screen is redrawn in place. Otherwise (a pipe, a file)
 every refresh is a block of its own that starts with a line
@@ -61,7 +60,7 @@ its block and the next one tries again.` + connHelp,
 }
 
 type watcher struct {
-	c        *redisync.Client
+	c        *client
 	conn     *connFlags
 	names    []string
 	interval time.Duration
@@ -96,7 +95,7 @@ type watchRow struct {
 }
 
 func (h *holderView) row() watchRow {
-	return watchRow{h.ClientID, strconv.Itoa(h.Holds), formatTTL(h.TTLms), strconv.FormatUint(h.Token, 10), "-"}
+	return watchRow{h.who(), strconv.Itoa(h.Holds), formatTTL(h.TTLms), strconv.FormatUint(h.Token, 10), "-"}
 }
 
 func (v *queuedView) row() watchRow {
@@ -171,7 +170,7 @@ func (w *watcher) refresh(ctx context.Context) {
 			return // interrupted: print nothing half-done
 		case err != nil:
 			fmt.Fprintf(tw, "%s\t?\t(error)\t\t\t\t\n", name)
-			errs = append(errs, fmt.Sprintf("error: %s: %s", name, oneLine(err.Error())))
+			errs = append(errs, fmt.Sprintf("error: %s: %s", name, errorLine(err)))
 		case snap.Free:
 			fmt.Fprintf(tw, "%s\t-\tfree\t\t\t\t\n", name)
 		default:

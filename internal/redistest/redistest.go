@@ -140,8 +140,8 @@ func (s *Server) Stop() error {
 	s.stopped = true
 	var err error
 	if s.running() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		_ = s.signalGroup(syscall.SIGCONT) // a paused server must run to handle SIGTERM
+		_ = s.signalGroup(syscall.SIGTERM)
+		_ = s.signalGroup(sigCont) // a paused server must run to handle SIGTERM
 		select {
 		case <-s.done:
 		case <-time.After(stopTimeout):
@@ -187,10 +187,10 @@ func (s *Server) Restart() error {
 
 // Pause stops the server process with SIGSTOP: connections stay open but
 // nothing is answered until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() error { return s.signal(sigStop) }
 
 // Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+func (s *Server) Resume() error { return s.signal(sigCont) }
 
 func (s *Server) signal(sig syscall.Signal) error {
 	s.mu.Lock()
@@ -212,14 +212,6 @@ func (s *Server) running() bool {
 	default:
 		return true
 	}
-}
-
-// signalGroup sends sig to the server's process group. s.mu is held.
-func (s *Server) signalGroup(sig syscall.Signal) error {
-	if err := syscall.Kill(-s.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("redistest: %s: send %v: %w", s.Addr, sig, err)
-	}
-	return nil
 }
 
 // kill sends SIGKILL to a running server and waits for it. s.mu is held.
