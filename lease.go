@@ -30,7 +30,7 @@ func (c *Client) grantShort(ctx context.Context, kind *leaseKind, name string, k
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.done {
-			return nil, fmt.Errorf("%w: the outer lease ended: %w", ErrNotHeld, h.err)
+			return nil, errorf("%w: the outer lease ended: %w", ErrNotHeld, h.err)
 		}
 		l := newLease(ctx, h, hold)
 		h.leases[l] = struct{}{}
