@@ -171,7 +171,8 @@ func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 
-// TestNoFalseLoss hands one Mutex between 8 Clients, each holder unlocking
+// TestNoFalseLoss hands one Mutex between 8 Clients (7 500 times, 100 000
+// under REDISYNC_SOAK), each holder unlocking
 // at once and some acquisitions cancelled by short deadlines (Lock and
 // Acquire). Nothing is ever lost there: no lease released by a successful
 // Unlock reports a loss, no lease received from Acquire with a nil Err is
@@ -179,7 +180,8 @@ func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 // lost.
 func TestNoFalseLoss(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		total := soak(10000, 100000)
+		// Hand-offs to reach; attempts are bounded at twice as many.
+		total := soak(7500, 100000)
 		var warned, counted atomic.Int64
 		log := slog.New(countingHandler{slog.Default().Handler(), &warned})
 		metrics := Metrics{Lost: func(string, string, error) { counted.Add(1) }}
@@ -188,8 +190,8 @@ func TestNoFalseLoss(t *testing.T) {
 			clients = append(clients, e.client(t, WithLogger(log), WithMetrics(metrics)))
 		}
 		name := t.Name()
-		var left atomic.Int64
-		left.Store(int64(total))
+		var left, handed atomic.Int64
+		left.Store(int64(2 * total))
 		var (
 			mu       sync.Mutex
 			released []*Lease
@@ -207,7 +209,7 @@ func TestNoFalseLoss(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				m := c.Mutex(name)
-				for left.Add(-1) >= 0 {
+				for left.Add(-1) >= 0 && handed.Load() < int64(total) {
 					timeout := time.Hour
 					if rand.IntN(4) == 0 {
 						timeout = time.Duration(rand.IntN(3000)) * time.Microsecond
@@ -230,6 +232,7 @@ func TestNoFalseLoss(t *testing.T) {
 						fail(err)
 						continue
 					}
+					handed.Add(1)
 					mu.Lock()
 					released = append(released, l)
 					mu.Unlock()
@@ -249,8 +252,8 @@ func TestNoFalseLoss(t *testing.T) {
 			default:
 			}
 		}
-		t.Logf("%d attempts, %d acquired and released", total, len(released))
-		require.NotZero(t, len(released))
+		t.Logf("%d attempts, %d acquired and released", 2*int64(total)-max(left.Load(), 0), len(released))
+		require.GreaterOrEqual(t, len(released), total)
 		require.Zero(t, falseLosses, "released leases reported lost")
 		require.Zero(t, warned.Load(), "lease lost logged at WARN")
 		require.Zero(t, counted.Load(), "losses counted in Metrics.Lost")
