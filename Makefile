@@ -13,7 +13,7 @@ deps:
 # through go.work against the root module of the working tree. The root module
 # is tested on its own (GOWORK=off), and internal/modproxy builds each of them
 # as `go get` would fetch it.
-MODULES := otel
+MODULES := otel goredis
 
 test: deps
 	GOWORK=off go vet ./...
