@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redisync/redisync"
 )
@@ -23,10 +24,11 @@ import (
 //	}
 //
 // with redisync: Lock waits as long as ctx allows, the watchdog extends the
-// lease, Err says whether it could, and the writes carry the fencing token
-// so that a late one is refused.
+// lease (here a short one, which the job outlasts), Err says whether it
+// could, and the writes carry the fencing token so that a late one is
+// refused.
 func Example_redsyncJob() {
-	c, err := redisync.DialURL("redis://" + redisAddr())
+	c, err := redisync.DialURL("redis://"+redisAddr(), redisync.WithWatchdogLease(300*time.Millisecond))
 	if err != nil {
 		panic(err)
 	}
@@ -43,6 +45,7 @@ func Example_redsyncJob() {
 			fmt.Println("lost:", err)
 			return
 		}
+		time.Sleep(150 * time.Millisecond) // the batch's work
 		err := c.FencedSet(l.Context(), "example:invoices:last-batch", strconv.Itoa(b), l.Token())
 		fmt.Println("batch", b, "saved:", err == nil)
 	}
