@@ -278,8 +278,8 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // connecting. With WithClientName, the connections are named after the
 // Client (opt.ClientName is replaced).
 //
-// Unless opt.DisableCache is set, the Client's LossDetection is
-// DetectOnChange: it installs an OnInvalidations hook (calling opt's own
+// Unless opt.DisableCache or opt.AlwaysRESP2 is set (invalidations need
+// RESP3), the Client's LossDetection is DetectOnChange: it installs an OnInvalidations hook (calling opt's own
 // hook, if any, as well) and tracks the keys of the locks it holds with
 // rueidis' client-side caching, so that a lock deleted or taken over
 // behind its holder is reported lost about one round trip later.
@@ -293,7 +293,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 		opt.ClientName = connectionName(id, cfg.clientName)
 	}
 	var hook *invalidationHook
-	if !opt.DisableCache {
+	if !opt.DisableCache && !opt.AlwaysRESP2 {
 		hook = &invalidationHook{user: opt.OnInvalidations}
 		opt.OnInvalidations = hook.call
 	}

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/redis/rueidis v1.0.79
-	github.com/redisync/redisync v0.0.0
+	github.com/redisync/redisync v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -24,5 +24,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/redisync/redisync => ../

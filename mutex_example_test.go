@@ -1,0 +1,93 @@
+package redisync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync"
+)
+
+// WithFixedLease gives a lock a lease the watchdog does not renew: it ends
+// after d unless released first (Redisson's leaseTime, the ttl of
+// bsm/redislock, redsync's expiry). A deadline on ctx bounds the wait
+// (Redisson's waitTime).
+func ExampleWithFixedLease() {
+	ctx := context.Background()
+	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	m := c.Mutex("example:export", redisync.WithFixedLease(500*time.Millisecond))
+
+	l, err := m.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = m.Lock(wait) // another acquisition waits 100ms at most
+	fmt.Println("gave up waiting:", errors.Is(err, context.DeadlineExceeded))
+
+	<-l.Lost() // a tenth of the lease before the key expires
+	fmt.Println("lease ran out:", errors.Is(l.Err(), redisync.ErrExpired))
+	// Output:
+	// gave up waiting: true
+	// lease ran out: true
+}
+
+// Inspect reads in one round trip whether the mutex is locked, by whom,
+// how many holds its owner has and how long its lease has left. Whether a
+// lease still holds its lock, it tells itself: Err is nil until then.
+func ExampleMutex_Inspect() {
+	ctx := context.Background()
+	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	m := c.Mutex("example:ledger")
+
+	l, _ := m.Lock(ctx)
+	inner, _ := m.Lock(l.Context()) // re-enters
+	st, err := m.Inspect(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("locked:", st.Locked, "holds:", st.Holds, "by this client:", st.ClientID() == c.ID())
+	fmt.Println("lease left:", st.TTL > 0 && st.TTL <= 30*time.Second)
+	fmt.Println("held by this lease:", l.Err() == nil)
+	inner.Unlock(ctx)
+	l.Unlock(ctx)
+	fmt.Println("held after Unlock:", l.Err() == nil)
+	// Output:
+	// locked: true holds: 2 by this client: true
+	// lease left: true
+	// held by this lease: true
+	// held after Unlock: false
+}
+
+// WithReplicaAck waits for replicas to acknowledge each acquisition. The
+// server here has none: the acquisition fails and nothing stays held.
+func ExampleWithReplicaAck() {
+	ctx := context.Background()
+	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}},
+		redisync.WithReplicaAck(1, 100*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	m := c.Mutex("example:acked")
+
+	_, err = m.TryLock(ctx)
+	fmt.Println(errors.Is(err, redisync.ErrNotReplicated))
+	st, _ := m.Inspect(ctx)
+	fmt.Println("locked:", st.Locked)
+	// Output:
+	// true
+	// locked: false
+}
