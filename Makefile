@@ -9,26 +9,17 @@ deps:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools; \
 	fi
 
-<<<<<<< HEAD
-# Modules of their own (kept out of the library's dependencies) are tested
-# too, and the command is built for Windows, where nothing runs its tests.
-MODULES := otel
-
-test: deps
-	go vet ./...
-	go test -race -count=1 -timeout 20m ./...
-	GOOS=windows GOARCH=amd64 go build -o /dev/null ./cmd/redisync
-=======
 # Modules of their own (kept out of the library's dependencies) are tested too,
 # through go.work against the root module of the working tree. The root module
-# is tested on its own (GOWORK=off), and internal/modproxy builds each of them
-# as `go get` would fetch it.
+# is tested on its own (GOWORK=off), internal/modproxy builds each of them as
+# `go get` would fetch it, and the command is built for Windows, where nothing
+# runs its tests.
 MODULES := otel goredis
 
 test: deps
 	GOWORK=off go vet ./...
 	GOWORK=off go test -race -count=1 -timeout 20m ./...
->>>>>>> adopt
+	GOWORK=off GOOS=windows GOARCH=amd64 go build -o /dev/null ./cmd/redisync
 	for m in $(MODULES); do (cd $$m && go vet ./... && go test -race -count=1 -timeout 10m ./...) || exit 1; done
 
 demo: deps
