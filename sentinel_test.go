@@ -59,3 +59,31 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal("waiter not woken after the failover")
 	}
 }
+
+// A Client behind Sentinel from Dial learns at once that a held lock was
+// deleted on the primary.
+func TestSentinelLostSoonAfterDelete(t *testing.T) {
+	s := redistest.NewSentinel(t, 1, 1)
+	ctx := context.Background()
+	c, err := Dial(rueidis.ClientOption{
+		InitAddress: s.SentinelAddrs(),
+		Sentinel:    rueidis.SentinelOption{MasterSet: s.MasterName},
+	}, WithLogger(quietLogger()))
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, DetectOnChange, c.LossDetection())
+	m := c.Mutex(t.Name())
+	l, err := m.Lock(ctx)
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond) // tracked
+	start := time.Now()
+	_, err = s.Primary.Do("DEL", m.keys.lock)
+	require.NoError(t, err)
+	select {
+	case <-l.Lost():
+		t.Logf("lost %v after the DEL", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("Lost not closed 2s after the DEL")
+	}
+	require.ErrorIs(t, l.Err(), ErrExpired)
+}
