@@ -303,6 +303,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	}
 	c := newClient(rc, id, cfg, hook)
 	c.ownsRC = true
+	c.tracker.dial = &opt
 	return c, nil
 }
 

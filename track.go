@@ -75,8 +75,9 @@ const (
 // holder's owner id leads to the watchdog's check, which decides. One
 // goroutine, running only while something is to be read.
 type tracker struct {
-	c  *Client
-	on bool
+	c    *Client
+	on   bool
+	dial *rueidis.ClientOption // how the Client dialed, to reach a node rueidis does not know yet
 
 	mu      sync.Mutex
 	keys    map[string][]*holder // tracked holders, by key
@@ -307,6 +308,12 @@ func (t *tracker) read(hs []*holder) bool {
 			failed = append(failed, h)
 		}
 	}
+	if len(failed) > 0 && t.c.cluster {
+		// The node that served these keys may be gone (a failover): ask
+		// the others at once rather than wait for rueidis to learn the new
+		// topology.
+		failed = t.probe(ctx, failed)
+	}
 	if len(check) > 0 {
 		held, unanswered := t.c.watchdog.check(ctx, check)
 		failed = append(failed, unanswered...)
@@ -327,6 +334,88 @@ func (t *tracker) read(hs []*holder) bool {
 	}
 	t.mu.Unlock()
 	return false
+}
+
+// probeTimeout bounds each node's answer to a probe.
+const probeTimeout = 200 * time.Millisecond
+
+// probe asks every node of the Cluster it knows for the owner of each
+// holder's key, and settles the holders that a node serving the key's slot
+// answers for: gone or another owner is a loss, the holder's owner is
+// held (read again for tracking once rueidis routes to that node). It
+// returns the holders no serving node answered for.
+func (t *tracker) probe(ctx context.Context, hs []*holder) (unanswered []*holder) {
+	nodes := t.c.rc.Nodes()
+	// A node rueidis does not know yet (a replica just promoted) is asked
+	// through a connection of the probe's own.
+	var own []rueidis.Client
+	defer func() {
+		for _, c := range own {
+			c.Close()
+		}
+	}()
+	connect := func(addr string) rueidis.Client {
+		if c := nodes[addr]; c != nil || t.dial == nil {
+			return c
+		}
+		opt := *t.dial
+		opt.InitAddress, opt.ForceSingleClient, opt.DisableCache = []string{addr}, true, true
+		opt.Sentinel, opt.OnInvalidations = rueidis.SentinelOption{}, nil
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil
+		}
+		own = append(own, c)
+		nodes[addr] = c
+		return c
+	}
+	for _, h := range hs {
+		state, ok := t.probeOne(ctx, nodes, connect, h)
+		if !ok {
+			unanswered = append(unanswered, h)
+			continue
+		}
+		if t.c.watchdog.settle(ctx, h, state, time.Now(), true) {
+			unanswered = append(unanswered, h)
+		}
+	}
+	return unanswered
+}
+
+// probeOne asks the nodes for h's key's owner, following one MOVED, and
+// returns the answer of a node that serves the key as a renewal script's
+// state (1 held, 0 gone, 2 another owner).
+func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client, connect func(addr string) rueidis.Client, h *holder) (state int64, ok bool) {
+	ask := func(node rueidis.Client) (owner string, moved string, err error) {
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		owner, err = node.Do(pctx, node.B().Hget().Key(h.key).Field("owner").Build()).ToString()
+		if re, isRedis := rueidis.IsRedisErr(err); isRedis {
+			if addr, ok := re.IsMoved(); ok {
+				return "", addr, err
+			}
+		}
+		return owner, "", err
+	}
+	for _, node := range nodes {
+		owner, moved, err := ask(node)
+		if moved != "" {
+			to := connect(moved)
+			if to == nil {
+				continue
+			}
+			owner, _, err = ask(to)
+		}
+		switch {
+		case err == nil && owner == h.owner:
+			return 1, true
+		case err == nil:
+			return 2, true
+		case rueidis.IsRedisNil(err):
+			return 0, true
+		}
+	}
+	return 0, false
 }
 
 // isRedisReply reports whether err is a reply from Redis (a key of the
