@@ -218,7 +218,11 @@ func (h *holder) endRelease() {
 // Lease is one acquisition of a lock. It is safe for concurrent use.
 //
 // A Lease from Acquire may report a failed acquisition: then Err is not nil,
-// Lost and Context are already done and Unlock returns ErrNotHeld.
+// Lost and Context are already done and Unlock returns ErrNotHeld. A Lease
+// Acquire delivered is claimed by the first call of Err, Lost, Unlock,
+// Context or Token; if the context given to Acquire ends before that, the
+// lock is released and the Lease reports the context's error. So a Lease
+// whose Err returned nil holds its lock until Unlock or loss.
 type Lease struct {
 	h      *holder // nil when the acquisition failed
 	hold   string
@@ -417,10 +421,14 @@ func (h *holder) finish() {
 }
 
 // Lost returns a channel that is closed when the lease is lost: the
-// watchdog could not renew it in time, its key expired or was deleted,
-// another owner holds it, or the Client was closed. Err then tells which.
-// It is not closed by a successful Unlock (use Context for "ended for any
-// reason"). For a failed acquisition it is already closed.
+// watchdog could not renew it in time (ErrConnectionLost), its key expired
+// or was deleted (ErrExpired), force-unlocked (ErrForceUnlocked), another
+// owner holds it (ErrTakenOver), or the Client was closed (ErrClosed). Err
+// then tells which. A change on the server's side is noticed about one
+// round trip after it when the Client's LossDetection is DetectOnChange,
+// at the next renewal otherwise. It is not closed by a successful Unlock or
+// by Detach (use Context for "ended for any reason"), and never for a lease
+// whose Unlock returned nil. For a failed acquisition it is already closed.
 func (l *Lease) Lost() <-chan struct{} {
 	if l == nil || l.h == nil {
 		return closedChan
