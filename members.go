@@ -1,0 +1,500 @@
+package redisync
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// memberState is where a group member stands.
+type memberState uint8
+
+const (
+	memberNone   memberState = iota // not known to be held (a server that did not grant): released by owner id
+	memberHeld                      // held through its lease
+	memberLost                      // its lease was lost, its lock may still be held: released by owner id
+	memberUnsure                    // a release was sent while it was held, with no answer
+	memberFreed                     // released
+	memberGone                      // not held
+)
+
+// member is one lock of a group or one server of a quorum.
+type member struct {
+	c      *Client
+	m      *Mutex
+	parent *Lease // the lease this one re-enters, if any
+	owner  string
+	hold   string
+	ttl    time.Duration
+	lease  *Lease // the member's Mutex lease, once granted
+	token  uint64
+	state  memberState
+	reason error       // why it was lost or found not held
+	err    error       // the error of its last release
+	stop   func() bool // stops the watch of its lease
+	// counted: its acquisition was reported to Metrics, so its release is.
+	counted bool
+}
+
+// newMember prepares an acquisition of m: a fresh owner, or the owner of
+// the lease of m that ctx carries.
+func newMember(ctx context.Context, m *Mutex) *member {
+	c := m.c
+	mb := &member{c: c, m: m, hold: c.newHold()}
+	if p := leaseFrom(ctx, c, m.keys); p != nil {
+		mb.parent, mb.owner, mb.ttl = p, p.h.owner, p.h.lease
+		return mb
+	}
+	mb.owner, mb.ttl = c.newOwner(), m.cfg.lease(c)
+	return mb
+}
+
+// groupState is one ownership of a Group or a Quorum: its members, and how
+// many of them must hold.
+type groupState struct {
+	h       *holder
+	name    string
+	members []*member
+	need    int
+	quorum  bool
+	timeout time.Duration // bounds each release command; 0: the caller's context only
+
+	relMu sync.Mutex // one release at a time
+
+	mu        sync.Mutex
+	releasing bool // a release began: members ending are not losses
+	lost      bool
+	errored   bool // a release had no answer (guarded by relMu)
+}
+
+// newGroupLease makes the Lease of a group whose members are held (a
+// quorum's members include the servers that did not grant it). need is how
+// many members must hold for the group to hold; a quorum has a per-server
+// timeout. The Lease reports to Metrics as primitive, and the members not
+// reported yet as "mutex" locks acquired since start.
+func newGroupLease(ctx context.Context, primitive string, c *Client, name string, ms []*member, need int, token uint64, timeout time.Duration, start time.Time) *Lease {
+	gs := &groupState{name: name, members: ms, need: need, quorum: timeout > 0, timeout: timeout}
+	// The holder's key names it in log lines and in the context; it has no
+	// '{' or '}', which every lock key has, so it is never a lock's key.
+	desc := "group " + strings.NewReplacer("{", `\x7b`, "}", `\x7d`).Replace(name)
+	var ttl time.Duration
+	vctx := ctx
+	for _, m := range ms {
+		if m.lease == nil {
+			continue
+		}
+		if ttl == 0 || m.ttl < ttl {
+			ttl = m.ttl
+		}
+		vctx = context.WithValue(vctx, ctxKey{m.c, m.m.keys.lock}, m.lease)
+	}
+	kind := &leaseKind{
+		primitive:    primitive,
+		unlock:       func(ctx context.Context, _ *holder, _ string) (releaseState, error) { return gs.release(ctx, "") },
+		spansClients: true,
+	}
+	h := &holder{
+		c: c, kind: kind, name: name, keys: lockKeys{lock: desc}, key: desc, token: token, lease: ttl,
+		leases: make(map[*Lease]struct{}, 1), lastOK: time.Now(), lost: make(chan struct{}),
+	}
+	gs.h = h
+	l := newLease(vctx, h, "")
+	h.leases[l] = struct{}{}
+	gs.mu.Lock()
+	for _, m := range ms {
+		if m.lease == nil || m.state != memberHeld {
+			continue
+		}
+		m.stop = context.AfterFunc(m.lease.Context(), func() { gs.memberEnded(m) })
+		if f := m.c.cfg.metrics.Acquired; f != nil && !m.counted {
+			f(mutexKind.primitive, m.m.name, time.Since(start))
+		}
+		m.counted = true
+	}
+	gs.mu.Unlock()
+	return l
+}
+
+// memberEnded runs when a member's lease ended. Unless the group is
+// releasing it, the member was lost: when too few members are left, the
+// group is lost, and what it still holds is released.
+func (gs *groupState) memberEnded(m *member) {
+	gs.mu.Lock()
+	if gs.releasing || gs.lost || m.state != memberHeld {
+		gs.mu.Unlock()
+		return
+	}
+	m.state, m.reason = memberLost, context.Cause(m.lease.Context())
+	held := 0
+	for _, x := range gs.members {
+		if x.state == memberHeld {
+			held++
+		}
+	}
+	if held >= gs.need {
+		gs.mu.Unlock()
+		gs.h.c.log.Warn("redisync: a server of the quorum lost the lock", "key", m.m.keys.lock, "reason", m.reason, "holding", held, "needed", gs.need)
+		return
+	}
+	gs.lost = true
+	reason := gs.lossReason(m, held)
+	gs.mu.Unlock()
+	gs.h.lose(reason)
+	ctx, cancel := detached(context.Background())
+	defer cancel()
+	gs.release(ctx, "release after the loss of a group failed; the rest expires with its lease")
+}
+
+// lossReason is why the group is lost, m being the member whose loss ended
+// it. Called with gs.mu held.
+func (gs *groupState) lossReason(m *member, held int) error {
+	if !gs.quorum {
+		return fmt.Errorf("redisync: lock %q of the group: %w", m.m.name, m.reason)
+	}
+	var reasons []error
+	for i, x := range gs.members {
+		if x.state == memberLost {
+			reasons = append(reasons, fmt.Errorf("server %d: %w", i, x.reason))
+		}
+	}
+	return fmt.Errorf("%w: %d of %d servers hold %q, %d needed: %w", ErrNoQuorum, held, len(gs.members), gs.name, gs.need, joinedErrs(reasons))
+}
+
+// release releases every member that may still be held (the leaseKind
+// unlock of a group holder). If logMsg is set, a failure is logged with it.
+func (gs *groupState) release(ctx context.Context, logMsg string) (releaseState, error) {
+	gs.relMu.Lock()
+	defer gs.relMu.Unlock()
+	gs.mu.Lock()
+	gs.releasing = true
+	for _, m := range gs.members {
+		if m.stop != nil {
+			m.stop()
+		}
+	}
+	gs.mu.Unlock()
+	releaseMembers(ctx, gs.members, gs.timeout)
+	if logMsg != "" {
+		logReleaseErr(gs.h.c, gs.name, gs.members, logMsg)
+	}
+	st, reason, err := gs.outcome()
+	if err != nil {
+		gs.errored = true
+	} else if st == notHeld && !gs.errored {
+		// Found lost: report it with its reason, as Lease.Unlock would with
+		// ErrExpired. (After a release with no answer, Lease.Unlock decides.)
+		gs.h.lose(reason)
+	}
+	return st, err
+}
+
+// outcome reads what the releases of the members found: freed when the
+// group held until released, notHeld and the reason when not, an error
+// when that is unknown. Called with relMu held.
+func (gs *groupState) outcome() (st releaseState, reason, err error) {
+	if gs.quorum {
+		released, open := 0, 0
+		var err error
+		var reasons []error
+		for i, m := range gs.members {
+			if m.lease == nil {
+				continue // never granted
+			}
+			switch m.state {
+			case memberFreed:
+				released++
+			case memberUnsure:
+				// Held when its release was sent: it may count.
+				open++
+				err = cmp.Or(err, m.err)
+			default:
+				reasons = append(reasons, fmt.Errorf("server %d: %w", i, cmp.Or(m.reason, ErrExpired)))
+			}
+		}
+		switch {
+		case released >= gs.need:
+			return freed, nil, nil
+		case released+open >= gs.need:
+			return notHeld, nil, cmp.Or(err, errors.New("redisync: release: outcome unknown"))
+		}
+		return notHeld, fmt.Errorf("%w: %d of %d servers held %q, %d needed: %w", ErrNoQuorum, released, len(gs.members), gs.name, gs.need, joinedErrs(reasons)), nil
+	}
+	for _, m := range gs.members {
+		switch m.state {
+		case memberFreed:
+		case memberGone:
+			if reason == nil {
+				reason = fmt.Errorf("redisync: lock %q of the group: %w", m.m.name, cmp.Or(m.reason, ErrExpired))
+			}
+		default:
+			err = cmp.Or(err, m.err, errors.New("redisync: release: outcome unknown"))
+		}
+	}
+	switch {
+	case err != nil:
+		return notHeld, nil, err
+	case reason != nil:
+		return notHeld, reason, nil
+	}
+	return freed, nil, nil
+}
+
+// logReleaseErr logs the first release error of members.
+func logReleaseErr(c *Client, name string, ms []*member, msg string) {
+	for _, m := range ms {
+		if m.err != nil && m.state != memberNone {
+			c.log.Error("redisync: "+msg, "group", name, "key", m.m.keys.lock, "err", m.err)
+			return
+		}
+	}
+}
+
+// releaseMembers releases every member that may hold its lock, with one
+// group release script per Client and slot, all sent at once, and records
+// the outcome in each member. A member still held is released as
+// Lease.Unlock would release its lease; the others by owner id. timeout, if
+// not 0, bounds each script.
+func releaseMembers(ctx context.Context, ms []*member, timeout time.Duration) {
+	type bucketKey struct {
+		c    *Client
+		slot uint16
+	}
+	var order []bucketKey
+	buckets := make(map[bucketKey][]*member)
+	for _, m := range ms {
+		if m.state == memberFreed || m.state == memberGone {
+			continue
+		}
+		if m.c.isClosed() {
+			// Close released what its watchdog held; nothing can be sent.
+			m.state, m.reason = memberGone, ErrClosed
+			continue
+		}
+		k := bucketKey{c: m.c}
+		if m.c.cluster {
+			k.slot = slotHash(m.m.keys.lock)
+		}
+		if buckets[k] == nil {
+			order = append(order, k)
+		}
+		buckets[k] = append(buckets[k], m)
+	}
+	if len(order) == 1 {
+		releaseBucket(ctx, order[0].c, buckets[order[0]], timeout)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, k := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			releaseBucket(ctx, k.c, buckets[k], timeout)
+		}()
+	}
+	wg.Wait()
+}
+
+// releaseBucket runs the group release script for members of one Client
+// and slot.
+func releaseBucket(ctx context.Context, c *Client, ms []*member, timeout time.Duration) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	keys := make([]string, 0, 4*len(ms))
+	args := make([]string, 1, 1+3*len(ms))
+	args[0] = strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)
+	for _, m := range ms {
+		keys = append(keys, m.m.keys.lock, m.m.keys.fence, m.m.keys.queue, m.m.keys.waiters)
+		args = append(args, m.owner, m.hold, m.m.keys.channel)
+		if m.state == memberHeld {
+			h := m.lease.h
+			h.mu.Lock()
+			h.releasing++
+			h.mu.Unlock()
+		}
+	}
+	res, err := groupReleaseScript.exec(ctx, c.rc, keys, args).AsIntSlice()
+	for _, m := range ms {
+		if m.state == memberHeld {
+			h := m.lease.h
+			h.mu.Lock()
+			h.releasing--
+			h.mu.Unlock()
+		}
+	}
+	if err == nil && len(res) != len(ms) {
+		err = fmt.Errorf("%d answers for %d locks", len(res), len(ms))
+	}
+	if err != nil {
+		err = redisErr("group release", err)
+		for _, m := range ms {
+			m.failed(err)
+		}
+		return
+	}
+	for i, m := range ms {
+		m.settle(res[i])
+	}
+}
+
+// settle applies a release answer (1 freed, 2 still held through other
+// holds, 0 not held) to the member, with the bookkeeping of Lease.Unlock
+// for a member still held.
+func (m *member) settle(answer int64) {
+	m.err = nil
+	switch m.state {
+	case memberHeld:
+		l, h := m.lease, m.lease.h
+		if answer == 0 {
+			h.lose(ErrExpired)
+			h.mu.Lock()
+			reason := h.err
+			h.mu.Unlock()
+			l.fail(reason)
+			m.state, m.reason = memberGone, reason
+			return
+		}
+		l.end(ErrReleased)
+		if answer == 1 {
+			h.finish()
+		}
+		m.state = memberFreed
+		if f := m.c.cfg.metrics.Released; f != nil && m.counted {
+			f(mutexKind.primitive, m.m.name, time.Since(l.since))
+		}
+	case memberUnsure:
+		// The earlier release, sent while the lock was held, freed it if
+		// this one finds it gone.
+		m.state = memberFreed
+	default:
+		if answer == 0 {
+			m.state = memberGone
+		} else {
+			m.state = memberFreed
+		}
+	}
+}
+
+// failed records a release with no answer. A member still held stops being
+// renewed: the release freed it, or it expires with its lease, or a later
+// release frees it by owner id.
+func (m *member) failed(err error) {
+	m.err = err
+	if m.state != memberHeld {
+		return
+	}
+	l, h := m.lease, m.lease.h
+	l.end(ErrReleased)
+	h.mu.Lock()
+	rest := len(h.leases) // leases that re-entered it keep it
+	if rest == 0 {
+		h.done = true
+	}
+	h.mu.Unlock()
+	if rest == 0 {
+		h.c.watchdog.remove(h)
+	}
+	m.state = memberUnsure
+}
+
+// raiseFences makes T, the greatest token of the held members, the floor
+// of every later token of their locks: the fencing counter of every member
+// with a lower token is raised to T while its owner holds it, with one
+// script per Client and slot, all sent at once. It returns T and, per
+// member, whether its counter is at T (false for members not held). timeout,
+// if not 0, bounds each script; errors of single scripts are returned only
+// with their members false.
+func raiseFences(ctx context.Context, ms []*member, timeout time.Duration) (uint64, []bool, error) {
+	var token uint64
+	for _, m := range ms {
+		if m.state == memberHeld && m.lease.Err() == nil {
+			token = max(token, m.token)
+		}
+	}
+	raised := make([]bool, len(ms))
+	type bucketKey struct {
+		c    *Client
+		slot uint16
+	}
+	var order []bucketKey
+	buckets := make(map[bucketKey][]int)
+	for i, m := range ms {
+		if m.state != memberHeld || m.lease.Err() != nil {
+			continue
+		}
+		if m.token == token {
+			raised[i] = true
+			continue
+		}
+		k := bucketKey{c: m.c}
+		if m.c.cluster {
+			k.slot = slotHash(m.m.keys.lock)
+		}
+		if buckets[k] == nil {
+			order = append(order, k)
+		}
+		buckets[k] = append(buckets[k], i)
+	}
+	if len(order) == 0 {
+		return token, raised, nil
+	}
+	T := strconv.FormatUint(token, 10)
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for b, k := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := ctx
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			idx := buckets[k]
+			keys := make([]string, 0, 2*len(idx))
+			args := []string{T, strconv.FormatInt(k.c.cfg.fenceRetention.Milliseconds(), 10)}
+			for _, i := range idx {
+				keys = append(keys, ms[i].m.keys.lock, ms[i].m.keys.fence)
+				args = append(args, ms[i].owner)
+			}
+			res, err := groupFenceScript.exec(ctx, k.c.rc, keys, args).AsIntSlice()
+			if err == nil && len(res) != len(idx) {
+				err = fmt.Errorf("%d answers for %d locks", len(res), len(idx))
+			}
+			if err != nil {
+				errs[b] = redisErr("raise fence", err)
+				return
+			}
+			for j, i := range idx {
+				raised[i] = res[j] == 1
+			}
+		}()
+	}
+	wg.Wait()
+	return token, raised, errors.Join(errs...)
+}
+
+// joinedErrs is several errors on one line, all seen by errors.Is and
+// errors.As.
+type joinedErrs []error
+
+func (e joinedErrs) Error() string {
+	if len(e) == 0 {
+		return "no error"
+	}
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e joinedErrs) Unwrap() []error { return e }
