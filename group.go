@@ -96,9 +96,29 @@ type Group struct {
 // of one deployment: the group would wait for itself.
 func NewGroup(locks ...*Mutex) *Group {
 	g := &Group{}
-	if len(locks) == 0 {
-		g.err = fmt.Errorf("%w: a group needs at least one lock", ErrInvalidArgument)
+	ms, err := canonicalOrder(locks)
+	if err != nil {
+		g.err = err
 		return g
+	}
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.name
+		if !slices.Contains(g.clients, m.c) {
+			g.clients = append(g.clients, m.c)
+		}
+	}
+	g.ms, g.name = ms, fmt.Sprintf("%q", names)
+	g.atomic = len(g.clients) == 1 && (!g.clients[0].cluster || oneSlot(ms))
+	return g
+}
+
+// canonicalOrder checks the locks of a group and sorts them in the order
+// every group takes them: by Redis key, then by the addresses of the
+// deployment (for one key on several), then by Client.
+func canonicalOrder(locks []*Mutex) ([]*Mutex, error) {
+	if len(locks) == 0 {
+		return nil, fmt.Errorf("%w: a group needs at least one lock", ErrInvalidArgument)
 	}
 	type entry struct {
 		m      *Mutex
@@ -113,13 +133,11 @@ func NewGroup(locks ...*Mutex) *Group {
 	dups := make(map[dupKey]bool, len(locks))
 	for i, m := range locks {
 		if err := mutexErr(m); err != nil {
-			g.err = fmt.Errorf("lock %d of the group: %w", i, err)
-			return g
+			return nil, fmt.Errorf("lock %d of the group: %w", i, err)
 		}
 		k := dupKey{m.c, m.keys.lock}
 		if dups[k] {
-			g.err = fmt.Errorf("%w: the lock %q appears twice in the group", ErrInvalidArgument, m.name)
-			return g
+			return nil, fmt.Errorf("%w: the lock %q appears twice in the group", ErrInvalidArgument, m.name)
 		}
 		dups[k] = true
 		es[i].m = m
@@ -134,27 +152,22 @@ func NewGroup(locks ...*Mutex) *Group {
 		return cmp.Or(strings.Compare(a.m.keys.lock, b.m.keys.lock),
 			strings.Compare(a.deploy, b.deploy), strings.Compare(a.m.c.id, b.m.c.id))
 	})
-	names := make([]string, len(es))
+	ms := make([]*Mutex, len(es))
 	for i, e := range es {
-		g.ms = append(g.ms, e.m)
-		names[i] = e.m.name
-		if !slices.Contains(g.clients, e.m.c) {
-			g.clients = append(g.clients, e.m.c)
+		ms[i] = e.m
+	}
+	return ms, nil
+}
+
+// oneSlot reports whether the keys of the locks share one Cluster slot.
+func oneSlot(ms []*Mutex) bool {
+	slot := slotHash(ms[0].keys.lock)
+	for _, m := range ms[1:] {
+		if slotHash(m.keys.lock) != slot {
+			return false
 		}
 	}
-	g.name = fmt.Sprintf("%q", names)
-	if len(g.clients) == 1 {
-		g.atomic = true
-		if c := g.clients[0]; c.cluster {
-			slot := slotHash(g.ms[0].keys.lock)
-			for _, m := range g.ms[1:] {
-				if slotHash(m.keys.lock) != slot {
-					g.atomic = false
-				}
-			}
-		}
-	}
-	return g
+	return true
 }
 
 // mutexErr reports why m cannot take part in a group.
@@ -266,173 +279,214 @@ func (g *Group) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 	return l, err
 }
 
+// atomicAcquisition is an acquisition of a group of one Client and slot,
+// whose acquire script takes every lock or none.
+type atomicAcquisition struct {
+	g          *Group
+	try        bool
+	start      time.Time
+	ms         []*member
+	keys, args []string // of the acquire script
+	w          waitSet
+	pause      backoff
+	lastErr    error // the last error retried
+}
+
 // acquireAtomic takes a group of one Client and slot with one script per
 // attempt, waiting between attempts for the lock that blocked it.
 func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
-	start := time.Now()
-	c := g.clients[0]
-	n := len(g.ms)
-	ms := make([]*member, n)
-	keys := make([]string, 0, 4*n)
-	args := make([]string, 2, 2+3*n)
-	args[0] = strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)
-	if try {
-		args[1] = "try"
-	}
-	for i, m := range g.ms {
-		mb := newMember(ctx, m)
-		ms[i] = mb
-		keys = append(keys, m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters)
-		args = append(args, mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10))
-	}
-	// undo releases what an attempt may have taken (all or none).
-	undo := func(ctx context.Context) {
-		dctx, cancel := detached(ctx)
-		defer cancel()
-		for _, mb := range ms {
-			if mb.state != memberHeld {
-				mb.state = memberNone
-			}
-		}
-		releaseMembers(dctx, ms, 0)
-		for _, mb := range ms {
-			if mb.err != nil {
-				c.log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", g.name, "err", mb.err)
-				break
-			}
-		}
-	}
-	var w waitSet
-	defer w.leave()
-	backoff := 10 * time.Millisecond
-	var lastErr error
+	a := g.newAtomic(ctx, try)
+	defer a.w.leave()
 	for {
 		sent := time.Now()
-		res, err := g.attemptAtomic(ctx, keys, args, undo)
-		var ok bool
-		var token uint64
-		var tokens []uint64
-		var blocker int
-		var wait time.Duration
+		res, err := a.attempt(ctx)
+		var reply groupReply
 		if err == nil {
-			ok, token, tokens, blocker, wait, err = parseGroupAcquire(res, n)
+			reply, err = parseGroupAcquire(res, len(a.ms))
 		}
-		if err != nil {
-			w.passOn(nil, "")
-			if ctx.Err() != nil {
-				undo(ctx)
-				return nil, ctxErr(ctx, lastErr)
-			}
-			if try || !transient(err) {
+		switch {
+		case err != nil:
+			a.w.passOn(nil, "")
+			if err := a.retry(ctx, err); err != nil {
 				return nil, err
 			}
-			c.log.Warn("redisync: group acquire failed; retrying", "group", g.name, "err", err)
-			lastErr = err
-			if err := sleepAll(ctx, g.clients, backoff); err != nil {
-				undo(ctx)
-				if ctx.Err() != nil {
-					return nil, ctxErr(ctx, lastErr)
-				}
+		case reply.ok:
+			return a.grant(ctx, reply, sent)
+		default:
+			if err := a.wait(ctx, reply); err != nil {
 				return nil, err
 			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		if ok {
-			return g.grantAtomic(ctx, ms, tokens, token, start, sent, undo)
-		}
-		blocked := g.ms[blocker]
-		w.passOn(c, blocked.keys.channel)
-		if try {
-			return nil, fmt.Errorf("%w: %q", ErrLocked, blocked.name)
-		}
-		if err := w.join(c, blocked.keys.channel); err != nil {
-			return nil, err
-		}
-		if err := w.wait(ctx, g.clients, wait); err != nil {
-			return nil, err
 		}
 	}
 }
 
-// attemptAtomic runs the group acquire script once, and the WAIT that
+// newAtomic prepares the members and the acquire script's keys and
+// arguments.
+func (g *Group) newAtomic(ctx context.Context, try bool) *atomicAcquisition {
+	n := len(g.ms)
+	a := &atomicAcquisition{g: g, try: try, start: time.Now(), ms: make([]*member, n)}
+	a.keys = make([]string, 0, 4*n)
+	a.args = make([]string, 2, 2+3*n)
+	a.args[0] = strconv.FormatInt(g.clients[0].cfg.fenceRetention.Milliseconds(), 10)
+	if try {
+		a.args[1] = "try"
+	}
+	for i, m := range g.ms {
+		mb := newMember(ctx, m)
+		a.ms[i] = mb
+		a.keys = append(a.keys, m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters)
+		a.args = append(a.args, mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10))
+	}
+	return a
+}
+
+// attempt runs the group acquire script once, and the WAIT that
 // WithReplicaAck asks for.
-func (g *Group) attemptAtomic(ctx context.Context, keys, args []string, undo func(context.Context)) ([]rueidis.RedisMessage, error) {
-	c := g.clients[0]
+func (a *atomicAcquisition) attempt(ctx context.Context) ([]rueidis.RedisMessage, error) {
+	c := a.g.clients[0]
 	actx, done := inflight(ctx)
 	defer done()
 	if c.cfg.ackReplicas == 0 {
-		res, err := groupAcquireScript.exec(actx, c.rc, keys, args).ToArray()
+		res, err := groupAcquireScript.exec(actx, c.rc, a.keys, a.args).ToArray()
 		if err != nil {
 			return nil, redisErr("group acquire", err)
 		}
 		return res, nil
 	}
-	res, acked, err := groupAcquireScript.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
+	res, acked, err := groupAcquireScript.execAndWait(actx, c.rc, a.keys, a.args, c.cfg.ackReplicas, c.cfg.ackTimeout)
 	if err != nil {
 		return nil, redisErr("group acquire", err)
 	}
 	if len(res) > 0 {
 		if flag, _ := res[0].AsInt64(); flag == 1 && acked < int64(c.cfg.ackReplicas) {
-			undo(ctx)
+			a.undo(ctx)
 			return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, c.cfg.ackReplicas, c.cfg.ackTimeout)
 		}
 	}
 	return res, nil
 }
 
-// grantAtomic turns a successful group acquire script run into the group's
-// Lease: one Mutex lease per member, registered with the watchdog.
-func (g *Group) grantAtomic(ctx context.Context, ms []*member, tokens []uint64, token uint64, start, sent time.Time, undo func(context.Context)) (*Lease, error) {
-	c := g.clients[0]
-	for i, mb := range ms {
+// retry handles a failed attempt: it returns the error that ends the
+// acquisition, or nil after a pause.
+func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		a.undo(ctx)
+		return ctxErr(ctx, a.lastErr)
+	}
+	if a.try || !transient(err) {
+		return err
+	}
+	a.g.clients[0].log.Warn("redisync: group acquire failed; retrying", "group", a.g.name, "err", err)
+	a.lastErr = err
+	if err := sleepAll(ctx, a.g.clients, a.pause.next()); err != nil {
+		a.undo(ctx)
+		if ctx.Err() != nil {
+			return ctxErr(ctx, a.lastErr)
+		}
+		return err
+	}
+	return nil
+}
+
+// wait waits for the release of the lock that blocked the attempt, at most
+// its remaining lease. A single attempt fails with ErrLocked instead.
+func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
+	c := a.g.clients[0]
+	blocked := a.g.ms[reply.blocker]
+	a.w.passOn(c, blocked.keys.channel)
+	if a.try {
+		return fmt.Errorf("%w: %q", ErrLocked, blocked.name)
+	}
+	if err := a.w.join(c, blocked.keys.channel); err != nil {
+		return err
+	}
+	return a.w.wait(ctx, a.g.clients, reply.wait)
+}
+
+// grant turns a successful run of the acquire script, sent at sent, into
+// the group's Lease: one Mutex lease per member, registered with the
+// watchdog.
+func (a *atomicAcquisition) grant(ctx context.Context, reply groupReply, sent time.Time) (*Lease, error) {
+	c := a.g.clients[0]
+	for i, mb := range a.ms {
 		m := mb.m
-		l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, mb.parent, mb.owner, mb.hold, int64(tokens[i]), mb.ttl, m.cfg.fixedLease == 0, sent)
+		l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, mb.parent, mb.owner, mb.hold, int64(reply.tokens[i]), mb.ttl, m.cfg.fixedLease == 0, sent)
 		if err != nil {
-			undo(ctx)
+			a.undo(ctx)
 			return nil, err
 		}
-		mb.lease, mb.token, mb.state = l, tokens[i], memberHeld
+		mb.lease, mb.token, mb.state = l, reply.tokens[i], memberHeld
 	}
 	if err := ctx.Err(); err != nil {
-		undo(ctx)
+		a.undo(ctx)
 		return nil, err
 	}
-	for _, mb := range ms {
+	for _, mb := range a.ms {
 		if err := mb.lease.Err(); err != nil {
-			undo(ctx)
+			a.undo(ctx)
 			if c.isClosed() {
 				return nil, ErrClosed
 			}
 			return nil, fmt.Errorf("redisync: lock %q of the group: %w", mb.m.name, err)
 		}
 	}
-	return newGroupLease(ctx, groupPrimitive, c, g.name, ms, len(ms), token, 0, start), nil
+	return newGroupLease(ctx, groupPrimitive, c, a.g.name, a.ms, len(a.ms), reply.token, 0, a.start), nil
+}
+
+// undo releases what an attempt may have taken (all or none).
+func (a *atomicAcquisition) undo(ctx context.Context) {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	for _, mb := range a.ms {
+		if mb.state != memberHeld {
+			mb.state = memberNone
+		}
+	}
+	releaseMembers(dctx, a.ms, 0)
+	for _, mb := range a.ms {
+		if mb.err != nil {
+			a.g.clients[0].log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", a.g.name, "err", mb.err)
+			break
+		}
+	}
+}
+
+// groupReply is the group acquire script's reply: the tokens of a group
+// taken, or the lock that blocked it and how long to wait for it at most.
+type groupReply struct {
+	ok      bool
+	token   uint64   // T, the group's token
+	tokens  []uint64 // each member's
+	blocker int      // the index of the lock that blocked it
+	wait    time.Duration
 }
 
 // parseGroupAcquire reads the group acquire script's reply: {1, T, token_1,
 // ..., token_n} or {0, pttl, i}.
-func parseGroupAcquire(res []rueidis.RedisMessage, n int) (ok bool, token uint64, tokens []uint64, blocker int, wait time.Duration, err error) {
+func parseGroupAcquire(res []rueidis.RedisMessage, n int) (groupReply, error) {
+	bad := func(err error) (groupReply, error) {
+		return groupReply{}, fmt.Errorf("redisync: group acquire: %w", err)
+	}
 	if len(res) < 3 {
-		return false, 0, nil, 0, 0, fmt.Errorf("redisync: group acquire: unexpected reply of %d elements", len(res))
+		return groupReply{}, fmt.Errorf("redisync: group acquire: unexpected reply of %d elements", len(res))
 	}
 	flag, err := res[0].AsInt64()
 	if err != nil {
-		return false, 0, nil, 0, 0, fmt.Errorf("redisync: group acquire: %w", err)
+		return bad(err)
 	}
 	if flag != 1 {
 		pttl, err1 := res[1].AsInt64()
 		i, err2 := res[2].AsInt64()
 		if err := errors.Join(err1, err2); err != nil {
-			return false, 0, nil, 0, 0, fmt.Errorf("redisync: group acquire: %w", err)
+			return bad(err)
 		}
 		if i < 1 || int(i) > n {
-			return false, 0, nil, 0, 0, fmt.Errorf("redisync: group acquire: blocked by lock %d of %d", i, n)
+			return groupReply{}, fmt.Errorf("redisync: group acquire: blocked by lock %d of %d", i, n)
 		}
-		return false, 0, nil, int(i) - 1, time.Duration(pttl)*time.Millisecond + time.Millisecond, nil
+		return groupReply{blocker: int(i) - 1, wait: time.Duration(pttl)*time.Millisecond + time.Millisecond}, nil
 	}
 	if len(res) != n+2 {
-		return false, 0, nil, 0, 0, fmt.Errorf("redisync: group acquire: %d tokens for %d locks", len(res)-2, n)
+		return groupReply{}, fmt.Errorf("redisync: group acquire: %d tokens for %d locks", len(res)-2, n)
 	}
 	parse := func(m rueidis.RedisMessage) (uint64, error) {
 		s, err := m.ToString()
@@ -441,16 +495,16 @@ func parseGroupAcquire(res []rueidis.RedisMessage, n int) (ok bool, token uint64
 		}
 		return strconv.ParseUint(s, 10, 64)
 	}
-	if token, err = parse(res[1]); err != nil {
-		return false, 0, nil, 0, 0, fmt.Errorf("redisync: group acquire: %w", err)
+	r := groupReply{ok: true, tokens: make([]uint64, n)}
+	if r.token, err = parse(res[1]); err != nil {
+		return bad(err)
 	}
-	tokens = make([]uint64, n)
-	for i := range tokens {
-		if tokens[i], err = parse(res[i+2]); err != nil {
-			return false, 0, nil, 0, 0, fmt.Errorf("redisync: group acquire: %w", err)
+	for i := range r.tokens {
+		if r.tokens[i], err = parse(res[i+2]); err != nil {
+			return bad(err)
 		}
 	}
-	return true, token, tokens, 0, 0, nil
+	return r, nil
 }
 
 // acquireOrdered takes the locks one at a time, in the group's order, each
@@ -458,30 +512,9 @@ func parseGroupAcquire(res []rueidis.RedisMessage, n int) (ok bool, token uint64
 func (g *Group) acquireOrdered(ctx context.Context, try bool) (*Lease, error) {
 	actx, stop := watchClosed(ctx, g.clients)
 	defer stop()
-	backoff := 10 * time.Millisecond
+	var pause backoff
 	for {
-		ms := make([]*member, 0, len(g.ms))
-		var err error
-		for _, m := range g.ms {
-			var l *Lease
-			if l, err = m.acquire(actx, try); err != nil {
-				if errors.Is(err, ErrLocked) {
-					err = fmt.Errorf("%w: %q", err, m.name)
-				}
-				break
-			}
-			ms = append(ms, &member{c: m.c, m: m, owner: l.h.owner, hold: l.hold, ttl: l.h.lease, lease: l, token: l.h.token, state: memberHeld, counted: true})
-		}
-		var token uint64
-		if err == nil {
-			var raised []bool
-			token, raised, err = raiseFences(actx, ms, 0)
-			for i, ok := range raised {
-				if !ok && err == nil {
-					err = fmt.Errorf("%w: lock %q of the group was lost while the group was taken", ErrExpired, ms[i].m.name)
-				}
-			}
-		}
+		ms, token, err := g.takeInOrder(actx, try)
 		if err == nil && actx.Err() == nil {
 			return newGroupLease(ctx, groupPrimitive, g.clients[0], g.name, ms, len(ms), token, 0, time.Time{}), nil
 		}
@@ -503,12 +536,35 @@ func (g *Group) acquireOrdered(ctx context.Context, try bool) (*Lease, error) {
 		// A lock was lost, or its fencing counter could not be raised,
 		// while the group was being taken: start again.
 		g.clients[0].log.Warn("redisync: group acquire failed; retrying", "group", g.name, "err", err)
-		if err := sleepAll(actx, g.clients, backoff); err != nil {
+		if err := sleepAll(actx, g.clients, pause.next()); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, ErrClosed
 		}
-		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// takeInOrder takes the locks one at a time, in the group's order, and
+// raises their fencing counters to the group's token, which it returns.
+// On an error it returns the members taken so far.
+func (g *Group) takeInOrder(ctx context.Context, try bool) ([]*member, uint64, error) {
+	ms := make([]*member, 0, len(g.ms))
+	for _, m := range g.ms {
+		l, err := m.acquire(ctx, try)
+		if err != nil {
+			if errors.Is(err, ErrLocked) {
+				err = fmt.Errorf("%w: %q", err, m.name)
+			}
+			return ms, 0, err
+		}
+		ms = append(ms, heldMember(m, l))
+	}
+	token, raised, err := raiseFences(ctx, ms, 0)
+	for i, ok := range raised {
+		if !ok && err == nil {
+			err = fmt.Errorf("%w: lock %q of the group was lost while the group was taken", ErrExpired, ms[i].m.name)
+		}
+	}
+	return ms, token, err
 }

@@ -11,6 +11,34 @@ import (
 	"time"
 )
 
+// A Group and a Quorum hold one Lease over several Mutex locks, their
+// members: the locks of a Group, or the lock of a Quorum on each of its
+// servers. Each member is taken with the scripts of a Mutex and held
+// through a Mutex lease of its own, renewed by the watchdog of its Client
+// and reported lost as a Mutex lease is. This file is what the two share on
+// top of that.
+//
+// A member records where it stands (memberState): held through its lease,
+// lost, released with no answer, freed, or known not to be held. A member
+// not known to be held (a server of a quorum that did not grant, or
+// answered too late) is still released by owner id, in case it took the
+// lock after all; one that is freed or gone is not sent anything again.
+//
+// groupState is one ownership of a group: the holder behind its Lease,
+// whose unlock is a release of every member. It watches the member leases:
+// when fewer than need of them still hold (every member for a Group, a
+// majority for a Quorum), the group is lost with the reason of the member
+// that ended it, and what it still holds is released at once.
+//
+// Scripts are sent by bucket: the members one script can reach, of one
+// Client and, on a Cluster, one slot. Releases run one group release script
+// per bucket, all buckets at once. Fences are raised the same way: the
+// group's token T is the greatest of its members' tokens, and the fencing
+// counter of every other member is raised to T while its owner holds it, so
+// that T is ordered with every ownership of each of the names.
+//
+// How a group waits is in waitset.go.
+
 // memberState is where a group member stands.
 type memberState uint8
 
@@ -52,6 +80,12 @@ func newMember(ctx context.Context, m *Mutex) *member {
 	}
 	mb.owner, mb.ttl = c.newOwner(), m.cfg.lease(c)
 	return mb
+}
+
+// heldMember is a member for the lease l of its Mutex, taken as a Mutex
+// acquisition reports it.
+func heldMember(m *Mutex, l *Lease) *member {
+	return &member{c: m.c, m: m, owner: l.h.owner, hold: l.hold, ttl: l.h.lease, lease: l, token: l.h.token, state: memberHeld, counted: true}
 }
 
 // groupState is one ownership of a Group or a Quorum: its members, and how
@@ -98,15 +132,22 @@ func newGroupLease(ctx context.Context, primitive string, c *Client, name string
 		unlock:       func(ctx context.Context, _ *holder, _ string) (releaseState, error) { return gs.release(ctx, "") },
 		spansClients: true,
 	}
-	h := &holder{
+	gs.h = &holder{
 		c: c, kind: kind, name: name, keys: lockKeys{lock: desc}, key: desc, token: token, lease: ttl,
 		leases: make(map[*Lease]struct{}, 1), lastOK: time.Now(), lost: make(chan struct{}),
 	}
-	gs.h = h
-	l := newLease(vctx, h, "")
-	h.leases[l] = struct{}{}
+	l := newLease(vctx, gs.h, "")
+	gs.h.leases[l] = struct{}{}
+	gs.watch(start)
+	return l
+}
+
+// watch makes the end of every held member's lease call memberEnded, and
+// reports the members not reported yet to Metrics as acquired since start.
+func (gs *groupState) watch(start time.Time) {
 	gs.mu.Lock()
-	for _, m := range ms {
+	defer gs.mu.Unlock()
+	for _, m := range gs.members {
 		if m.lease == nil || m.state != memberHeld {
 			continue
 		}
@@ -116,8 +157,6 @@ func newGroupLease(ctx context.Context, primitive string, c *Client, name string
 		}
 		m.counted = true
 	}
-	gs.mu.Unlock()
-	return l
 }
 
 // memberEnded runs when a member's lease ended. Unless the group is
@@ -193,36 +232,16 @@ func (gs *groupState) release(ctx context.Context, logMsg string) (releaseState,
 	return st, err
 }
 
+// errUnknownOutcome is the error of a release whose outcome is unknown
+// without an error of its own.
+var errUnknownOutcome = errors.New("redisync: release: outcome unknown")
+
 // outcome reads what the releases of the members found: freed when the
 // group held until released, notHeld and the reason when not, an error
 // when that is unknown. Called with relMu held.
 func (gs *groupState) outcome() (st releaseState, reason, err error) {
 	if gs.quorum {
-		released, open := 0, 0
-		var err error
-		var reasons []error
-		for i, m := range gs.members {
-			if m.lease == nil {
-				continue // never granted
-			}
-			switch m.state {
-			case memberFreed:
-				released++
-			case memberUnsure:
-				// Held when its release was sent: it may count.
-				open++
-				err = cmp.Or(err, m.err)
-			default:
-				reasons = append(reasons, fmt.Errorf("server %d: %w", i, cmp.Or(m.reason, ErrExpired)))
-			}
-		}
-		switch {
-		case released >= gs.need:
-			return freed, nil, nil
-		case released+open >= gs.need:
-			return notHeld, nil, cmp.Or(err, errors.New("redisync: release: outcome unknown"))
-		}
-		return notHeld, fmt.Errorf("%w: %d of %d servers held %q, %d needed: %w", ErrNoQuorum, released, len(gs.members), gs.name, gs.need, joinedErrs(reasons)), nil
+		return gs.quorumOutcome()
 	}
 	for _, m := range gs.members {
 		switch m.state {
@@ -232,7 +251,7 @@ func (gs *groupState) outcome() (st releaseState, reason, err error) {
 				reason = fmt.Errorf("redisync: lock %q of the group: %w", m.m.name, cmp.Or(m.reason, ErrExpired))
 			}
 		default:
-			err = cmp.Or(err, m.err, errors.New("redisync: release: outcome unknown"))
+			err = cmp.Or(err, m.err, errUnknownOutcome)
 		}
 	}
 	switch {
@@ -242,6 +261,36 @@ func (gs *groupState) outcome() (st releaseState, reason, err error) {
 		return notHeld, reason, nil
 	}
 	return freed, nil, nil
+}
+
+// quorumOutcome is the outcome of a quorum's release: freed when a majority
+// released it, unknown while the members whose releases had no answer may
+// still make one.
+func (gs *groupState) quorumOutcome() (st releaseState, reason, err error) {
+	released, open := 0, 0
+	var reasons []error
+	for i, m := range gs.members {
+		if m.lease == nil {
+			continue // never granted
+		}
+		switch m.state {
+		case memberFreed:
+			released++
+		case memberUnsure:
+			// Held when its release was sent: it may count.
+			open++
+			err = cmp.Or(err, m.err)
+		default:
+			reasons = append(reasons, fmt.Errorf("server %d: %w", i, cmp.Or(m.reason, ErrExpired)))
+		}
+	}
+	switch {
+	case released >= gs.need:
+		return freed, nil, nil
+	case released+open >= gs.need:
+		return notHeld, nil, cmp.Or(err, errUnknownOutcome)
+	}
+	return notHeld, fmt.Errorf("%w: %d of %d servers held %q, %d needed: %w", ErrNoQuorum, released, len(gs.members), gs.name, gs.need, joinedErrs(reasons)), nil
 }
 
 // logReleaseErr logs the first release error of members.
@@ -254,25 +303,18 @@ func logReleaseErr(c *Client, name string, ms []*member, msg string) {
 	}
 }
 
-// releaseMembers releases every member that may hold its lock, with one
-// group release script per Client and slot, all sent at once, and records
-// the outcome in each member. A member still held is released as
-// Lease.Unlock would release its lease; the others by owner id. timeout, if
-// not 0, bounds each script.
-func releaseMembers(ctx context.Context, ms []*member, timeout time.Duration) {
+// byScript groups the indexes of the members that keep selects by what one
+// script can reach: one Client and, on a Cluster, one slot. The buckets and
+// the indexes in each are in the order of the members.
+func byScript(ms []*member, keep func(*member) bool) [][]int {
 	type bucketKey struct {
 		c    *Client
 		slot uint16
 	}
 	var order []bucketKey
-	buckets := make(map[bucketKey][]*member)
-	for _, m := range ms {
-		if m.state == memberFreed || m.state == memberGone {
-			continue
-		}
-		if m.c.isClosed() {
-			// Close released what its watchdog held; nothing can be sent.
-			m.state, m.reason = memberGone, ErrClosed
+	buckets := make(map[bucketKey][]int)
+	for i, m := range ms {
+		if !keep(m) {
 			continue
 		}
 		k := bucketKey{c: m.c}
@@ -282,52 +324,84 @@ func releaseMembers(ctx context.Context, ms []*member, timeout time.Duration) {
 		if buckets[k] == nil {
 			order = append(order, k)
 		}
-		buckets[k] = append(buckets[k], m)
+		buckets[k] = append(buckets[k], i)
 	}
-	if len(order) == 1 {
-		releaseBucket(ctx, order[0].c, buckets[order[0]], timeout)
+	out := make([][]int, len(order))
+	for b, k := range order {
+		out[b] = buckets[k]
+	}
+	return out
+}
+
+// eachBucket runs f for every bucket at once, and returns when all of them
+// returned.
+func eachBucket(buckets [][]int, f func(b int, idx []int)) {
+	if len(buckets) == 1 {
+		f(0, buckets[0])
 		return
 	}
 	var wg sync.WaitGroup
-	for _, k := range order {
+	for b, idx := range buckets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			releaseBucket(ctx, k.c, buckets[k], timeout)
+			f(b, idx)
 		}()
 	}
 	wg.Wait()
 }
 
+// scriptContext bounds one script of a bucket by timeout, if not 0.
+func scriptContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeout(ctx, timeout)
+	}
+	return ctx, func() {}
+}
+
+// releaseMembers releases every member that may hold its lock, with one
+// group release script per Client and slot, all sent at once, and records
+// the outcome in each member. A member still held is released as
+// Lease.Unlock would release its lease; the others by owner id. timeout, if
+// not 0, bounds each script.
+func releaseMembers(ctx context.Context, ms []*member, timeout time.Duration) {
+	buckets := byScript(ms, func(m *member) bool {
+		if m.state == memberFreed || m.state == memberGone {
+			return false
+		}
+		if m.c.isClosed() {
+			// Close released what its watchdog held; nothing can be sent.
+			m.state, m.reason = memberGone, ErrClosed
+			return false
+		}
+		return true
+	})
+	eachBucket(buckets, func(_ int, idx []int) {
+		bucket := make([]*member, len(idx))
+		for j, i := range idx {
+			bucket[j] = ms[i]
+		}
+		releaseBucket(ctx, bucket, timeout)
+	})
+}
+
 // releaseBucket runs the group release script for members of one Client
 // and slot.
-func releaseBucket(ctx context.Context, c *Client, ms []*member, timeout time.Duration) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+func releaseBucket(ctx context.Context, ms []*member, timeout time.Duration) {
+	ctx, cancel := scriptContext(ctx, timeout)
+	defer cancel()
+	c := ms[0].c
 	keys := make([]string, 0, 4*len(ms))
 	args := make([]string, 1, 1+3*len(ms))
 	args[0] = strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)
 	for _, m := range ms {
 		keys = append(keys, m.m.keys.lock, m.m.keys.fence, m.m.keys.queue, m.m.keys.waiters)
 		args = append(args, m.owner, m.hold, m.m.keys.channel)
-		if m.state == memberHeld {
-			h := m.lease.h
-			h.mu.Lock()
-			h.releasing++
-			h.mu.Unlock()
-		}
+		m.releasing(1)
 	}
 	res, err := groupReleaseScript.exec(ctx, c.rc, keys, args).AsIntSlice()
 	for _, m := range ms {
-		if m.state == memberHeld {
-			h := m.lease.h
-			h.mu.Lock()
-			h.releasing--
-			h.mu.Unlock()
-		}
+		m.releasing(-1)
 	}
 	if err == nil && len(res) != len(ms) {
 		err = fmt.Errorf("%d answers for %d locks", len(res), len(ms))
@@ -342,6 +416,18 @@ func releaseBucket(ctx context.Context, c *Client, ms []*member, timeout time.Du
 	for i, m := range ms {
 		m.settle(res[i])
 	}
+}
+
+// releasing counts a release in flight for a member still held: a renewal
+// that finds its key gone meanwhile does not report a loss.
+func (m *member) releasing(delta int) {
+	if m.state != memberHeld {
+		return
+	}
+	h := m.lease.h
+	h.mu.Lock()
+	h.releasing += delta
+	h.mu.Unlock()
 }
 
 // settle applies a release answer (1 freed, 2 still held through other
@@ -404,6 +490,11 @@ func (m *member) failed(err error) {
 	m.state = memberUnsure
 }
 
+// live reports whether the member is held through a lease not lost.
+func (m *member) live() bool {
+	return m.state == memberHeld && m.lease.Err() == nil
+}
+
 // raiseFences makes T, the greatest token of the held members, the floor
 // of every later token of their locks: the fencing counter of every member
 // with a lower token is raised to T while its owner holds it, with one
@@ -414,72 +505,45 @@ func (m *member) failed(err error) {
 func raiseFences(ctx context.Context, ms []*member, timeout time.Duration) (uint64, []bool, error) {
 	var token uint64
 	for _, m := range ms {
-		if m.state == memberHeld && m.lease.Err() == nil {
+		if m.live() {
 			token = max(token, m.token)
 		}
 	}
 	raised := make([]bool, len(ms))
-	type bucketKey struct {
-		c    *Client
-		slot uint16
-	}
-	var order []bucketKey
-	buckets := make(map[bucketKey][]int)
+	buckets := byScript(ms, func(m *member) bool { return m.live() && m.token != token })
 	for i, m := range ms {
-		if m.state != memberHeld || m.lease.Err() != nil {
-			continue
-		}
-		if m.token == token {
-			raised[i] = true
-			continue
-		}
-		k := bucketKey{c: m.c}
-		if m.c.cluster {
-			k.slot = slotHash(m.m.keys.lock)
-		}
-		if buckets[k] == nil {
-			order = append(order, k)
-		}
-		buckets[k] = append(buckets[k], i)
+		raised[i] = m.live() && m.token == token
 	}
-	if len(order) == 0 {
-		return token, raised, nil
-	}
-	T := strconv.FormatUint(token, 10)
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for b, k := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := ctx
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
-			idx := buckets[k]
-			keys := make([]string, 0, 2*len(idx))
-			args := []string{T, strconv.FormatInt(k.c.cfg.fenceRetention.Milliseconds(), 10)}
-			for _, i := range idx {
-				keys = append(keys, ms[i].m.keys.lock, ms[i].m.keys.fence)
-				args = append(args, ms[i].owner)
-			}
-			res, err := groupFenceScript.exec(ctx, k.c.rc, keys, args).AsIntSlice()
-			if err == nil && len(res) != len(idx) {
-				err = fmt.Errorf("%d answers for %d locks", len(res), len(idx))
-			}
-			if err != nil {
-				errs[b] = redisErr("raise fence", err)
-				return
-			}
-			for j, i := range idx {
-				raised[i] = res[j] == 1
-			}
-		}()
-	}
-	wg.Wait()
+	errs := make([]error, len(buckets))
+	eachBucket(buckets, func(b int, idx []int) {
+		errs[b] = raiseBucket(ctx, ms, idx, token, timeout, raised)
+	})
 	return token, raised, errors.Join(errs...)
+}
+
+// raiseBucket runs the group fence script for the members idx of ms, of
+// one Client and slot, and records in raised which counters are at token.
+func raiseBucket(ctx context.Context, ms []*member, idx []int, token uint64, timeout time.Duration, raised []bool) error {
+	ctx, cancel := scriptContext(ctx, timeout)
+	defer cancel()
+	c := ms[idx[0]].c
+	keys := make([]string, 0, 2*len(idx))
+	args := []string{strconv.FormatUint(token, 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}
+	for _, i := range idx {
+		keys = append(keys, ms[i].m.keys.lock, ms[i].m.keys.fence)
+		args = append(args, ms[i].owner)
+	}
+	res, err := groupFenceScript.exec(ctx, c.rc, keys, args).AsIntSlice()
+	if err == nil && len(res) != len(idx) {
+		err = fmt.Errorf("%d answers for %d locks", len(res), len(idx))
+	}
+	if err != nil {
+		return redisErr("raise fence", err)
+	}
+	for j, i := range idx {
+		raised[i] = res[j] == 1
+	}
+	return nil
 }
 
 // joinedErrs is several errors on one line, all seen by errors.Is and

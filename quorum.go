@@ -292,7 +292,7 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 	}
 	var w waitSet
 	defer w.leave()
-	backoff := 10 * time.Millisecond
+	var pause backoff
 	var lastErr error
 	for {
 		for _, c := range q.clients {
@@ -316,33 +316,37 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 		case try || out.hopeless:
 			return nil, out.err
 		}
-		var err error
-		if len(out.busy) > 0 {
-			for _, i := range out.busy {
-				if err = w.join(q.clients[i], q.ms[i].keys.channel); err != nil {
-					return nil, err
-				}
+		for _, i := range out.busy {
+			if err := w.join(q.clients[i], q.ms[i].keys.channel); err != nil {
+				return nil, err
 			}
-			if out.granted > 0 {
-				// Contenders split the servers: spread their next attempts
-				// apart, the one that came closest first.
-				short := q.need - out.granted
-				err = sleepAll(ctx, q.clients, time.Duration(short)*(out.elapsed+rand.N(out.elapsed+2*time.Millisecond)))
-			}
-			if err == nil {
-				err = w.wait(ctx, q.clients, out.wait)
-			}
-		} else {
-			err = sleepAll(ctx, q.clients, backoff+rand.N(backoff))
-			backoff = min(2*backoff, time.Second)
 		}
-		if err != nil {
+		if err := q.pause(ctx, &w, out, &pause); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctxErr(ctx, lastErr)
 			}
 			return nil, err
 		}
 	}
+}
+
+// pause waits after a failed attempt: where others held the lock, for its
+// release on the servers that reported it (after a random delay when
+// contenders split the servers); otherwise with backoff.
+func (q *Quorum) pause(ctx context.Context, w *waitSet, out roundOutcome, b *backoff) error {
+	if len(out.busy) == 0 {
+		d := b.next()
+		return sleepAll(ctx, q.clients, d+rand.N(d))
+	}
+	if out.granted > 0 {
+		// Contenders split the servers: spread their next attempts
+		// apart, the one that came closest first.
+		short := q.need - out.granted
+		if err := sleepAll(ctx, q.clients, time.Duration(short)*(out.elapsed+rand.N(out.elapsed+2*time.Millisecond))); err != nil {
+			return err
+		}
+	}
+	return w.wait(ctx, q.clients, out.wait)
 }
 
 // quorumResult is what one server answered to an attempt.
@@ -379,12 +383,33 @@ type roundOutcome struct {
 // on failure nothing it took is held.
 // since is when the acquisition began.
 func (q *Quorum) attempt(ctx context.Context, since time.Time) (*Lease, roundOutcome) {
-	n := len(q.ms)
 	start := time.Now()
-	r := &quorumRound{members: make([]*member, n), answers: make(chan int, n), results: make([]quorumResult, n)}
 	sctx, cancel := context.WithTimeout(ctx, q.timeout)
 	defer cancel()
-	pending := 0
+	r, pending := q.startRound(ctx, sctx)
+	results := r.collect(sctx, q.need, pending, start)
+	out, failures := q.tally(r, results)
+	if out.granted >= q.need && ctx.Err() == nil {
+		if l := q.confirm(ctx, r, results, &out, start, since); l != nil {
+			return l, out
+		}
+	}
+	out.elapsed = time.Since(start)
+	if out.err == nil {
+		out.err = q.roundErr(out.granted, failures)
+	}
+	dctx, release := detached(ctx)
+	releaseMembers(dctx, r.members, q.timeout)
+	release()
+	return nil, out
+}
+
+// startRound sends the acquire script to every server at once, each bounded
+// by sctx, and returns the round that collects their answers with the
+// number of answers on their way.
+func (q *Quorum) startRound(ctx, sctx context.Context) (r *quorumRound, pending int) {
+	n := len(q.ms)
+	r = &quorumRound{members: make([]*member, n), answers: make(chan int, n), results: make([]quorumResult, n)}
 	for i, m := range q.ms {
 		mb := newMember(ctx, m)
 		r.members[i] = mb
@@ -399,14 +424,20 @@ func (q *Quorum) attempt(ctx context.Context, since time.Time) (*Lease, roundOut
 			r.deliver(i, trySrv(sctx, mb))
 		}()
 	}
-	// Wait for every server, at most the per-server timeout. Once a majority
-	// granted the lock, wait for the others only as long again as that took:
-	// they are released when they answer. Once no majority can be reached,
-	// the answers still on their way are only waited for to release what
-	// they took before returning, as Mutex.Lock does.
+	return r, pending
+}
+
+// collect waits for every server's answer, at most until sctx ends, and
+// returns the answers it got. Once need of them granted the lock, it waits
+// for the others only as long again as that took: they are released when
+// they answer. Once no majority can be reached, the answers still on their
+// way are only waited for to release what they took before returning, as
+// Mutex.Lock does.
+func (r *quorumRound) collect(sctx context.Context, need, pending int, start time.Time) []quorumResult {
+	n := len(r.members)
 	granted, refused := 0, n-pending
 	var rest <-chan time.Time
-collect:
+wait:
 	for pending > 0 {
 		select {
 		case i := <-r.answers:
@@ -419,24 +450,27 @@ collect:
 			} else {
 				refused++
 			}
-			if granted == q.need && pending > 0 && refused <= n-q.need {
+			if granted == need && pending > 0 && refused <= n-need {
 				t := time.NewTimer(time.Since(start) + time.Millisecond)
 				defer t.Stop()
 				rest = t.C
 			}
 		case <-rest:
-			break collect
+			break wait
 		case <-sctx.Done():
-			break collect
+			break wait
 		}
 	}
 	r.mu.Lock()
 	r.closed = true
 	results := slices.Clone(r.results)
 	r.mu.Unlock()
+	return results
+}
 
-	var out roundOutcome
-	var failures []error
+// tally records each server's answer in its member, and returns how many
+// granted the lock, where others held it, and each server's failure.
+func (q *Quorum) tally(r *quorumRound, results []quorumResult) (out roundOutcome, failures []error) {
 	incurable := 0
 	for i, res := range results {
 		mb := r.members[i]
@@ -466,50 +500,54 @@ collect:
 			failures = append(failures, fmt.Errorf("server %d: no answer within %v", i, q.timeout))
 		}
 	}
-	out.hopeless = incurable > n-q.need
-	if out.granted >= q.need && ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, q.timeout)
-		token, raised, err := raiseFences(fctx, r.members, q.timeout)
-		cancel()
-		confirmed := 0
-		for _, ok := range raised {
-			if ok {
-				confirmed++
-			}
-		}
-		out.elapsed = time.Since(start)
-		drift := q.lease/100 + 2*time.Millisecond
-		switch {
-		case ctx.Err() != nil:
-		case confirmed < q.need:
-			if err == nil {
-				err = errors.New("the lock was lost meanwhile")
-			}
-			out.err = fmt.Errorf("%w: the fencing counter of %q was raised on %d of %d servers, %d needed: %w", ErrNoQuorum, q.name, confirmed, n, q.need, err)
-		case q.lease-out.elapsed-drift <= q.lease/10:
-			out.err = fmt.Errorf("%w: acquiring %q took %v, leaving no validity of its %v lease", ErrNoQuorum, q.name, out.elapsed.Round(time.Microsecond), q.lease)
-		default:
-			for i, res := range results {
-				if !res.done {
-					// Released by Unlock too, should its late answer be lost.
-					r.members[i].state = memberNone
-				}
-			}
-			return newGroupLease(ctx, quorumPrimitive, q.clients[0], q.name, r.members, q.need, token, q.timeout, since), out
+	out.hopeless = incurable > len(q.ms)-q.need
+	return out, failures
+}
+
+// confirm raises the fencing counter of the servers that granted the lock
+// to the greatest of their tokens, and returns the Lease when a majority
+// confirmed it with validity left. Otherwise it returns nil, and out.err
+// says why (nil when ctx ended).
+func (q *Quorum) confirm(ctx context.Context, r *quorumRound, results []quorumResult, out *roundOutcome, start, since time.Time) *Lease {
+	fctx, cancel := context.WithTimeout(ctx, q.timeout)
+	token, raised, err := raiseFences(fctx, r.members, q.timeout)
+	cancel()
+	confirmed := 0
+	for _, ok := range raised {
+		if ok {
+			confirmed++
 		}
 	}
 	out.elapsed = time.Since(start)
+	drift := q.lease/100 + 2*time.Millisecond
 	switch {
-	case out.err != nil:
-	case len(failures) == 0:
-		out.err = fmt.Errorf("%w: %q: the context ended", ErrNoQuorum, q.name)
-	default:
-		out.err = fmt.Errorf("%w: %d of %d servers granted %q, %d needed: %w", ErrNoQuorum, out.granted, n, q.name, q.need, joinedErrs(failures))
+	case ctx.Err() != nil:
+		return nil
+	case confirmed < q.need:
+		if err == nil {
+			err = errors.New("the lock was lost meanwhile")
+		}
+		out.err = fmt.Errorf("%w: the fencing counter of %q was raised on %d of %d servers, %d needed: %w", ErrNoQuorum, q.name, confirmed, len(q.ms), q.need, err)
+		return nil
+	case q.lease-out.elapsed-drift <= q.lease/10:
+		out.err = fmt.Errorf("%w: acquiring %q took %v, leaving no validity of its %v lease", ErrNoQuorum, q.name, out.elapsed.Round(time.Microsecond), q.lease)
+		return nil
 	}
-	dctx, cancel := detached(ctx)
-	releaseMembers(dctx, r.members, q.timeout)
-	cancel()
-	return nil, out
+	for i, res := range results {
+		if !res.done {
+			// Released by Unlock too, should its late answer be lost.
+			r.members[i].state = memberNone
+		}
+	}
+	return newGroupLease(ctx, quorumPrimitive, q.clients[0], q.name, r.members, q.need, token, q.timeout, since)
+}
+
+// roundErr is the error of an attempt that fewer than a majority granted.
+func (q *Quorum) roundErr(granted int, failures []error) error {
+	if len(failures) == 0 {
+		return fmt.Errorf("%w: %q: the context ended", ErrNoQuorum, q.name)
+	}
+	return fmt.Errorf("%w: %d of %d servers granted %q, %d needed: %w", ErrNoQuorum, granted, len(q.ms), q.name, q.need, joinedErrs(failures))
 }
 
 // deliver records a server's answer, or undoes it when the attempt stopped

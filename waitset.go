@@ -9,6 +9,21 @@ import (
 	"github.com/redisync/redisync/internal/sema"
 )
 
+// A Group or a Quorum that waits, waits for several locks at once, often
+// through several Clients.
+//
+// It waits in a waitSet: one subscription per lock channel that blocked
+// it, each woken through the wake-up semaphore of its subscription as a
+// Mutex waiter is. A wake-up the group cannot use (it stopped waiting for
+// that lock) is passed on to the next waiter of the lock, so that nobody
+// sleeps through a release. The set selects over a number of channels
+// known only at run time, hence reflect.Select.
+//
+// An acquisition that spans Clients ends when any of them is closed
+// (watchClosed, and every wait of the set), and Close of each of them waits
+// for it (acquireMulti). Attempts that failed with errors are retried
+// after a backoff.
+
 // waitSet is what an acquisition that waits on several locks waits on: one
 // subscription per lock channel (of one Client) that blocked it, joined the
 // first time it did.
@@ -163,4 +178,15 @@ func acquireMulti(ctx context.Context, clients []*Client, acquire func(context.C
 		}()
 		return acquire(ctx)
 	})
+}
+
+// backoff is the pause between attempts that failed with errors: 10ms at
+// first, doubling up to a second.
+type backoff time.Duration
+
+// next returns the pause to make now.
+func (b *backoff) next() time.Duration {
+	d := max(time.Duration(*b), 10*time.Millisecond)
+	*b = backoff(min(2*d, time.Second))
+	return d
 }
