@@ -96,36 +96,23 @@ func (m *FairMutex) check(ctx context.Context) error {
 // Lock acquires the mutex in queue order, waiting as long as ctx allows.
 // Errors are as for Mutex.Lock; whenever Lock returns an error, the caller
 // holds nothing and has left the queue.
-func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, false)
-}
+func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, false) }
 
 // TryLock makes a single attempt and never queues. It returns ErrLocked
 // when the mutex is held or others are waiting for it.
-func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, true)
-}
+func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, true) }
 
 // Acquire acquires the mutex in the background, as Mutex.Acquire does, and
 // delivers one Lease on the returned channel. Cancelling ctx gives up the
 // place in the queue.
-func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease {
-	if err := m.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.acquire(ctx, false) })
-}
+func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, m) }
 
 func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	q := &queuedLock{c: m.c, kind: fairKind, name: m.name, keys: m.keys, cfg: m.cfg, script: fairAcquireScript}
 	return q.acquire(ctx, try)
 }
+
+func (m *FairMutex) spans() []*Client { return []*Client{m.c} }
 
 // FairMutexState is a snapshot of a fair mutex in Redis: the state of a
 // Mutex, whose Waiters are the places in the queue.

@@ -209,23 +209,13 @@ func (g *Group) Names() []string {
 }
 
 func (g *Group) check(ctx context.Context) error {
-	switch {
-	case g == nil:
+	if g == nil {
 		return fmt.Errorf("%w: nil Group", ErrInvalidArgument)
-	case g.err != nil:
-		return g.err
-	case len(g.ms) == 0:
-		return fmt.Errorf("%w: Group not made by NewGroup", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
-	for _, c := range g.clients {
-		if c.isClosed() {
-			return ErrClosed
-		}
-	}
-	return nil
+	return checkSpanning("Group", g.clients, g.err, ctx)
 }
+
+func (g *Group) spans() []*Client { return g.clients }
 
 // Lock acquires every lock of the group, waiting as long as ctx allows.
 //
@@ -234,33 +224,18 @@ func (g *Group) check(ctx context.Context) error {
 // group's Clients is closed (closing any of them ends the acquisition), an
 // error Redis replied with at once. Whenever it returns an error the group
 // holds nothing: what it took was released first.
-func (g *Group) Lock(ctx context.Context) (*Lease, error) {
-	if err := g.check(ctx); err != nil {
-		return nil, err
-	}
-	return g.acquire(ctx, false)
-}
+func (g *Group) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, g, false) }
 
 // TryLock makes a single attempt. It returns ErrLocked, with the name of a
 // lock another owner holds, when the group cannot be taken at once, and
 // any error from Redis or the connection at once; nothing is held then.
-func (g *Group) TryLock(ctx context.Context) (*Lease, error) {
-	if err := g.check(ctx); err != nil {
-		return nil, err
-	}
-	return g.acquire(ctx, true)
-}
+func (g *Group) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, g, true) }
 
 // Acquire acquires the group in the background and delivers one Lease on
 // the returned channel, then closes it, as Mutex.Acquire does: failure is a
 // Lease whose Err is set, and a group acquired after ctx ended or never
 // received is released. To give up, cancel ctx.
-func (g *Group) Acquire(ctx context.Context) <-chan *Lease {
-	if err := g.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return acquireMulti(ctx, g.clients, func(ctx context.Context) (*Lease, error) { return g.acquire(ctx, false) })
-}
+func (g *Group) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, g) }
 
 // groupPrimitive is the primitive name of groups in Metrics. Their members
 // count as "mutex" locks as well.

@@ -71,19 +71,10 @@ func (l *Latch) Name() string {
 }
 
 func (l *Latch) check(ctx context.Context) error {
-	switch {
-	case l == nil:
+	if l == nil {
 		return fmt.Errorf("%w: nil Latch", ErrInvalidArgument)
-	case l.err != nil:
-		return l.err
-	case l.c == nil:
-		return fmt.Errorf("%w: Latch not made by a Client", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	case l.c.isClosed():
-		return ErrClosed
 	}
-	return nil
+	return checkHandle("Latch", l.c, l.err, ctx)
 }
 
 func (l *Latch) checkCount(ctx context.Context, count int) error {

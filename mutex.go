@@ -129,21 +129,11 @@ func (m *Mutex) check(ctx context.Context) error {
 // error nothing is held: if ctx ended while an attempt was on its way to
 // Redis, Lock waits for its outcome (half a second at most) and releases
 // what it took before returning.
-func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, false)
-}
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, false) }
 
 // TryLock makes a single attempt. It returns ErrLocked when another owner
 // holds the mutex, and any error from Redis or the connection at once.
-func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, true)
-}
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, true) }
 
 // Acquire acquires the mutex in the background and delivers one Lease on
 // the returned channel, then closes it. Select on it together with other
@@ -153,17 +143,14 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // error), never by a nil Lease. If ctx ends after the lock was acquired but
 // before the Lease was received, the lock is released and the Lease reports
 // ctx's error; so receiving a Lease whose ctx has ended, check Err.
-func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease {
-	if err := m.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.acquire(ctx, false) })
-}
+func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, m) }
 
 // acquire runs the acquisition loop.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	return m.queued().acquire(ctx, try)
 }
+
+func (m *Mutex) spans() []*Client { return []*Client{m.c} }
 
 // queued is the mutex as a lock with a queue.
 func (m *Mutex) queued() *queuedLock {

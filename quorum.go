@@ -216,23 +216,13 @@ func (q *Quorum) Name() string {
 }
 
 func (q *Quorum) check(ctx context.Context) error {
-	switch {
-	case q == nil:
+	if q == nil {
 		return fmt.Errorf("%w: nil Quorum", ErrInvalidArgument)
-	case q.err != nil:
-		return q.err
-	case len(q.ms) == 0:
-		return fmt.Errorf("%w: Quorum not made by NewQuorum", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
-	for _, c := range q.clients {
-		if c.isClosed() {
-			return ErrClosed
-		}
-	}
-	return nil
+	return checkSpanning("Quorum", q.clients, q.err, ctx)
 }
+
+func (q *Quorum) spans() []*Client { return q.clients }
 
 // Lock acquires the lock on a majority of the servers, waiting as long as
 // ctx allows. It returns ctx's error when ctx ends first, wrapping the last
@@ -241,32 +231,17 @@ func (q *Quorum) check(ctx context.Context) error {
 // many servers refused it with errors that retrying cannot cure (a key of
 // the wrong type) that no majority is left. Whenever it returns an error
 // nothing is held.
-func (q *Quorum) Lock(ctx context.Context) (*Lease, error) {
-	if err := q.check(ctx); err != nil {
-		return nil, err
-	}
-	return q.acquire(ctx, false)
-}
+func (q *Quorum) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, q, false) }
 
 // TryLock makes one attempt on every server. It returns ErrNoQuorum when
 // fewer than a majority granted the lock (wrapping ErrLocked when others
 // held it there); nothing is held then.
-func (q *Quorum) TryLock(ctx context.Context) (*Lease, error) {
-	if err := q.check(ctx); err != nil {
-		return nil, err
-	}
-	return q.acquire(ctx, true)
-}
+func (q *Quorum) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, q, true) }
 
 // Acquire acquires the lock in the background and delivers one Lease on
 // the returned channel, then closes it, as Mutex.Acquire does. To give up,
 // cancel ctx.
-func (q *Quorum) Acquire(ctx context.Context) <-chan *Lease {
-	if err := q.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return acquireMulti(ctx, q.clients, func(ctx context.Context) (*Lease, error) { return q.acquire(ctx, false) })
-}
+func (q *Quorum) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, q) }
 
 // quorumPrimitive is the primitive name of quorums in Metrics. Their
 // members count as "mutex" locks as well.

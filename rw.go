@@ -191,20 +191,14 @@ func (m *RWMutex) check(ctx context.Context) error {
 // attempt whose outcome is unknown when ctx ends is waited for (half a
 // second at most) and undone.
 func (m *RWMutex) RLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.rlock(ctx, false)
+	return lockHandle(ctx, rwRead{m}, false)
 }
 
 // TryRLock makes a single attempt at a read lease. It returns ErrLocked
 // when a writer holds the lock or waits for it, and any error from Redis or
 // the connection at once.
 func (m *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.rlock(ctx, true)
+	return lockHandle(ctx, rwRead{m}, true)
 }
 
 // RAcquire acquires a read lease in the background and delivers one Lease
@@ -212,12 +206,7 @@ func (m *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 // Mutex.Acquire, failure is a Lease whose Err is set, never a nil Lease,
 // and a lease acquired after ctx ended but before it was received is
 // released and reports ctx's error.
-func (m *RWMutex) RAcquire(ctx context.Context) <-chan *Lease {
-	if err := m.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.rlock(ctx, false) })
-}
+func (m *RWMutex) RAcquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, rwRead{m}) }
 
 // Lock acquires the write lease, waiting as long as ctx allows: until no
 // other writer holds it and every reader has left. While it waits, new
@@ -226,13 +215,7 @@ func (m *RWMutex) RAcquire(ctx context.Context) <-chan *Lease {
 // Errors are as for RLock, and ErrUpgrade is returned at once when ctx
 // carries a read lease of the lock but no write lease.
 func (m *RWMutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.upgrade(ctx); err != nil {
-		return nil, err
-	}
-	return m.lock(ctx, false)
+	return lockHandle(ctx, rwWrite{m}, false)
 }
 
 // TryLock makes a single attempt at the write lease. It returns ErrLocked
@@ -240,28 +223,38 @@ func (m *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 // release let in have yet to come), ErrUpgrade as Lock does, and any error
 // from Redis or the connection at once. It does not keep readers out.
 func (m *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.upgrade(ctx); err != nil {
-		return nil, err
-	}
-	return m.lock(ctx, true)
+	return lockHandle(ctx, rwWrite{m}, true)
 }
 
 // Acquire acquires the write lease in the background and delivers one
 // Lease on the returned channel, then closes it, as RAcquire does. An
 // upgrade is delivered at once as a Lease whose Err is ErrUpgrade.
-func (m *RWMutex) Acquire(ctx context.Context) <-chan *Lease {
-	err := m.check(ctx)
-	if err == nil {
-		err = m.upgrade(ctx)
+func (m *RWMutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, rwWrite{m}) }
+
+// rwRead and rwWrite are the read and the write side of an RWMutex, as
+// handles. A write acquisition with a context that carries only a read
+// lease of the lock is refused (ErrUpgrade) before it starts.
+type (
+	rwRead  struct{ m *RWMutex }
+	rwWrite struct{ m *RWMutex }
+)
+
+func (r rwRead) check(ctx context.Context) error { return r.m.check(ctx) }
+
+func (r rwRead) acquire(ctx context.Context, try bool) (*Lease, error) { return r.m.rlock(ctx, try) }
+
+func (r rwRead) spans() []*Client { return []*Client{r.m.c} }
+
+func (w rwWrite) check(ctx context.Context) error {
+	if err := w.m.check(ctx); err != nil {
+		return err
 	}
-	if err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.lock(ctx, false) })
+	return w.m.upgrade(ctx)
 }
+
+func (w rwWrite) acquire(ctx context.Context, try bool) (*Lease, error) { return w.m.lock(ctx, try) }
+
+func (w rwWrite) spans() []*Client { return []*Client{w.m.c} }
 
 // rwWriterKey finds, in a context, the innermost write lease of one
 // RWMutex of one Client, through read leases layered on it.

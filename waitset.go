@@ -21,7 +21,7 @@ import (
 //
 // An acquisition that spans Clients ends when any of them is closed
 // (watchClosed, and every wait of the set), and Close of each of them waits
-// for it (acquireMulti). Attempts that failed with errors are retried
+// for it (acquireHandle). Attempts that failed with errors are retried
 // after a backoff.
 
 // waitSet is what an acquisition that waits on several locks waits on: one
@@ -161,23 +161,6 @@ func watchClosed(ctx context.Context, clients []*Client) (context.Context, func(
 		cancel(nil)
 		<-done
 	}
-}
-
-// acquireMulti is Client.acquireAsync for an acquisition that spans
-// clients: the goroutine counts as one of each Client's, so that Close of
-// any of them waits for it (the acquisition ends when any of them closes).
-func acquireMulti(ctx context.Context, clients []*Client, acquire func(context.Context) (*Lease, error)) <-chan *Lease {
-	for _, c := range clients[1:] {
-		c.waiters.Add(1)
-	}
-	return clients[0].acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) {
-		defer func() {
-			for _, c := range clients[1:] {
-				c.waiters.Done()
-			}
-		}()
-		return acquire(ctx)
-	})
 }
 
 // backoff is the pause between attempts that failed with errors: 10ms at
