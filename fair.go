@@ -3,7 +3,6 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -135,12 +134,7 @@ func (m *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters},
-		[]string{m.keys.channel, strconv.FormatInt(m.c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
-	if err != nil {
-		return false, redisErr("force unlock", err)
-	}
-	return n == 1, nil
+	return m.c.forceUnlock(ctx, m.keys)
 }
 
 // Locker returns a sync.Locker backed by the mutex.

@@ -411,8 +411,13 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters},
-		[]string{m.keys.channel, strconv.FormatInt(m.c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
+	return m.c.forceUnlock(ctx, m.keys)
+}
+
+// forceUnlock runs the force script of a Mutex or FairMutex.
+func (c *Client) forceUnlock(ctx context.Context, keys lockKeys) (bool, error) {
+	n, err := forceScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+		[]string{keys.channel, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
 		return false, redisErr("force unlock", err)
 	}
