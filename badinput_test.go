@@ -109,8 +109,7 @@ func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 			assert.True(t, rueidis.IsRedisNil(err), "fence key %q holds a lock (owner field)", short)
 		}
 	}
-	eventually(t, 5*time.Second, func() bool { return len(b.e.channels(t)) == 0 },
-		"subscriptions left: %q", b.e.channels(t))
+	b.e.requireNoSubscriptions(t)
 }
 
 // exists reports whether key exists.

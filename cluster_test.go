@@ -12,12 +12,6 @@ import (
 	"github.com/redisync/redisync/internal/redistest"
 )
 
-// ownCluster is a Cluster the test may fail over.
-func ownCluster(t *testing.T) *env {
-	c := redistest.NewCluster(t, 3, 1)
-	return &env{name: "cluster", addrs: c.Addrs(), cluster: c}
-}
-
 // slotOwner returns the master serving key's slot and its replica.
 func slotOwner(t *testing.T, c *redistest.Cluster, key string) (master, replica *redistest.Server) {
 	t.Helper()

@@ -2,18 +2,24 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -97,6 +103,19 @@ func eachEnv(t *testing.T, f func(t *testing.T, e *env)) {
 	t.Run("cluster", func(t *testing.T) { f(t, clusterEnv(t)) })
 }
 
+// ownServer is a standalone env of its own, started with the redis-server
+// args, that the test may restart or pause; stopped at the end of the test.
+func ownServer(t *testing.T, args ...string) *env {
+	s := redistest.Standalone(t, args...)
+	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
+}
+
+// ownCluster is a Cluster the test may fail over.
+func ownCluster(t *testing.T) *env {
+	c := redistest.NewCluster(t, 3, 1)
+	return &env{name: "cluster", addrs: c.Addrs(), cluster: c}
+}
+
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // rueidisClient connects to the env; closed at the end of the test.
@@ -110,16 +129,48 @@ func (e *env) rueidisClient(t testing.TB) rueidis.Client {
 	return rc
 }
 
-// client returns a Client on its own connection; closed at the end of the test.
+// client returns a Client of the env on a connection of its own, which it
+// owns (see Dial); closed at the end of the test unless closed before.
 func (e *env) client(t testing.TB, opts ...Option) *Client {
 	t.Helper()
-	rc := e.rueidisClient(t)
-	c, err := New(rc, append([]Option{WithLogger(quietLogger())}, opts...)...)
+	return dial(t, e.addrs, opts...)
+}
+
+// clients returns n Clients of the env (see client).
+func (e *env) clients(t testing.TB, n int, opts ...Option) []*Client {
+	t.Helper()
+	cs := make([]*Client, n)
+	for i := range cs {
+		cs[i] = e.client(t, opts...)
+	}
+	return cs
+}
+
+// dial returns a Client that owns its connection to addrs (see Dial);
+// closed at the end of the test unless closed before.
+func dial(t testing.TB, addrs []string, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(rueidis.ClientOption{InitAddress: addrs, DisableCache: true}, append([]Option{WithLogger(quietLogger())}, opts...)...)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("dialing %v: %v", addrs, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// proxied returns a Client whose connection to the env's standalone server
+// goes through a fault proxy, and the proxy; both closed at the end of the
+// test, the proxy healed first.
+func (e *env) proxied(t testing.TB, opts ...Option) (*Client, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New(e.server.Addr)
+	if err != nil {
+		t.Fatalf("starting a fault proxy: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c := dial(t, []string{p.Addr()}, opts...)
+	t.Cleanup(p.Heal)
+	return c, p
 }
 
 // keys lists the keys matching pattern on every master of the env.
@@ -173,6 +224,135 @@ func (e *env) channels(t testing.TB) []string {
 	return out
 }
 
+// requireNoSubscriptions waits until no Client subscribes to any channel of
+// the env.
+func (e *env) requireNoSubscriptions(t testing.TB) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+}
+
+// requireOnlyFences waits until the keys under prefix ("redisync:" for the
+// default prefix) are fencing counters only: nothing held, nobody queued.
+func (e *env) requireOnlyFences(t testing.TB, prefix string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		for _, k := range e.keys(t, prefix+"*") {
+			if !slices.Contains([]string{"fence", "fairfence", "rwfence"}, strings.SplitN(strings.TrimPrefix(k, prefix), ":", 2)[0]) {
+				return false
+			}
+		}
+		return true
+	}, "keys left: %v", e.keys(t, prefix+"*"))
+}
+
+// requireNothingLeft waits until nothing of the locks under prefix is left
+// in the env but their fencing counters, and nobody subscribes.
+func (e *env) requireNothingLeft(t testing.TB, prefix string) {
+	t.Helper()
+	e.requireOnlyFences(t, prefix)
+	e.requireNoSubscriptions(t)
+}
+
+// leakCheck notes the goroutines running now. The function it returns
+// closes clients and checks that no goroutine started since is left (but
+// those that closed rueidis clients leave for a while, and extra).
+func leakCheck(t *testing.T) func(clients []*Client, extra ...goleak.Option) {
+	ignore := goleak.IgnoreCurrent()
+	return func(clients []*Client, extra ...goleak.Option) {
+		t.Helper()
+		for _, c := range clients {
+			require.NoError(t, c.Close())
+		}
+		goleak.VerifyNone(t, append(append(rueidisLingering, ignore), extra...)...)
+	}
+}
+
+// soak returns n, or long when REDISYNC_SOAK is set (make soak).
+func soak(n, long int) int {
+	if os.Getenv("REDISYNC_SOAK") != "" {
+		return long
+	}
+	return n
+}
+
+// spread runs f total times on workers goroutines: f gets the worker's
+// number and the call's (0 to total-1, in the order the calls start).
+func spread(total, workers int, f func(worker, call int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= total {
+					return
+				}
+				f(w, n)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// churn makes total acquisitions on workers goroutines, most of them given
+// up before they acquire or while they wait: acquire gets the worker's
+// number and a context that ends after wait() (by default a random time
+// below maxWait). A lease acquired is held for a moment and unlocked; an
+// Unlock that finds it lost (ErrNotHeld) is no failure. It returns how many
+// leases were acquired.
+func churn(t *testing.T, total, workers int, wait func() time.Duration, acquire func(ctx context.Context, worker int) (*Lease, error)) int {
+	var acquired atomic.Int64
+	spread(total, workers, func(w, _ int) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait())
+		defer cancel()
+		l, err := acquire(ctx, w)
+		if err != nil {
+			return
+		}
+		acquired.Add(1)
+		time.Sleep(rand.N(200 * time.Microsecond))
+		if err := l.Unlock(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
+			t.Error(err)
+		}
+	})
+	return int(acquired.Load())
+}
+
+// below returns random durations below d.
+func below(d time.Duration) func() time.Duration {
+	return func() time.Duration { return rand.N(d) }
+}
+
+// oneOf returns one of the forms of acquisition, picked at random.
+func oneOf(forms ...func(context.Context) (*Lease, error)) func(context.Context) (*Lease, error) {
+	return forms[rand.IntN(len(forms))]
+}
+
+// waited makes an Acquire a form like Lock: it waits for the Lease until
+// ctx ends.
+func waited(acquire func(context.Context) <-chan *Lease) func(context.Context) (*Lease, error) {
+	return func(ctx context.Context) (*Lease, error) {
+		select {
+		case l := <-acquire(ctx):
+			return l, l.Err()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// errorsIsAny reports whether err is one of targets.
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // eventually polls cond for up to d.
 func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
@@ -198,6 +378,61 @@ func redisAddr() string {
 	}
 	return sharedServer.Addr
 }
+
+// recv waits for the Lease an Acquire delivers, at most within, and
+// requires it to hold.
+func recv(t testing.TB, ch <-chan *Lease, within time.Duration, what string) *Lease {
+	t.Helper()
+	select {
+	case l := <-ch:
+		require.NotNil(t, l)
+		require.NoError(t, l.Err(), what)
+		return l
+	case <-time.After(within):
+		t.Fatalf("%s: nothing within %v", what, within)
+		return nil
+	}
+}
+
+// delivered waits for the one Lease an Acquire delivers, failed or not,
+// and checks that the channel is closed after it.
+func delivered(t testing.TB, ch <-chan *Lease) *Lease {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		require.True(t, ok, "Acquire closed its channel without a Lease")
+		require.NotNil(t, l, "Acquire delivered a nil Lease")
+		_, ok = <-ch
+		require.False(t, ok, "Acquire delivered more than one Lease")
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire delivered nothing")
+		return nil
+	}
+}
+
+// pending reports whether an Acquire channel has delivered nothing yet.
+func pending(ch <-chan *Lease) bool {
+	return len(ch) == 0
+}
+
+// requireLost waits for l to be lost, at most within, and checks that the
+// reason (Err, the cause of Context) is one of reasons.
+func requireLost(t testing.TB, l *Lease, within time.Duration, reasons ...error) {
+	t.Helper()
+	select {
+	case <-l.Lost():
+	case <-time.After(within):
+		t.Fatalf("lease %s not lost within %v", l.Name(), within)
+	}
+	for _, err := range []error{l.Err(), context.Cause(l.Context())} {
+		require.True(t, errorsIsAny(err, reasons...), "reason %v, not one of %v", err, reasons)
+	}
+}
+
+// restartedServer is the goroutine that waits for a redis-server restarted
+// by the test.
+var restartedServer = goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1")
 
 // unlockAll receives the Lease from every channel concurrently, each within
 // d, and unlocks it; a failed acquisition or a timeout fails the test.

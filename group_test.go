@@ -255,7 +255,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 				requireFree(t, ms[0], ms[1])
 				require.NoError(t, outer.Unlock(ctx))
 				requireFree(t, ms...)
-				eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+				e.requireNoSubscriptions(t)
 			})
 		}
 	})
@@ -363,7 +363,7 @@ func TestGroupClientClosed(t *testing.T) {
 	require.NoError(t, held.Unlock(ctx))
 	require.NoError(t, b.Close())
 	require.NoError(t, other.Close())
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	e.requireNoSubscriptions(t)
 	goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
 }
 
@@ -516,7 +516,7 @@ func TestGroupOverlappingNeverDeadlock(t *testing.T) {
 			}
 			return true
 		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -598,7 +598,7 @@ func TestGroupCancellationsLeaveNothing(t *testing.T) {
 			}
 			return true
 		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		for _, c := range clients {
 			require.NoError(t, c.Close())
 		}

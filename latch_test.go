@@ -101,7 +101,7 @@ func TestLatchBasics(t *testing.T) {
 			t.Fatal("Reset(0) did not open the latch")
 		}
 		require.Empty(t, e.keys(t, l.key))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -173,7 +173,7 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 		// One look per waiter after the message, and the count-down.
 		require.LessOrEqual(t, scriptCalls(t, e)-before, int64(1+clients*perClient))
 		require.Empty(t, e.keys(t, setter.key))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -322,5 +322,5 @@ func TestLatchDoneEnds(t *testing.T) {
 	}
 	require.False(t, latchOpen(d))
 	require.ErrorIs(t, other.Latch(t.Name()).Wait(ctx), ErrClosed)
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	e.requireNoSubscriptions(t)
 }

@@ -71,7 +71,7 @@ func TestMutexHandOff(t *testing.T) {
 		require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not the lease")
 		require.Greater(t, l2.Token(), l.Token())
 		require.NoError(t, l2.Unlock(ctx))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -363,7 +363,7 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 		// About one attempt per grant when each release wakes one waiter; a
 		// release that woke everyone would cost about waiters²/2.
 		require.LessOrEqual(t, attempts, int64(waiters+waiters/2), "acquire attempts for %d grants", waiters)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscription left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 

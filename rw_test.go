@@ -61,25 +61,6 @@ func waitState(t testing.TB, m *RWMutex, cond func(RWMutexState) bool, msg strin
 	}, "%s; last state %+v", msg, &last)
 }
 
-// pending reports whether an Acquire channel has delivered nothing yet.
-func pending(ch <-chan *Lease) bool {
-	return len(ch) == 0
-}
-
-// recv waits for an Acquire channel's lease and requires it to hold.
-func recv(t testing.TB, ch <-chan *Lease, within time.Duration, what string) *Lease {
-	t.Helper()
-	select {
-	case l := <-ch:
-		require.NotNil(t, l)
-		require.NoError(t, l.Err(), what)
-		return l
-	case <-time.After(within):
-		t.Fatalf("%s: nothing within %v", what, within)
-		return nil
-	}
-}
-
 func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -146,7 +127,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 		require.Greater(t, l.Token(), wl.Token())
 		require.NoError(t, l.Unlock(ctx))
 		requireRWFree(t, e, rc, ma)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -466,7 +447,7 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 		require.Nil(t, l)
 		_, err = m.TryLock(r.Context())
 		require.ErrorIs(t, err, ErrUpgrade)
-		al := recv2(t, m.Acquire(r.Context()))
+		al := delivered(t, m.Acquire(r.Context()))
 		require.ErrorIs(t, al.Err(), ErrUpgrade)
 		require.ErrorIs(t, al.Unlock(ctx), ErrNotHeld)
 		// A context derived from the read lease's is refused as well.
@@ -492,21 +473,6 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 		requireRWFree(t, e, rc, m)
 	})
-}
-
-// recv2 receives Acquire's one Lease, failed or not.
-func recv2(t testing.TB, ch <-chan *Lease) *Lease {
-	t.Helper()
-	select {
-	case l := <-ch:
-		require.NotNil(t, l)
-		_, open := <-ch
-		require.False(t, open, "more than one Lease")
-		return l
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire delivered nothing")
-		return nil
-	}
 }
 
 func TestRWMutexReentrant(t *testing.T) {
@@ -840,12 +806,12 @@ func TestRWMutexWakeUps(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		require.True(t, pending(r2), "a new reader overtook a waiting writer")
 		wcancel()
-		require.ErrorIs(t, recv2(t, w2ch).Err(), context.Canceled)
+		require.ErrorIs(t, delivered(t, w2ch).Err(), context.Canceled)
 		rl2 := recv(t, r2, 10*time.Second, "reader after the waiting writer gave up")
 		require.NoError(t, rl.Unlock(ctx))
 		require.NoError(t, rl2.Unlock(ctx))
 		requireRWFree(t, e, rc, hm)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -1225,7 +1191,7 @@ func TestRWMutexCancellationsLeaveNothing(t *testing.T) {
 			}
 			return true
 		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		for _, c := range clients {
 			require.NoError(t, c.Close())
 		}
@@ -1284,7 +1250,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 	}
 	require.NoError(t, holder.Close())
 	require.NoError(t, waiter.Close())
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	e.requireNoSubscriptions(t)
 	goleak.VerifyNone(t, append(rueidisLingering, ignore,
 		goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
 }

@@ -186,7 +186,7 @@ func TestSemaphoreSize(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 		require.NoError(t, wl.Unlock(ctx))
 		require.Zero(t, semState(t, s).Waiters)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
@@ -358,7 +358,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 		t.Logf("peak %d of %d permits held", peak.Load(), size)
 		s := e.client(t).Semaphore(t.Name())
 		require.Equal(t, SemaphoreState{Size: size, Available: size}, semState(t, s))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
@@ -536,7 +536,7 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 		// they would pass it hundreds of times a second.)
 		require.LessOrEqual(t, passed, 2*smallers, "small acquisitions passed the large one")
 		require.Greater(t, total, 2*smallers, "the stream of small acquisitions ran")
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, big)
 	})
 }
@@ -607,7 +607,7 @@ func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 		ul := semRecv(t, unreceived, time.Second)
 		// The lease reports it once the release returned.
 		eventually(t, 10*time.Second, func() bool { return errors.Is(ul.Err(), context.Canceled) }, "unreceived lease: %v", ul.Err())
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
@@ -813,7 +813,7 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 		require.Equal(t, SemaphoreState{Size: 2, Available: 2}, semState(t, s))
 		_, err = closing.Semaphore(t.Name()).Lock(ctx, 1)
 		require.ErrorIs(t, err, ErrClosed)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
@@ -943,7 +943,7 @@ func TestSemaphoreCancellationsLeaveNothing(t *testing.T) {
 		}
 		require.NoError(t, check.Close())
 		require.Empty(t, e.keys(t, prefix+":*"), "keys left")
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
 	})
 }
@@ -1069,7 +1069,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			require.NoError(t, holder.Close())
 			require.NoError(t, waiter.Close())
 			require.Empty(t, e.keys(t, "*"))
-			eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+			e.requireNoSubscriptions(t)
 			goleak.VerifyNone(t, append(rueidisLingering, ignore,
 				goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
 		})
