@@ -320,6 +320,9 @@ func churn(t *testing.T, total, workers int, wait func() time.Duration, acquire 
 	return int(acquired.Load())
 }
 
+// errNoLease is what a churn acquisition that takes nothing returns.
+var errNoLease = errors.New("no lease taken")
+
 // below returns random durations below d.
 func below(d time.Duration) func() time.Duration {
 	return func() time.Duration { return rand.N(d) }

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -444,12 +442,7 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const expiry = 3 * time.Second
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	dead, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Heal(); dead.Close() })
+	dead, p := e.proxied(t)
 	holder, next := e.client(t), e.client(t)
 
 	l, err := holder.Mutex("dead-waiter").Lock(ctx)
@@ -461,16 +454,11 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 	p.Blackhole() // the first waiter is gone
 	require.NoError(t, l.Unlock(ctx))
 	released := time.Now()
-	select {
-	case nl := <-second:
-		require.NoError(t, nl.Err())
-		took := time.Since(released)
-		t.Logf("second waiter acquired %v after the release handed the lock to a dead first waiter (expiry %v)", took, expiry)
-		require.Less(t, took, expiry+2*time.Second)
-		require.NoError(t, nl.Unlock(ctx))
-	case <-time.After(20 * time.Second):
-		t.Fatal("waiters stalled behind a dead one")
-	}
+	nl := recv(t, second, 20*time.Second, "second waiter behind a dead one")
+	took := time.Since(released)
+	t.Logf("second waiter acquired %v after the release handed the lock to a dead first waiter (expiry %v)", took, expiry)
+	require.Less(t, took, expiry+2*time.Second)
+	require.NoError(t, nl.Unlock(ctx))
 	p.Heal()
 	fl := <-first
 	if fl.Err() == nil {
@@ -489,9 +477,7 @@ func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
-		c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithWatchdogLease(30*time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		defer c.Close()
+		c := e.client(t, WithWatchdogLease(30*time.Second))
 		w := c.Mutex(t.Name(), WithWaiterExpiry(expiry)).Acquire(ctx)
 		eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
 		time.Sleep(100 * time.Millisecond) // the waiter's look once subscribed

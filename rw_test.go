@@ -15,9 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
-	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -651,13 +649,7 @@ func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const lease = time.Second
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	crashing, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true},
-		WithWatchdogLease(lease), WithLogger(quietLogger()))
-	require.NoError(t, err)
-	t.Cleanup(func() { crashing.Close() })
+	crashing, p := e.proxied(t, WithWatchdogLease(lease))
 	healthy := e.client(t, WithWatchdogLease(lease))
 	const name = "reader-crash"
 	m := healthy.RWMutex(name)
@@ -676,12 +668,7 @@ func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 	waitState(t, m, func(s RWMutexState) bool { return s.Readers == 1 }, "the dead reader's share stayed")
 	gone := time.Since(crashed)
 	t.Logf("dead share gone %v after the crash (lease %v)", gone, lease)
-	select {
-	case <-dead.Lost():
-		require.ErrorIs(t, dead.Err(), ErrConnectionLost)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the silent reader did not learn it lost its share")
-	}
+	requireLost(t, dead, 5*time.Second, ErrConnectionLost)
 	// Several leases later the live reader still holds its share.
 	time.Sleep(3 * lease)
 	require.NoError(t, alive.Err())
@@ -1092,126 +1079,69 @@ func TestRWMutexWrongType(t *testing.T) {
 
 func TestRWMutexCancellationsLeaveNothing(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ignore := goleak.IgnoreCurrent()
-		total := soak(6000, 60000)
+		noLeak := leakCheck(t)
 		const prefix = "rwcancel"
 		names := []string{"a", "b", "c", "{d}"}
-		var clients []*Client
-		for range 3 {
-			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-			require.NoError(t, err)
-			clients = append(clients, c)
+		clients := e.clients(t, 3, WithPrefix(prefix))
+		total := soak(6000, 60000)
+		// Mostly too short to acquire, now and then long enough to wait
+		// behind others.
+		wait := func() time.Duration {
+			if rand.IntN(4) == 0 {
+				return 10 * rand.N(5*time.Millisecond)
+			}
+			return rand.N(5 * time.Millisecond)
 		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		left := total
 		var reads, writes, violations atomic.Int64
 		var inside [4]struct{ readers, writers atomic.Int32 }
-		for i := range 24 {
-			c := clients[i%len(clients)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					mu.Lock()
-					if left == 0 {
-						mu.Unlock()
-						return
-					}
-					left--
-					mu.Unlock()
-					n := rand.IntN(len(names))
-					m := c.RWMutex(names[n])
-					// Mostly too short to acquire, now and then long enough
-					// to wait behind others.
-					timeout := time.Duration(rand.IntN(5000)) * time.Microsecond
-					if rand.IntN(4) == 0 {
-						timeout *= 10
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), timeout)
-					write := rand.IntN(3) == 0
-					var l *Lease
-					switch op := rand.IntN(3); {
-					case write && op == 0:
-						l, _ = m.Lock(ctx)
-					case write && op == 1:
-						l, _ = m.TryLock(ctx)
-					case write:
-						select {
-						case l = <-m.Acquire(ctx):
-						case <-ctx.Done():
-						}
-					case op == 0:
-						l, _ = m.RLock(ctx)
-					case op == 1:
-						l, _ = m.TryRLock(ctx)
-					default:
-						select {
-						case l = <-m.RAcquire(ctx):
-						case <-ctx.Done():
-						}
-					}
-					if l != nil && l.Err() == nil {
-						in := &inside[n]
-						if write {
-							writes.Add(1)
-							if in.writers.Add(1) != 1 || in.readers.Load() != 0 {
-								violations.Add(1)
-							}
-						} else {
-							reads.Add(1)
-							if in.readers.Add(1); in.writers.Load() != 0 {
-								violations.Add(1)
-							}
-						}
-						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-						if write {
-							in.writers.Add(-1)
-						} else {
-							in.readers.Add(-1)
-						}
-						if err := l.Unlock(context.Background()); err != nil && !strings.Contains(err.Error(), "not held") {
-							t.Error(err)
-						}
-					}
-					cancel()
+		churn(t, total, 24, wait, func(ctx context.Context, w int) (*Lease, error) {
+			n := rand.IntN(len(names))
+			m := clients[w%len(clients)].RWMutex(names[n])
+			write := rand.IntN(3) == 0
+			acquire := oneOf(m.RLock, m.TryRLock, waited(m.RAcquire))
+			if write {
+				acquire = oneOf(m.Lock, m.TryLock, waited(m.Acquire))
+			}
+			l, err := acquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			in := &inside[n]
+			if write {
+				writes.Add(1)
+				if in.writers.Add(1) != 1 || in.readers.Load() != 0 {
+					violations.Add(1)
 				}
-			}()
-		}
-		wg.Wait()
+			} else {
+				reads.Add(1)
+				if in.readers.Add(1); in.writers.Load() != 0 {
+					violations.Add(1)
+				}
+			}
+			time.Sleep(rand.N(200 * time.Microsecond))
+			if write {
+				in.writers.Add(-1)
+			} else {
+				in.readers.Add(-1)
+			}
+			return l, nil
+		})
 		t.Logf("%d attempts: %d reads, %d writes", total, reads.Load(), writes.Load())
 		require.NotZero(t, reads.Load())
 		require.NotZero(t, writes.Load())
 		require.Zero(t, violations.Load(), "readers and writers overlapped")
-		eventually(t, 10*time.Second, func() bool {
-			for _, k := range e.keys(t, prefix+":*") {
-				if !strings.HasPrefix(k, prefix+":rwfence:") {
-					return false
-				}
-			}
-			return true
-		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		e.requireNoSubscriptions(t)
-		for _, c := range clients {
-			require.NoError(t, c.Close())
-		}
-		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
+		e.requireNothingLeft(t, prefix+":")
+		noLeak(clients)
 	})
 }
 
 func TestRWMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
-	ignore := goleak.IgnoreCurrent()
+	noLeak := leakCheck(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const locks = 3
-	dial := func() *Client {
-		c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true},
-			WithWatchdogLease(time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		return c
-	}
-	holder, waiter := dial(), dial()
+	holder, waiter := e.client(t, WithWatchdogLease(time.Second)), e.client(t, WithWatchdogLease(time.Second))
 	var held []*Lease
 	var writers, readers []<-chan *Lease
 	for i := range locks {
@@ -1232,12 +1162,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {
-		select {
-		case <-l.Lost():
-		case <-time.After(10 * time.Second):
-			t.Fatal("reader did not notice the restart")
-		}
-		require.True(t, errorsIsAny(l.Err(), ErrExpired, ErrConnectionLost), "reason: %v", l.Err())
+		requireLost(t, l, 10*time.Second, ErrExpired, ErrConnectionLost)
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	}
 	// The restart took the writers' registrations too: whoever looks
@@ -1248,11 +1173,8 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		m := waiter.RWMutex(fmt.Sprintf("rwrestart:%d", i))
 		requireRWFree(t, e, rc, m)
 	}
-	require.NoError(t, holder.Close())
-	require.NoError(t, waiter.Close())
 	e.requireNoSubscriptions(t)
-	goleak.VerifyNone(t, append(rueidisLingering, ignore,
-		goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
+	noLeak([]*Client{holder, waiter}, restartedServer)
 }
 
 func TestRWMutexReplicaAck(t *testing.T) {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/redisync/redisync/internal/redistest"
 )
@@ -820,110 +819,49 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 
 func TestSemaphoreCancellationsLeaveNothing(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ignore := goleak.IgnoreCurrent()
-		total := soak(6000, 60000)
+		noLeak := leakCheck(t)
 		const prefix = "semcancel"
 		const size = 3
 		names := []string{"a", "b", "{c}"}
-		var clients []*Client
-		for range 3 {
-			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-			require.NoError(t, err)
-			clients = append(clients, c)
-		}
+		clients := e.clients(t, 3, WithPrefix(prefix))
 		ctx := context.Background()
+		inside := make(map[string]*atomic.Int64)
 		for _, name := range names {
 			_, err := clients[0].Semaphore(name).TrySetSize(ctx, size)
 			require.NoError(t, err)
-		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		left := total
-		acquired, opened := 0, 0
-		inside := make(map[string]*atomic.Int64)
-		for _, name := range names {
 			inside[name] = new(atomic.Int64)
 		}
-		var overs atomic.Int32
-		for i := range 24 {
-			c := clients[i%len(clients)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					mu.Lock()
-					if left == 0 {
-						mu.Unlock()
-						return
-					}
-					left--
-					mu.Unlock()
-					name := names[rand.IntN(len(names))]
-					// Deadlines that end at every step of an acquisition,
-					// up to a few round trips.
-					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(5000))*time.Microsecond)
-					if i%4 == 3 {
-						// Latches: wait with a deadline, count down, set again.
-						lt := c.Latch(name)
-						switch rand.IntN(3) {
-						case 0:
-							if lt.Wait(ctx) == nil {
-								mu.Lock()
-								opened++
-								mu.Unlock()
-							}
-						case 1:
-							select {
-							case <-lt.Done(ctx):
-							case <-ctx.Done():
-							}
-						default:
-							// A connection dialed for a command whose context
-							// ended fails the others waiting for it too:
-							// such errors are retried by callers.
-							if _, err := lt.CountDown(context.Background()); err != nil && !transient(err) {
-								t.Error(err)
-							}
-							if _, err := lt.TrySetCount(context.Background(), 1+rand.IntN(3)); err != nil && !transient(err) {
-								t.Error(err)
-							}
-						}
-						cancel()
-						continue
-					}
-					s := c.Semaphore(name)
-					n := 1 + rand.IntN(size)
-					var l *Lease
-					switch rand.IntN(3) {
-					case 0:
-						l, _ = s.Lock(ctx, n)
-					case 1:
-						select {
-						case l = <-s.Acquire(ctx, n):
-						case <-ctx.Done():
-						}
-					default:
-						l, _ = s.TryLock(ctx, n)
-					}
-					if l != nil && l.Err() == nil {
-						if inside[name].Add(int64(n)) > size {
-							overs.Add(1)
-						}
-						mu.Lock()
-						acquired++
-						mu.Unlock()
-						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-						inside[name].Add(-int64(n))
-						if err := l.Unlock(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
-							t.Error(err)
-						}
-					}
-					cancel()
+		total := soak(6000, 60000)
+		var opened, overs atomic.Int64
+		// Deadlines that end at every step of an acquisition, up to a few
+		// round trips.
+		acquired := churn(t, total, 24, below(5*time.Millisecond), func(ctx context.Context, w int) (*Lease, error) {
+			c, name := clients[w%len(clients)], names[rand.IntN(len(names))]
+			if w%4 == 3 {
+				// Latches: wait with a deadline, count down, set again.
+				if latchChurn(t, ctx, c.Latch(name)) {
+					opened.Add(1)
 				}
-			}()
-		}
-		wg.Wait()
-		t.Logf("%d attempts, %d acquisitions, %d latch waits saw it open", total, acquired, opened)
+				return nil, errNoLease
+			}
+			s := c.Semaphore(name)
+			n := 1 + rand.IntN(size)
+			l, err := oneOf(
+				func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, n) },
+				waited(func(ctx context.Context) <-chan *Lease { return s.Acquire(ctx, n) }),
+				func(ctx context.Context) (*Lease, error) { return s.TryLock(ctx, n) },
+			)(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if inside[name].Add(int64(n)) > size {
+				overs.Add(1)
+			}
+			time.Sleep(rand.N(200 * time.Microsecond))
+			inside[name].Add(-int64(n))
+			return l, nil
+		})
+		t.Logf("%d attempts, %d acquisitions, %d latch waits saw it open", total, acquired, opened.Load())
 		require.NotZero(t, acquired)
 		require.Zero(t, overs.Load(), "permits oversubscribed")
 		for _, c := range clients {
@@ -931,8 +869,7 @@ func TestSemaphoreCancellationsLeaveNothing(t *testing.T) {
 		}
 		// Every abandoned acquisition gave its permits and its queue place
 		// back; what is left is the sizes and the closed latches.
-		check, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-		require.NoError(t, err)
+		check := e.client(t, WithPrefix(prefix))
 		for _, name := range names {
 			st := semState(t, check.Semaphore(name))
 			require.Equal(t, SemaphoreState{Size: size, Available: size}, st, "semaphore %q", name)
@@ -944,8 +881,34 @@ func TestSemaphoreCancellationsLeaveNothing(t *testing.T) {
 		require.NoError(t, check.Close())
 		require.Empty(t, e.keys(t, prefix+":*"), "keys left")
 		e.requireNoSubscriptions(t)
-		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
+		noLeak(nil)
 	})
+}
+
+// latchChurn makes one latch operation at random: a wait until ctx ends
+// (it reports whether the latch was seen open), or a count-down and a new
+// count.
+func latchChurn(t *testing.T, ctx context.Context, lt *Latch) (open bool) {
+	switch rand.IntN(3) {
+	case 0:
+		return lt.Wait(ctx) == nil
+	case 1:
+		select {
+		case <-lt.Done(ctx):
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// A connection dialed for a command whose context ended fails the
+	// others waiting for it too: such errors are retried by callers.
+	if _, err := lt.CountDown(context.Background()); err != nil && !transient(err) {
+		t.Error(err)
+	}
+	if _, err := lt.TrySetCount(context.Background(), 1+rand.IntN(3)); err != nil && !transient(err) {
+		t.Error(err)
+	}
+	return false
 }
 
 // semRetry runs f until it succeeds, for up to 10s: after a restart, the
@@ -964,31 +927,20 @@ func semRetry(t *testing.T, f func() error) {
 	t.Fatal(err)
 }
 
-// semRestartEnv is a standalone server for a restart test: with an
-// append-only file synced at every write when persistent, so that a
-// killed server comes back with its data.
-func semRestartEnv(t *testing.T, persistent bool) *env {
-	if !persistent {
-		return ownServer(t)
-	}
-	s := redistest.Standalone(t, "--appendonly", "yes", "--appendfsync", "always")
-	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
-}
-
 func TestSemaphoreRedisRestart(t *testing.T) {
 	for _, persistent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
-			e := semRestartEnv(t, persistent)
-			ignore := goleak.IgnoreCurrent()
+			// A persistent server appends every write to a file synced at
+			// once, so that a killed server comes back with its data.
+			var args []string
+			if persistent {
+				args = []string{"--appendonly", "yes", "--appendfsync", "always"}
+			}
+			e := ownServer(t, args...)
+			noLeak := leakCheck(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			dial := func() *Client {
-				c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true},
-					WithWatchdogLease(3*time.Second), WithLogger(quietLogger()))
-				require.NoError(t, err)
-				return c
-			}
-			holder, waiter := dial(), dial()
+			holder, waiter := e.client(t, WithWatchdogLease(3*time.Second)), e.client(t, WithWatchdogLease(3*time.Second))
 			s := holder.Semaphore("restart")
 			_, err := s.TrySetSize(ctx, 3)
 			require.NoError(t, err)
@@ -1011,12 +963,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 				// Everything is gone: the holder's lease, the size (waiters
 				// fail: the semaphore must be set up again) and the latch's
 				// count (it is open).
-				select {
-				case <-held.Lost():
-				case <-time.After(10 * time.Second):
-					t.Fatal("holder did not notice the restart")
-				}
-				require.True(t, errorsIsAny(held.Err(), ErrExpired, ErrConnectionLost), "reason: %v", held.Err())
+				requireLost(t, held, 10*time.Second, ErrExpired, ErrConnectionLost)
 				for _, w := range waiting {
 					require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrNoSize)
 				}
@@ -1066,12 +1013,9 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			require.Equal(t, SemaphoreState{Size: 3, Available: 3}, semState(t, s))
 			_, err = s.Delete(ctx)
 			require.NoError(t, err)
-			require.NoError(t, holder.Close())
-			require.NoError(t, waiter.Close())
 			require.Empty(t, e.keys(t, "*"))
 			e.requireNoSubscriptions(t)
-			goleak.VerifyNone(t, append(rueidisLingering, ignore,
-				goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
+			noLeak([]*Client{holder, waiter}, restartedServer)
 		})
 	}
 }
