@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -85,13 +84,6 @@ func (m *FairMutex) Name() string {
 	return m.name
 }
 
-func (m *FairMutex) check(ctx context.Context) error {
-	if m == nil {
-		return fmt.Errorf("%w: nil FairMutex", ErrInvalidArgument)
-	}
-	return checkHandle("FairMutex", m.c, m.err, ctx)
-}
-
 // Lock acquires the mutex in queue order, waiting as long as ctx allows.
 // Errors are as for Mutex.Lock; whenever Lock returns an error, the caller
 // holds nothing and has left the queue.
@@ -110,8 +102,6 @@ func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	q := &queuedLock{c: m.c, kind: fairKind, name: m.name, keys: m.keys, cfg: m.cfg, script: fairAcquireScript}
 	return q.acquire(ctx, try)
 }
-
-func (m *FairMutex) spans() []*Client { return []*Client{m.c} }
 
 // FairMutexState is a snapshot of a fair mutex in Redis: the state of a
 // Mutex, whose Waiters are the places in the queue.

@@ -208,15 +208,6 @@ func (g *Group) Names() []string {
 	return names
 }
 
-func (g *Group) check(ctx context.Context) error {
-	if g == nil {
-		return fmt.Errorf("%w: nil Group", ErrInvalidArgument)
-	}
-	return checkSpanning("Group", g.clients, g.err, ctx)
-}
-
-func (g *Group) spans() []*Client { return g.clients }
-
 // Lock acquires every lock of the group, waiting as long as ctx allows.
 //
 // Errors are those of Mutex.Lock: ctx's error when it ends first (wrapping

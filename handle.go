@@ -72,3 +72,64 @@ func checkSpanning(what string, clients []*Client, err error, ctx context.Contex
 	}
 	return nil
 }
+
+// What each handle checks, and the Clients it spans: a nil handle, one not
+// made by its constructor, the invalid name or option its constructor
+// found, a nil ctx and a closed Client are errors, never panics.
+
+func (m *Mutex) check(ctx context.Context) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
+	}
+	return checkHandle("Mutex", m.c, m.err, ctx)
+}
+
+func (m *Mutex) spans() []*Client { return []*Client{m.c} }
+
+func (m *FairMutex) check(ctx context.Context) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil FairMutex", ErrInvalidArgument)
+	}
+	return checkHandle("FairMutex", m.c, m.err, ctx)
+}
+
+func (m *FairMutex) spans() []*Client { return []*Client{m.c} }
+
+func (m *RWMutex) check(ctx context.Context) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil RWMutex", ErrInvalidArgument)
+	}
+	return checkHandle("RWMutex", m.c, m.err, ctx)
+}
+
+func (s *Semaphore) check(ctx context.Context) error {
+	if s == nil {
+		return fmt.Errorf("%w: nil Semaphore", ErrInvalidArgument)
+	}
+	return checkHandle("Semaphore", s.c, s.err, ctx)
+}
+
+func (l *Latch) check(ctx context.Context) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil Latch", ErrInvalidArgument)
+	}
+	return checkHandle("Latch", l.c, l.err, ctx)
+}
+
+func (g *Group) check(ctx context.Context) error {
+	if g == nil {
+		return fmt.Errorf("%w: nil Group", ErrInvalidArgument)
+	}
+	return checkSpanning("Group", g.clients, g.err, ctx)
+}
+
+func (g *Group) spans() []*Client { return g.clients }
+
+func (q *Quorum) check(ctx context.Context) error {
+	if q == nil {
+		return fmt.Errorf("%w: nil Quorum", ErrInvalidArgument)
+	}
+	return checkSpanning("Quorum", q.clients, q.err, ctx)
+}
+
+func (q *Quorum) spans() []*Client { return q.clients }

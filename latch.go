@@ -70,13 +70,6 @@ func (l *Latch) Name() string {
 	return l.name
 }
 
-func (l *Latch) check(ctx context.Context) error {
-	if l == nil {
-		return fmt.Errorf("%w: nil Latch", ErrInvalidArgument)
-	}
-	return checkHandle("Latch", l.c, l.err, ctx)
-}
-
 func (l *Latch) checkCount(ctx context.Context, count int) error {
 	if err := l.check(ctx); err != nil {
 		return err

@@ -112,13 +112,6 @@ func (m *Mutex) Name() string {
 	return m.name
 }
 
-func (m *Mutex) check(ctx context.Context) error {
-	if m == nil {
-		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
-	}
-	return checkHandle("Mutex", m.c, m.err, ctx)
-}
-
 // Lock acquires the mutex, waiting as long as ctx allows.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client is
@@ -149,8 +142,6 @@ func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandl
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	return m.queued().acquire(ctx, try)
 }
-
-func (m *Mutex) spans() []*Client { return []*Client{m.c} }
 
 // queued is the mutex as a lock with a queue.
 func (m *Mutex) queued() *queuedLock {

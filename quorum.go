@@ -215,15 +215,6 @@ func (q *Quorum) Name() string {
 	return q.name
 }
 
-func (q *Quorum) check(ctx context.Context) error {
-	if q == nil {
-		return fmt.Errorf("%w: nil Quorum", ErrInvalidArgument)
-	}
-	return checkSpanning("Quorum", q.clients, q.err, ctx)
-}
-
-func (q *Quorum) spans() []*Client { return q.clients }
-
 // Lock acquires the lock on a majority of the servers, waiting as long as
 // ctx allows. It returns ctx's error when ctx ends first, wrapping the last
 // failed attempt (ErrNoQuorum); ErrClosed when one of the Clients is closed

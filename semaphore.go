@@ -144,13 +144,6 @@ func (s *Semaphore) Name() string {
 	return s.name
 }
 
-func (s *Semaphore) check(ctx context.Context) error {
-	if s == nil {
-		return fmt.Errorf("%w: nil Semaphore", ErrInvalidArgument)
-	}
-	return checkHandle("Semaphore", s.c, s.err, ctx)
-}
-
 // checkN checks a number of permits to acquire.
 func (s *Semaphore) checkN(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
