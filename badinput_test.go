@@ -569,13 +569,7 @@ var badInputCases = []biCase{
 		ok, err := b.client(t).Mutex(t.Name()).ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("lease not lost after ForceUnlock")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, context.Cause(l.Context()), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		err = l.Unlock(ctx)
 		require.ErrorIs(t, err, ErrNotHeld)
 		require.ErrorIs(t, err, ErrExpired)

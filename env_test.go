@@ -320,6 +320,25 @@ func churn(t *testing.T, total, workers int, wait func() time.Duration, acquire 
 	return int(acquired.Load())
 }
 
+// cancellations runs churn (total acquisitions on 24 goroutines, each
+// ending after wait()) over three Clients of e with prefix: acquire gets
+// the worker's Client and all three. It checks that leases were acquired
+// and, once all ended, that nothing is left: nothing held or queued, no
+// subscription, no goroutine.
+func cancellations(t *testing.T, e *env, prefix string, total int, wait func() time.Duration,
+	acquire func(ctx context.Context, c *Client, clients []*Client) (*Lease, error)) {
+	t.Helper()
+	noLeak := leakCheck(t)
+	clients := e.clients(t, 3, WithPrefix(prefix))
+	acquired := churn(t, total, 24, wait, func(ctx context.Context, w int) (*Lease, error) {
+		return acquire(ctx, clients[w%len(clients)], clients)
+	})
+	t.Logf("%d attempts, %d acquired", total, acquired)
+	require.NotZero(t, acquired)
+	e.requireNothingLeft(t, prefix+":")
+	noLeak(clients)
+}
+
 // errNoLease is what a churn acquisition that takes nothing returns.
 var errNoLease = errors.New("no lease taken")
 

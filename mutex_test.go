@@ -83,13 +83,7 @@ func TestMutexLostOnDelete(t *testing.T) {
 		ok, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("Lost not closed")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, context.Cause(l.Context()), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	})
 }
@@ -127,12 +121,7 @@ func TestMutexFixedLeaseExpires(t *testing.T) {
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.LessOrEqual(t, st.TTL, 400*time.Millisecond)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("fixed lease never reported lost")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		// Lost closes before the key expires, so nobody has it yet.
 		// Then the lock is free once the lease is over.
 		other := e.client(t).Mutex(t.Name())

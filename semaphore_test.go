@@ -729,12 +729,7 @@ func TestSemaphoreFixedLeaseExpires(t *testing.T) {
 		st := semState(t, s)
 		require.Len(t, st.Holders, 1)
 		require.LessOrEqual(t, st.Holders[0].TTL, 400*time.Millisecond)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("fixed lease never reported lost")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		other := e.client(t).Semaphore(t.Name())
 		eventually(t, 5*time.Second, func() bool {
 			l2, err := other.TryLock(ctx, 1)
@@ -791,12 +786,7 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrNoSize, "a waiter of a deleted semaphore")
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("holder of a deleted semaphore not lost")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		ok, err = s.Delete(ctx)
 		require.NoError(t, err)
 		require.False(t, ok)
