@@ -120,23 +120,6 @@ func (b *bi) exists(t *testing.T, key string) bool {
 	return n == 1
 }
 
-// recvLease receives the one Lease Acquire delivers and checks that the
-// channel is closed after it.
-func recvLease(t *testing.T, ch <-chan *Lease) *Lease {
-	t.Helper()
-	select {
-	case l, ok := <-ch:
-		require.True(t, ok, "Acquire closed its channel without a Lease")
-		require.NotNil(t, l, "Acquire delivered a nil Lease")
-		_, ok = <-ch
-		require.False(t, ok, "Acquire delivered more than one Lease")
-		return l
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire delivered nothing")
-		return nil
-	}
-}
-
 // requireFailedLease checks a Lease that reports a failed acquisition.
 func requireFailedLease(t *testing.T, l *Lease, reason error) {
 	t.Helper()
@@ -178,7 +161,7 @@ func requireAllFail(t *testing.T, m *Mutex, want error) {
 	ok, err := m.ForceUnlock(ctx)
 	require.ErrorIs(t, err, want, "ForceUnlock")
 	require.False(t, ok)
-	requireFailedLease(t, recvLease(t, m.Acquire(ctx)), want)
+	requireFailedLease(t, delivered(t, m.Acquire(ctx)), want)
 }
 
 // logBuffer collects log output.
@@ -461,7 +444,7 @@ var badInputCases = []biCase{
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		_, err = m.ForceUnlock(nilCtx) //nolint:staticcheck
 		require.ErrorIs(t, err, ErrInvalidArgument)
-		requireFailedLease(t, recvLease(t, m.Acquire(nilCtx)), ErrInvalidArgument) //nolint:staticcheck
+		requireFailedLease(t, delivered(t, m.Acquire(nilCtx)), ErrInvalidArgument) //nolint:staticcheck
 
 		ctx := b.ctx(t)
 		l, err = m.Lock(ctx)
@@ -486,7 +469,7 @@ var badInputCases = []biCase{
 		require.ErrorIs(t, err, context.Canceled)
 		_, err = m.ForceUnlock(done)
 		require.ErrorIs(t, err, context.Canceled)
-		requireFailedLease(t, recvLease(t, m.Acquire(done)), context.Canceled)
+		requireFailedLease(t, delivered(t, m.Acquire(done)), context.Canceled)
 		st, err := m.Inspect(b.ctx(t))
 		require.NoError(t, err)
 		require.False(t, st.Locked, "an acquisition with an ended context left the lock held")
@@ -607,7 +590,7 @@ var badInputCases = []biCase{
 			_, err = m.Inspect(ctx)
 			require.ErrorIs(t, err, ErrWrongType, "Inspect")
 			untouched(t, "Inspect")
-			requireFailedLease(t, recvLease(t, m.Acquire(ctx)), ErrWrongType)
+			requireFailedLease(t, delivered(t, m.Acquire(ctx)), ErrWrongType)
 			untouched(t, "Acquire")
 		})
 	}},

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,26 +174,33 @@ func (e *env) proxied(t testing.TB, opts ...Option) (*Client, *faultproxy.Proxy)
 	return c, p
 }
 
+// masters are the env's servers that hold data: the standalone server, or
+// the Cluster's masters.
+func (e *env) masters() []*redistest.Server {
+	if e.cluster != nil {
+		return e.cluster.Masters
+	}
+	return []*redistest.Server{e.server}
+}
+
+// replica starts a replica of the env's standalone server and waits until
+// it is in sync; stopped at the end of the test.
+func (e *env) replica(t *testing.T) *redistest.Server {
+	t.Helper()
+	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
+	eventually(t, 10*time.Second, func() bool {
+		info, err := replica.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "replica did not sync")
+	return replica
+}
+
 // keys lists the keys matching pattern on every master of the env.
 func (e *env) keys(t testing.TB, pattern string) []string {
 	t.Helper()
-	var servers []*redistest.Server
-	if e.cluster != nil {
-		servers = e.cluster.Masters
-	} else {
-		servers = []*redistest.Server{e.server}
-	}
 	var out []string
-	for _, s := range servers {
-		r, err := s.Do("KEYS", pattern)
-		if err != nil {
-			t.Fatalf("KEYS: %v", err)
-		}
-		for _, k := range strings.Split(r, "\n") {
-			if k != "" {
-				out = append(out, k)
-			}
-		}
+	for _, s := range e.masters() {
+		out = append(out, lines(t, s, "KEYS", pattern)...)
 	}
 	return out
 }
@@ -201,24 +209,25 @@ func (e *env) keys(t testing.TB, pattern string) []string {
 // subscribers on every master of the env.
 func (e *env) channels(t testing.TB) []string {
 	t.Helper()
-	var servers []*redistest.Server
-	if e.cluster != nil {
-		servers = e.cluster.Masters
-	} else {
-		servers = []*redistest.Server{e.server}
+	var out []string
+	for _, s := range e.masters() {
+		out = append(out, lines(t, s, "PUBSUB", "CHANNELS")...)
+		out = append(out, lines(t, s, "PUBSUB", "SHARDCHANNELS")...)
+	}
+	return out
+}
+
+// lines runs a command on s and returns the lines of its reply.
+func lines(t testing.TB, s *redistest.Server, args ...string) []string {
+	t.Helper()
+	r, err := s.Do(args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
 	}
 	var out []string
-	for _, s := range servers {
-		for _, cmd := range []string{"CHANNELS", "SHARDCHANNELS"} {
-			r, err := s.Do("PUBSUB", cmd)
-			if err != nil {
-				t.Fatalf("PUBSUB %s: %v", cmd, err)
-			}
-			for _, k := range strings.Split(r, "\n") {
-				if k != "" {
-					out = append(out, k)
-				}
-			}
+	for _, l := range strings.Split(r, "\n") {
+		if l != "" {
+			out = append(out, l)
 		}
 	}
 	return out

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync/internal/faultproxy"
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 func TestMutexCancellationsLeaveNothing(t *testing.T) {
@@ -148,11 +145,7 @@ func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 
 func TestMutexReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
+	replica := e.replica(t)
 	ctx := context.Background()
 	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	m := c.Mutex("acked")

@@ -3,15 +3,12 @@ package redisync
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 func TestMutexLockUnlock(t *testing.T) {
@@ -358,21 +355,9 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 func scriptCalls(t testing.TB, e *env) int64 {
 	t.Helper()
 	var total int64
-	servers := []*redistest.Server{e.server}
-	if e.cluster != nil {
-		servers = e.cluster.Masters
-	}
-	for _, s := range servers {
-		out, err := s.Do("INFO", "commandstats")
-		require.NoError(t, err)
-		for _, line := range strings.Split(out, "\n") {
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-				continue
-			}
-			f := strings.TrimPrefix(line[strings.IndexByte(line, ':')+1:], "calls=")
-			n, _ := strconv.ParseInt(f[:strings.IndexByte(f, ',')], 10, 64)
-			total += n
-		}
+	for _, s := range e.masters() {
+		calls := commandCalls(t, s)
+		total += calls["evalsha"] + calls["eval"]
 	}
 	return total
 }

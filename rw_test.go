@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 // rwLeft returns the keys of the lock that exist, its fence key aside.
@@ -918,8 +915,8 @@ func requireRWAllFail(t *testing.T, m *RWMutex, want error) {
 	ok, err := m.ForceUnlock(ctx)
 	require.ErrorIs(t, err, want, "ForceUnlock")
 	require.False(t, ok)
-	requireFailedLease(t, recvLease(t, m.RAcquire(ctx)), want)
-	requireFailedLease(t, recvLease(t, m.Acquire(ctx)), want)
+	requireFailedLease(t, delivered(t, m.RAcquire(ctx)), want)
+	requireFailedLease(t, delivered(t, m.Acquire(ctx)), want)
 }
 
 func TestRWMutexBadInput(t *testing.T) {
@@ -947,8 +944,8 @@ func TestRWMutexBadInput(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		_, err = m.ForceUnlock(nilCtx)
 		require.ErrorIs(t, err, ErrInvalidArgument)
-		requireFailedLease(t, recvLease(t, m.RAcquire(nilCtx)), ErrInvalidArgument)
-		requireFailedLease(t, recvLease(t, m.Acquire(nilCtx)), ErrInvalidArgument)
+		requireFailedLease(t, delivered(t, m.RAcquire(nilCtx)), ErrInvalidArgument)
+		requireFailedLease(t, delivered(t, m.Acquire(nilCtx)), ErrInvalidArgument)
 
 		done, cancel := context.WithCancel(ctx)
 		cancel()
@@ -956,8 +953,8 @@ func TestRWMutexBadInput(t *testing.T) {
 			_, err := f(done)
 			require.ErrorIs(t, err, context.Canceled)
 		}
-		requireFailedLease(t, recvLease(t, m.RAcquire(done)), context.Canceled)
-		requireFailedLease(t, recvLease(t, m.Acquire(done)), context.Canceled)
+		requireFailedLease(t, delivered(t, m.RAcquire(done)), context.Canceled)
+		requireFailedLease(t, delivered(t, m.Acquire(done)), context.Canceled)
 		requireRWFree(t, e, rc, m)
 
 		// Odd names work and keep their keys in one slot.
@@ -1039,8 +1036,8 @@ func TestRWMutexWrongType(t *testing.T) {
 					_, err := f(ctx)
 					require.ErrorIs(t, err, ErrWrongType, what)
 				}
-				requireFailedLease(t, recvLease(t, m.RAcquire(ctx)), ErrWrongType)
-				requireFailedLease(t, recvLease(t, m.Acquire(ctx)), ErrWrongType)
+				requireFailedLease(t, delivered(t, m.RAcquire(ctx)), ErrWrongType)
+				requireFailedLease(t, delivered(t, m.Acquire(ctx)), ErrWrongType)
 				_, err := m.Inspect(ctx)
 				require.ErrorIs(t, err, ErrWrongType, "Inspect")
 				_, err = m.ForceUnlock(ctx)
@@ -1157,11 +1154,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 
 func TestRWMutexReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
+	replica := e.replica(t)
 	ctx := context.Background()
 	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	m := c.RWMutex("rwacked")

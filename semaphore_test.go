@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 // semState inspects s, failing the test on error.
@@ -32,18 +29,6 @@ func semWaitQueued(t testing.TB, s *Semaphore, n int) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() bool { return semState(t, s).Waiters == n },
 		"waiters never queued: want %d, have %+v", n, semState(t, s))
-}
-
-// semRecv receives the Lease an Acquire delivers, failing after d.
-func semRecv(t testing.TB, ch <-chan *Lease, d time.Duration) *Lease {
-	t.Helper()
-	select {
-	case l := <-ch:
-		return l
-	case <-time.After(d):
-		t.Fatalf("no Lease within %v", d)
-		return nil
-	}
 }
 
 // semNotYet checks that ch has delivered nothing.
@@ -133,7 +118,7 @@ func TestSemaphoreSize(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		_, err = s.TryLock(ctx, 1)
 		require.ErrorIs(t, err, ErrNoSize)
-		require.ErrorIs(t, semRecv(t, s.Acquire(ctx, 1), 10*time.Second).Err(), ErrNoSize)
+		require.ErrorIs(t, delivered(t, s.Acquire(ctx, 1)).Err(), ErrNoSize)
 		_, err = s.AddSize(ctx, 1)
 		require.ErrorIs(t, err, ErrNoSize)
 		require.Equal(t, SemaphoreState{}, semState(t, s))
@@ -174,14 +159,14 @@ func TestSemaphoreSize(t *testing.T) {
 		// Growing wakes the waiter once its permits fit.
 		_, err = s.SetSize(ctx, 5)
 		require.NoError(t, err)
-		wl := semRecv(t, w, 10*time.Second)
+		wl := delivered(t, w)
 		require.NoError(t, wl.Err())
 		// Shrinking below what a waiter asks for makes it fail.
 		w = s.Acquire(ctx, 4)
 		semWaitQueued(t, s, 1)
 		_, err = s.SetSize(ctx, 3)
 		require.NoError(t, err)
-		require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrInvalidArgument)
+		require.ErrorIs(t, delivered(t, w).Err(), ErrInvalidArgument)
 		require.NoError(t, l.Unlock(ctx))
 		require.NoError(t, wl.Unlock(ctx))
 		require.Zero(t, semState(t, s).Waiters)
@@ -216,7 +201,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 				require.ErrorIs(t, err, ErrInvalidArgument)
 				_, err = bad.TryLock(ctx, 1)
 				require.ErrorIs(t, err, ErrInvalidArgument)
-				requireFailedLease(t, recvLease(t, bad.Acquire(ctx, 1)), ErrInvalidArgument)
+				requireFailedLease(t, delivered(t, bad.Acquire(ctx, 1)), ErrInvalidArgument)
 				_, err = bad.TrySetSize(ctx, 1)
 				require.ErrorIs(t, err, ErrInvalidArgument)
 				_, err = bad.SetSize(ctx, 1)
@@ -237,7 +222,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidArgument, "Lock(%d)", n)
 		_, err = s.TryLock(ctx, n)
 		require.ErrorIs(t, err, ErrInvalidArgument, "TryLock(%d)", n)
-		requireFailedLease(t, recvLease(t, s.Acquire(ctx, n)), ErrInvalidArgument)
+		requireFailedLease(t, delivered(t, s.Acquire(ctx, n)), ErrInvalidArgument)
 	}
 	_, err = s.Lock(ctx, 3)
 	require.ErrorIs(t, err, ErrInvalidArgument, "more than the size")
@@ -446,7 +431,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 			}
 			start := time.Now()
 			require.NoError(t, held[size-1].Unlock(ctx))
-			bl := semRecv(t, big, 10*time.Second)
+			bl := delivered(t, big)
 			woken := time.Since(start)
 			require.NoError(t, bl.Err())
 			// Queued places are renewed every second: a waiter that missed
@@ -454,7 +439,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 			require.Less(t, woken, 500*time.Millisecond, "round %d: woken late", round)
 			semNotYet(t, two, "2 permits while 3 are held")
 			require.NoError(t, bl.Unlock(ctx))
-			tl := semRecv(t, two, 10*time.Second)
+			tl := delivered(t, two)
 			require.NoError(t, tl.Err())
 			require.NoError(t, tl.Unlock(ctx))
 		}
@@ -562,8 +547,8 @@ func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 		semNotYet(t, small, "a small waiter behind a large one")
 		start := time.Now()
 		bigCancel()
-		require.ErrorIs(t, semRecv(t, big, 10*time.Second).Err(), context.Canceled)
-		sl := semRecv(t, small, 10*time.Second)
+		require.ErrorIs(t, delivered(t, big).Err(), context.Canceled)
+		sl := delivered(t, small)
 		require.NoError(t, sl.Err())
 		require.Less(t, time.Since(start), time.Second, "the small waiter waited for the large one's place to expire")
 
@@ -603,7 +588,7 @@ func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 		eventually(t, 10*time.Second, func() bool { return semState(t, s).Acquired == 3 }, "Acquire never acquired")
 		acancel()
 		eventually(t, 10*time.Second, func() bool { return semState(t, s).Acquired == 0 }, "unreceived permits not given back")
-		ul := semRecv(t, unreceived, time.Second)
+		ul := delivered(t, unreceived)
 		// The lease reports it once the release returned.
 		eventually(t, 10*time.Second, func() bool { return errors.Is(ul.Err(), context.Canceled) }, "unreceived lease: %v", ul.Err())
 		e.requireNoSubscriptions(t)
@@ -683,11 +668,7 @@ func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 
 func TestSemaphoreReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
+	replica := e.replica(t)
 	ctx := context.Background()
 	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	s := c.Semaphore("acked")
@@ -785,7 +766,7 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 		ok, err := s.Delete(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrNoSize, "a waiter of a deleted semaphore")
+		require.ErrorIs(t, delivered(t, w).Err(), ErrNoSize, "a waiter of a deleted semaphore")
 		requireLost(t, l, 5*time.Second, ErrExpired)
 		ok, err = s.Delete(ctx)
 		require.NoError(t, err)
@@ -955,7 +936,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 				// count (it is open).
 				requireLost(t, held, 10*time.Second, ErrExpired, ErrConnectionLost)
 				for _, w := range waiting {
-					require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrNoSize)
+					require.ErrorIs(t, delivered(t, w).Err(), ErrNoSize)
 				}
 				require.NoError(t, <-latchWait)
 				semRetry(t, func() error { _, err := s.TrySetSize(ctx, 3); return err })
@@ -982,14 +963,14 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 				// The first command on a connection the restart broke may
 				// fail; Unlock is safe to retry.
 				semRetry(t, func() error { return held.Unlock(ctx) })
-				first := semRecv(t, waiting[0], 10*time.Second)
-				second := semRecv(t, waiting[1], 10*time.Second)
+				first := delivered(t, waiting[0])
+				second := delivered(t, waiting[1])
 				require.NoError(t, first.Err())
 				require.NoError(t, second.Err())
 				semNotYet(t, waiting[2], "3 permits while 3 are held")
 				require.NoError(t, first.Unlock(ctx))
 				require.NoError(t, second.Unlock(ctx))
-				third := semRecv(t, waiting[2], 10*time.Second)
+				third := delivered(t, waiting[2])
 				require.NoError(t, third.Err())
 				require.NoError(t, third.Unlock(ctx))
 				semRetry(t, func() error { _, err := lt.CountDown(ctx); return err })
