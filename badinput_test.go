@@ -147,8 +147,7 @@ func requireFailedLease(t *testing.T, l *Lease, reason error) {
 // nothing was acquired.
 func requireAllFail(t *testing.T, m *Mutex, want error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := withTimeout(t, 10*time.Second)
 	l, err := m.Lock(ctx)
 	require.ErrorIs(t, err, want, "Lock")
 	require.Nil(t, l)
@@ -758,8 +757,7 @@ func FuzzLockName(f *testing.F) {
 	c := e.client(f, WithPrefix("fuzz"), WithFenceRetention(time.Minute))
 	rc := e.rueidisClient(f)
 	f.Fuzz(func(t *testing.T, name string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 10*time.Second)
 		m := c.Mutex(name)
 		if name == "" {
 			_, err := m.TryLock(ctx)

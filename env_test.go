@@ -384,6 +384,13 @@ func errorsIsAny(err error, targets ...error) bool {
 	return false
 }
 
+// withTimeout returns a context that ends after d, or with the test.
+func withTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // eventually polls cond for up to d.
 func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()

@@ -65,8 +65,7 @@ func queueUp(t *testing.T, ctx context.Context, clients []*Client, name string, 
 func TestFairMutexStrictFIFO(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const waiters = 24
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		clients := e.clients(t, 4)
 		first, err := clients[0].FairMutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
@@ -135,8 +134,7 @@ func TestFairMutexCancelledWaiterLeavesAtOnce(t *testing.T) {
 // only until it expires; the queue moves on behind it.
 func TestFairMutexDeadWaiterPassedOver(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const expiry = time.Second
 	dead, p := e.proxied(t)
 	holder, next := e.client(t), e.client(t)
@@ -156,8 +154,7 @@ func TestFairMutexDeadWaiterPassedOver(t *testing.T) {
 
 func TestFairMutexHolderCrash(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		_, err := e.client(t).FairMutex(t.Name(), WithFixedLease(500*time.Millisecond)).Lock(ctx)
 		require.NoError(t, err)
 		start := time.Now()
@@ -171,8 +168,7 @@ func TestFairMutexHolderCrash(t *testing.T) {
 func TestFairMutexMutualExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient, rounds = 3, 3, 30
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		var inside, overlaps, n atomic.Int32
 		var wg sync.WaitGroup
 		for range clients {
@@ -220,8 +216,7 @@ func TestFairMutexCancellationsLeaveNothing(t *testing.T) {
 
 func TestFairMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(time.Second))
 	l, err := holder.FairMutex("restart").Lock(ctx)
 	require.NoError(t, err)

@@ -29,8 +29,7 @@ func TestMutexCancellationsLeaveNothing(t *testing.T) {
 func TestMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
 	noLeak := leakCheck(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const locks = 5
 	holder, waiter := e.client(t, WithWatchdogLease(time.Second)), e.client(t, WithWatchdogLease(time.Second))
 	var held []*Lease
@@ -83,8 +82,7 @@ func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
 
 func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t)
 	l, err := holder.Mutex("resub").Lock(ctx)
 	require.NoError(t, err)
@@ -105,8 +103,7 @@ func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 	e := ownServer(t)
 	waiter, p := e.proxied(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, 2*time.Minute)
 	m := waiter.FairMutex("rebreak", WithWaiterExpiry(time.Minute))
 	sub, err := waiter.notify.join(m.keys.channel)
 	require.NoError(t, err)

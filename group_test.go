@@ -197,8 +197,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		for _, gc := range groupCases {
 			t.Run(gc.name, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
+				ctx := withTimeout(t, 30*time.Second)
 				a, b := e.client(t, WithPrefix("gwait")), e.client(t, WithPrefix("gwait"))
 				names := taggedNames(t.Name(), "x", "y", "z")
 				g, ms := groupOf(t, gc, []*Client{a, b}, names...)
@@ -303,8 +302,7 @@ func TestGroupFixedLeases(t *testing.T) {
 func TestGroupClientClosed(t *testing.T) {
 	e := ownServer(t)
 	noLeak := leakCheck(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := withTimeout(t, 30*time.Second)
 	a, b, other := e.client(t), e.client(t), e.client(t)
 	g := NewGroup(a.Mutex("x"), b.Mutex("y"))
 	l, err := g.Lock(ctx)
@@ -409,8 +407,7 @@ func TestGroupFencingTokens(t *testing.T) {
 func TestGroupOverlappingNeverDeadlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const prefix = "goverlap"
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		var clients []*Client
 		for range 4 {
 			clients = append(clients, e.client(t, WithPrefix(prefix)))
@@ -614,8 +611,7 @@ func requireNoLocks(t testing.TB, servers ...*redistest.Server) {
 
 func TestQuorumSurvivesAMinorityOfKilledServers(t *testing.T) {
 	servers, clients := quorumEnv(t, 5)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	q := NewQuorum("orders", clients)
 	l, err := q.Lock(ctx)
 	require.NoError(t, err)
@@ -688,8 +684,7 @@ func TestQuorumLostWhenAMajorityIsLost(t *testing.T) {
 
 func TestQuorumMutualExclusionAndTokens(t *testing.T) {
 	servers, _ := quorumEnv(t, 5)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, 2*time.Minute)
 	// Four processes, each with its own Clients.
 	var quorums []*Quorum
 	for range 4 {
@@ -742,8 +737,7 @@ func TestQuorumMutualExclusionAndTokens(t *testing.T) {
 
 func TestQuorumContention(t *testing.T) {
 	servers, clients := quorumEnv(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := withTimeout(t, 30*time.Second)
 	others := clientsOf(t, servers)
 	a, b := NewQuorum("busy", clients), NewQuorum("busy", others)
 	l, err := a.Lock(ctx)
@@ -759,19 +753,14 @@ func TestQuorumContention(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
 	require.NoError(t, l.Unlock(ctx))
-	select {
-	case bl := <-got:
-		require.NoError(t, bl.Err())
-		require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
-		require.Greater(t, bl.Token(), l.Token())
-		// Re-entry through the lease's Context.
-		inner, err := b.TryLock(bl.Context())
-		require.NoError(t, err)
-		require.NoError(t, inner.Unlock(ctx))
-		require.NoError(t, bl.Unlock(ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not get the lock")
-	}
+	bl := recv(t, got, 10*time.Second, "the waiter did not get the lock")
+	require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
+	require.Greater(t, bl.Token(), l.Token())
+	// Re-entry through the lease's Context.
+	inner, err := b.TryLock(bl.Context())
+	require.NoError(t, err)
+	require.NoError(t, inner.Unlock(ctx))
+	require.NoError(t, bl.Unlock(ctx))
 	requireNoLocks(t, servers...)
 }
 
@@ -874,8 +863,7 @@ func TestQuorumCancellationsLeaveNothing(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), rand.N(100*time.Millisecond))
-		defer cancel()
+		ctx := withTimeout(t, rand.N(100*time.Millisecond))
 		q := quorums[w]
 		l, err := oneOf(q.Lock, waited(q.Acquire))(ctx)
 		if err != nil {

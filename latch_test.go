@@ -108,8 +108,7 @@ func TestLatchBasics(t *testing.T) {
 func TestLatchManyWaitersAcrossClients(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient, count = 3, 30, 3
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		setter := e.client(t).Latch(t.Name())
 		ok, err := setter.TrySetCount(ctx, count)
 		require.NoError(t, err)
@@ -181,8 +180,7 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 // set again before the waiter looks.
 func TestLatchWaiterSeesOpeningThatWasReset(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		c := e.client(t)
 		l := c.Latch(t.Name())
 		_, err := l.TrySetCount(ctx, 1)

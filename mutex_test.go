@@ -231,8 +231,7 @@ func TestMutexNestedCodeReenters(t *testing.T) {
 			require.Equal(t, 5, st.Holds)
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 10*time.Second)
 		require.NoError(t, depth(ctx, 4))
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
@@ -273,8 +272,7 @@ func TestMutexReentryLostWithOwner(t *testing.T) {
 func TestMutexMutualExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient, rounds = 4, 4, 40
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		counterKey := "counter:" + t.Name()
 		rc := e.rueidisClient(t)
 		var inside, overlaps atomic.Int32
@@ -319,8 +317,7 @@ func TestMutexMutualExclusion(t *testing.T) {
 func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const waiters = 20
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
@@ -375,8 +372,7 @@ func queuedMutexWaiters(t testing.TB, ctx context.Context, c *Client, name strin
 func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient = 8, 2
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
@@ -413,8 +409,7 @@ func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 // expires that soon, and the others come back and take it.
 func TestMutexDeadWaiterPassedOver(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const expiry = 3 * time.Second
 	dead, p := e.proxied(t)
 	holder, next := e.client(t), e.client(t)
@@ -446,8 +441,7 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const expiry = time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
@@ -472,8 +466,7 @@ func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 // only, not every lease its Client holds.
 func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const held = 20
 	c := e.client(t)
 	for i := range held {
@@ -505,8 +498,7 @@ func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
 // takes it with its own lease.
 func TestMutexFixedLeaseWaiterTakesItsOwnLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)

@@ -130,8 +130,7 @@ func TestRWMutexExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, readersPer, writersPer = 4, 3, 1
 		const readRounds, writeRounds = 30, 10
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		counterKey := "rwcounter:{" + t.Name() + "}"
 		rc := e.rueidisClient(t)
 		rc.Do(ctx, rc.B().Del().Key(counterKey).Build())
@@ -283,8 +282,7 @@ func readStream(t *testing.T, m *RWMutex, n int, hold time.Duration, stop <-chan
 
 func TestRWMutexWriterNotStarved(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		m := e.client(t).RWMutex(t.Name())
 		stop := make(chan struct{})
 		reads, inside, wait := readStream(t, m, 3, 20*time.Millisecond, stop)
@@ -322,8 +320,7 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 
 func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		var writes atomic.Int64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -430,8 +427,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 
 func TestRWMutexUpgradeRefused(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
 		m := e.client(t).RWMutex(t.Name())
 		r, err := m.RLock(ctx)
@@ -472,8 +468,7 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 
 func TestRWMutexReentrant(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
@@ -597,8 +592,7 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 
 func TestRWMutexFixedLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		m := e.client(t).RWMutex(t.Name(), WithFixedLease(400*time.Millisecond))
 		r, err := m.RLock(ctx)
 		require.NoError(t, err)
@@ -627,8 +621,7 @@ func TestRWMutexFixedLease(t *testing.T) {
 
 func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const lease = time.Second
 	crashing, p := e.proxied(t, WithWatchdogLease(lease))
 	healthy := e.client(t, WithWatchdogLease(lease))
@@ -670,8 +663,7 @@ func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 
 func TestRWMutexWaitingWriterDies(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
 		r, err := m.RLock(ctx)
@@ -712,8 +704,7 @@ func slowFallback(m *RWMutex) *RWMutex {
 func TestRWMutexWakeUps(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const readers = 10
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		rc := e.rueidisClient(t)
 		holder := e.client(t)
 		hm := holder.RWMutex(t.Name())
@@ -900,8 +891,7 @@ func TestRWMutexLocker(t *testing.T) {
 // nothing was acquired.
 func requireRWAllFail(t *testing.T, m *RWMutex, want error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := withTimeout(t, 10*time.Second)
 	for what, f := range map[string]func(context.Context) (*Lease, error){
 		"RLock": m.RLock, "TryRLock": m.TryRLock, "Lock": m.Lock, "TryLock": m.TryLock,
 	} {
@@ -1005,8 +995,7 @@ func TestRWMutexBadInput(t *testing.T) {
 
 func TestRWMutexWrongType(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
@@ -1113,8 +1102,7 @@ func TestRWMutexCancellationsLeaveNothing(t *testing.T) {
 func TestRWMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
 	noLeak := leakCheck(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const locks = 3
 	holder, waiter := e.client(t, WithWatchdogLease(time.Second)), e.client(t, WithWatchdogLease(time.Second))
 	var held []*Lease

@@ -287,8 +287,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const size, clients, perClient = 5, 3, 4
 		rounds := soak(30, 300)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		var inside, peak atomic.Int64
 		var overs atomic.Int32
 		var wg sync.WaitGroup
@@ -351,8 +350,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 // waiter and with nobody waiting, without another operation running.
 func TestSemaphoreCrashedHolder(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		const lease = 600 * time.Millisecond
 		// The holder's connection goes away: it can neither renew nor
 		// release.
@@ -405,8 +403,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 // message, not at its next periodic look.
 func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		const size = 3
 		holders := e.client(t).Semaphore(t.Name())
 		_, err := holders.TrySetSize(ctx, size)
@@ -453,8 +450,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const size, smallers = 4, 8
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		var grants sync.Mutex
 		var smallAt []time.Time
 		stop := make(chan struct{})
@@ -529,8 +525,7 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 // expires), and the waiters behind them move up.
 func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		s := e.client(t).Semaphore(t.Name())
 		_, err := s.TrySetSize(ctx, 3)
 		require.NoError(t, err)
@@ -637,8 +632,7 @@ func TestSemaphoreAndLatchOddNames(t *testing.T) {
 // A waiter whose process died is passed over once its place expires.
 func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 	e := standaloneEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	s := e.client(t).Semaphore(t.Name())
 	_, err := s.TrySetSize(ctx, 2)
 	require.NoError(t, err)
@@ -753,8 +747,7 @@ func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 
 func TestSemaphoreDeleteAndClose(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
 		s := c.Semaphore(t.Name())
 		_, err := s.TrySetSize(ctx, 2)
@@ -909,8 +902,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			}
 			e := ownServer(t, args...)
 			noLeak := leakCheck(t)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
+			ctx := withTimeout(t, time.Minute)
 			holder, waiter := e.client(t, WithWatchdogLease(3*time.Second)), e.client(t, WithWatchdogLease(3*time.Second))
 			s := holder.Semaphore("restart")
 			_, err := s.TrySetSize(ctx, 3)
