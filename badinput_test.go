@@ -225,12 +225,8 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	require.NoError(t, l.Err())
 	require.Equal(t, name, l.Name())
 	require.NotZero(t, l.Token())
-	st, err := m.Inspect(ctx)
-	require.NoError(t, err)
-	require.True(t, st.Locked)
-	require.Equal(t, 1, st.Holds)
+	st := requireHeld(t, m, l, 1)
 	require.Equal(t, c.ID(), st.ClientID())
-	require.Equal(t, l.Token(), st.Token)
 	require.Greater(t, st.TTL, time.Duration(0))
 	require.True(t, b.exists(t, k.lock))
 

@@ -384,6 +384,41 @@ func errorsIsAny(err error, targets ...error) bool {
 	return false
 }
 
+// nested acquires with lock n times, each time with the context of the
+// lease before, runs inside while all are held, and unlocks them in turn.
+func nested(ctx context.Context, lock func(context.Context) (*Lease, error), n int, inside func()) error {
+	l, err := lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock(context.Background())
+	if n > 1 {
+		return nested(l.Context(), lock, n-1, inside)
+	}
+	inside()
+	return nil
+}
+
+// repeatUntil runs f over and over on a goroutine of wg, until stop is
+// closed or f fails (a test error).
+func repeatUntil(t testing.TB, wg *sync.WaitGroup, stop <-chan struct{}, f func() error) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := f(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+}
+
 // withTimeout returns a context that ends after d, or with the test.
 func withTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)

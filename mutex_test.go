@@ -11,6 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// requireHeld checks that m is held through l, with holds holds, and
+// returns its state.
+func requireHeld(t testing.TB, m *Mutex, l *Lease, holds int) MutexState {
+	t.Helper()
+	st, err := m.Inspect(context.Background())
+	require.NoError(t, err)
+	require.True(t, st.Locked)
+	require.Equal(t, holds, st.Holds)
+	require.Equal(t, l.h.owner, st.Owner)
+	require.Equal(t, l.Token(), st.Token)
+	return st
+}
+
 func TestMutexLockUnlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -20,12 +33,8 @@ func TestMutexLockUnlock(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Err())
 		require.NotZero(t, l.Token())
-		st, err := m.Inspect(ctx)
-		require.NoError(t, err)
-		require.True(t, st.Locked)
-		require.Equal(t, 1, st.Holds)
+		st := requireHeld(t, m, l, 1)
 		require.Equal(t, c.ID(), st.ClientID())
-		require.Equal(t, l.Token(), st.Token)
 		require.Greater(t, st.TTL, 20*time.Second)
 
 		_, err = c.Mutex(t.Name()).TryLock(ctx)
@@ -216,23 +225,12 @@ func TestMutexNestedCodeReenters(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		c := e.client(t)
 		m := c.Mutex(t.Name())
-		var depth func(ctx context.Context, n int) error
-		depth = func(ctx context.Context, n int) error {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			defer l.Unlock(context.Background())
-			if n > 0 {
-				return depth(l.Context(), n-1)
-			}
+		ctx := withTimeout(t, 10*time.Second)
+		require.NoError(t, nested(ctx, m.Lock, 5, func() {
 			st, err := m.Inspect(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 5, st.Holds)
-			return nil
-		}
-		ctx := withTimeout(t, 10*time.Second)
-		require.NoError(t, depth(ctx, 4))
+		}))
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.False(t, st.Locked)

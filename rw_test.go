@@ -327,28 +327,15 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 		for range 2 {
 			m := e.client(t).RWMutex(t.Name())
 			for range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						l, err := m.Lock(ctx)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						writes.Add(1)
-						time.Sleep(20 * time.Millisecond)
-						if err := l.Unlock(ctx); err != nil {
-							t.Error(err)
-							return
-						}
+				repeatUntil(t, &wg, stop, func() error {
+					l, err := m.Lock(ctx)
+					if err != nil {
+						return err
 					}
-				}()
+					writes.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					return l.Unlock(ctx)
+				})
 			}
 		}
 		defer func() {
@@ -503,23 +490,12 @@ func TestRWMutexReentrant(t *testing.T) {
 		require.NoError(t, wl.Unlock(ctx))
 
 		// Writes: re-entries share the ownership and token, nested.
-		var depth func(ctx context.Context, n int) error
-		depth = func(ctx context.Context, n int) error {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			defer l.Unlock(context.Background())
-			if n > 0 {
-				return depth(l.Context(), n-1)
-			}
+		require.NoError(t, nested(ctx, m.Lock, 4, func() {
 			st, err := m.Inspect(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 4, st.WriteHolds)
 			require.Zero(t, st.Readers)
-			return nil
-		}
-		require.NoError(t, depth(ctx, 3))
+		}))
 		// Another client's context does not re-enter.
 		l, err := m.Lock(ctx)
 		require.NoError(t, err)

@@ -461,30 +461,17 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 				_, err := s.TrySetSize(ctx, size)
 				require.NoError(t, err)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					l, err := s.Lock(ctx, 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					grants.Lock()
-					smallAt = append(smallAt, time.Now())
-					grants.Unlock()
-					time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
-					if err := l.Unlock(ctx); err != nil {
-						t.Error(err)
-						return
-					}
+			repeatUntil(t, &wg, stop, func() error {
+				l, err := s.Lock(ctx, 1)
+				if err != nil {
+					return err
 				}
-			}()
+				grants.Lock()
+				smallAt = append(smallAt, time.Now())
+				grants.Unlock()
+				time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
+				return l.Unlock(ctx)
+			})
 		}
 		// The stream keeps every permit busy most of the time.
 		time.Sleep(300 * time.Millisecond)
