@@ -2,17 +2,14 @@ package redisync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,141 +281,6 @@ func soak(n, long int) int {
 	return n
 }
 
-// spread runs f total times on workers goroutines: f gets the worker's
-// number and the call's (0 to total-1, in the order the calls start).
-func spread(total, workers int, f func(worker, call int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				n := int(next.Add(1)) - 1
-				if n >= total {
-					return
-				}
-				f(w, n)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// churn makes total acquisitions on workers goroutines, most of them given
-// up before they acquire or while they wait: acquire gets the worker's
-// number and a context that ends after wait() (by default a random time
-// below maxWait). A lease acquired is held for a moment and unlocked; an
-// Unlock that finds it lost (ErrNotHeld) is no failure. It returns how many
-// leases were acquired.
-func churn(t *testing.T, total, workers int, wait func() time.Duration, acquire func(ctx context.Context, worker int) (*Lease, error)) int {
-	var acquired atomic.Int64
-	spread(total, workers, func(w, _ int) {
-		ctx, cancel := context.WithTimeout(context.Background(), wait())
-		defer cancel()
-		l, err := acquire(ctx, w)
-		if err != nil {
-			return
-		}
-		acquired.Add(1)
-		time.Sleep(rand.N(200 * time.Microsecond))
-		if err := l.Unlock(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
-			t.Error(err)
-		}
-	})
-	return int(acquired.Load())
-}
-
-// cancellations runs churn (total acquisitions on 24 goroutines, each
-// ending after wait()) over three Clients of e with prefix: acquire gets
-// the worker's Client and all three. It checks that leases were acquired
-// and, once all ended, that nothing is left: nothing held or queued, no
-// subscription, no goroutine.
-func cancellations(t *testing.T, e *env, prefix string, total int, wait func() time.Duration,
-	acquire func(ctx context.Context, c *Client, clients []*Client) (*Lease, error)) {
-	t.Helper()
-	noLeak := leakCheck(t)
-	clients := e.clients(t, 3, WithPrefix(prefix))
-	acquired := churn(t, total, 24, wait, func(ctx context.Context, w int) (*Lease, error) {
-		return acquire(ctx, clients[w%len(clients)], clients)
-	})
-	t.Logf("%d attempts, %d acquired", total, acquired)
-	require.NotZero(t, acquired)
-	e.requireNothingLeft(t, prefix+":")
-	noLeak(clients)
-}
-
-// errNoLease is what a churn acquisition that takes nothing returns.
-var errNoLease = errors.New("no lease taken")
-
-// below returns random durations below d.
-func below(d time.Duration) func() time.Duration {
-	return func() time.Duration { return rand.N(d) }
-}
-
-// oneOf returns one of the forms of acquisition, picked at random.
-func oneOf(forms ...func(context.Context) (*Lease, error)) func(context.Context) (*Lease, error) {
-	return forms[rand.IntN(len(forms))]
-}
-
-// waited makes an Acquire a form like Lock: it waits for the Lease until
-// ctx ends.
-func waited(acquire func(context.Context) <-chan *Lease) func(context.Context) (*Lease, error) {
-	return func(ctx context.Context) (*Lease, error) {
-		select {
-		case l := <-acquire(ctx):
-			return l, l.Err()
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// errorsIsAny reports whether err is one of targets.
-func errorsIsAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
-}
-
-// nested acquires with lock n times, each time with the context of the
-// lease before, runs inside while all are held, and unlocks them in turn.
-func nested(ctx context.Context, lock func(context.Context) (*Lease, error), n int, inside func()) error {
-	l, err := lock(ctx)
-	if err != nil {
-		return err
-	}
-	defer l.Unlock(context.Background())
-	if n > 1 {
-		return nested(l.Context(), lock, n-1, inside)
-	}
-	inside()
-	return nil
-}
-
-// repeatUntil runs f over and over on a goroutine of wg, until stop is
-// closed or f fails (a test error).
-func repeatUntil(t testing.TB, wg *sync.WaitGroup, stop <-chan struct{}, f func() error) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := f(); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	}()
-}
-
 // withTimeout returns a context that ends after d, or with the test.
 func withTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
@@ -452,83 +314,6 @@ func redisAddr() string {
 	return sharedServer.Addr
 }
 
-// recv waits for the Lease an Acquire delivers, at most within, and
-// requires it to hold.
-func recv(t testing.TB, ch <-chan *Lease, within time.Duration, what string) *Lease {
-	t.Helper()
-	select {
-	case l := <-ch:
-		require.NotNil(t, l)
-		require.NoError(t, l.Err(), what)
-		return l
-	case <-time.After(within):
-		t.Fatalf("%s: nothing within %v", what, within)
-		return nil
-	}
-}
-
-// delivered waits for the one Lease an Acquire delivers, failed or not,
-// and checks that the channel is closed after it.
-func delivered(t testing.TB, ch <-chan *Lease) *Lease {
-	t.Helper()
-	select {
-	case l, ok := <-ch:
-		require.True(t, ok, "Acquire closed its channel without a Lease")
-		require.NotNil(t, l, "Acquire delivered a nil Lease")
-		_, ok = <-ch
-		require.False(t, ok, "Acquire delivered more than one Lease")
-		return l
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire delivered nothing")
-		return nil
-	}
-}
-
-// pending reports whether an Acquire channel has delivered nothing yet.
-func pending(ch <-chan *Lease) bool {
-	return len(ch) == 0
-}
-
-// requireLost waits for l to be lost, at most within, and checks that the
-// reason (Err, the cause of Context) is one of reasons.
-func requireLost(t testing.TB, l *Lease, within time.Duration, reasons ...error) {
-	t.Helper()
-	select {
-	case <-l.Lost():
-	case <-time.After(within):
-		t.Fatalf("lease %s not lost within %v", l.Name(), within)
-	}
-	for _, err := range []error{l.Err(), context.Cause(l.Context())} {
-		require.True(t, errorsIsAny(err, reasons...), "reason %v, not one of %v", err, reasons)
-	}
-}
-
 // restartedServer is the goroutine that waits for a redis-server restarted
 // by the test.
 var restartedServer = goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1")
-
-// unlockAll receives the Lease from every channel concurrently, each within
-// d, and unlocks it; a failed acquisition or a timeout fails the test.
-func unlockAll(t testing.TB, ctx context.Context, chans []<-chan *Lease, d time.Duration) {
-	t.Helper()
-	var wg sync.WaitGroup
-	for i, ch := range chans {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case l := <-ch:
-				if err := l.Err(); err != nil {
-					t.Errorf("waiter %d: %v", i, err)
-					return
-				}
-				if err := l.Unlock(ctx); err != nil {
-					t.Errorf("waiter %d: %v", i, err)
-				}
-			case <-time.After(d):
-				t.Errorf("waiter %d did not acquire within %v", i, d)
-			}
-		}()
-	}
-	wg.Wait()
-}
