@@ -110,8 +110,7 @@ func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 			assert.True(t, rueidis.IsRedisNil(err), "fence key %q holds a lock (owner field)", short)
 		}
 	}
-	eventually(t, 5*time.Second, func() bool { return len(b.e.channels(t)) == 0 },
-		"subscriptions left: %q", b.e.channels(t))
+	b.e.requireNoSubscriptions(t)
 }
 
 // exists reports whether key exists.
@@ -120,23 +119,6 @@ func (b *bi) exists(t *testing.T, key string) bool {
 	n, err := b.rc.Do(context.Background(), b.rc.B().Exists().Key(key).Build()).AsInt64()
 	require.NoError(t, err)
 	return n == 1
-}
-
-// recvLease receives the one Lease Acquire delivers and checks that the
-// channel is closed after it.
-func recvLease(t *testing.T, ch <-chan *Lease) *Lease {
-	t.Helper()
-	select {
-	case l, ok := <-ch:
-		require.True(t, ok, "Acquire closed its channel without a Lease")
-		require.NotNil(t, l, "Acquire delivered a nil Lease")
-		_, ok = <-ch
-		require.False(t, ok, "Acquire delivered more than one Lease")
-		return l
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire delivered nothing")
-		return nil
-	}
 }
 
 // requireFailedLease checks a Lease that reports a failed acquisition.
@@ -195,7 +177,7 @@ func requireLockFails(t *testing.T, what string, m exclusiveLock, want error) {
 	l, err = m.TryLock(ctx)
 	require.ErrorIs(t, err, want, "%s.TryLock", what)
 	require.Nil(t, l)
-	requireFailedLease(t, recvLease(t, m.Acquire(ctx)), want)
+	requireFailedLease(t, delivered(t, m.Acquire(ctx)), want)
 }
 
 // readSide is the read acquisitions of an RWMutex as an exclusiveLock.
@@ -235,7 +217,7 @@ func requireSemaphoreFails(t *testing.T, s *Semaphore, want error) {
 	l, err = s.TryLock(ctx, 1)
 	require.ErrorIs(t, err, want, "Semaphore.TryLock")
 	require.Nil(t, l)
-	requireFailedLease(t, recvLease(t, s.Acquire(ctx, 1)), want)
+	requireFailedLease(t, delivered(t, s.Acquire(ctx, 1)), want)
 	_, err = s.Inspect(ctx)
 	require.ErrorIs(t, err, want, "Semaphore.Inspect")
 	_, err = s.Delete(ctx)
@@ -304,12 +286,8 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	require.NoError(t, l.Err())
 	require.Equal(t, name, l.Name())
 	require.NotZero(t, l.Token())
-	st, err := m.Inspect(ctx)
-	require.NoError(t, err)
-	require.True(t, st.Locked)
-	require.Equal(t, 1, st.Holds)
+	st := requireHeld(t, m, l, 1)
 	require.Equal(t, c.ID(), st.ClientID())
-	require.Equal(t, l.Token(), st.Token)
 	require.Greater(t, st.TTL, time.Duration(0))
 	require.True(t, b.exists(t, k.lock))
 
@@ -567,7 +545,7 @@ var badInputCases = []biCase{
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		_, err = m.ForceUnlock(nilCtx) //nolint:staticcheck
 		require.ErrorIs(t, err, ErrInvalidArgument)
-		requireFailedLease(t, recvLease(t, m.Acquire(nilCtx)), ErrInvalidArgument) //nolint:staticcheck
+		requireFailedLease(t, delivered(t, m.Acquire(nilCtx)), ErrInvalidArgument) //nolint:staticcheck
 
 		ctx := b.ctx(t)
 		l, err = m.Lock(ctx)
@@ -592,7 +570,7 @@ var badInputCases = []biCase{
 		require.ErrorIs(t, err, context.Canceled)
 		_, err = m.ForceUnlock(done)
 		require.ErrorIs(t, err, context.Canceled)
-		requireFailedLease(t, recvLease(t, m.Acquire(done)), context.Canceled)
+		requireFailedLease(t, delivered(t, m.Acquire(done)), context.Canceled)
 		st, err := m.Inspect(b.ctx(t))
 		require.NoError(t, err)
 		require.False(t, st.Locked, "an acquisition with an ended context left the lock held")
@@ -715,13 +693,7 @@ var badInputCases = []biCase{
 		ok, err := b.client(t).Mutex(t.Name()).ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("lease not lost after ForceUnlock")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, context.Cause(l.Context()), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		err = l.Unlock(ctx)
 		require.ErrorIs(t, err, ErrNotHeld)
 		require.ErrorIs(t, err, ErrExpired)
@@ -759,7 +731,7 @@ var badInputCases = []biCase{
 			_, err = m.Inspect(ctx)
 			require.ErrorIs(t, err, ErrWrongType, "Inspect")
 			untouched(t, "Inspect")
-			requireFailedLease(t, recvLease(t, m.Acquire(ctx)), ErrWrongType)
+			requireFailedLease(t, delivered(t, m.Acquire(ctx)), ErrWrongType)
 			untouched(t, "Acquire")
 		})
 	}},
@@ -927,8 +899,7 @@ func FuzzLockName(f *testing.F) {
 	c := e.client(f, WithPrefix("fuzz"), WithFenceRetention(time.Minute))
 	rc := e.rueidisClient(f)
 	f.Fuzz(func(t *testing.T, name string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 10*time.Second)
 		m := c.Mutex(name)
 		if name == "" {
 			_, err := m.TryLock(ctx)

@@ -13,12 +13,6 @@ import (
 	"github.com/redisync/redisync/internal/redistest"
 )
 
-// ownCluster is a Cluster the test may fail over.
-func ownCluster(t *testing.T) *env {
-	c := redistest.NewCluster(t, 3, 1)
-	return &env{name: "cluster", addrs: c.Addrs(), cluster: c}
-}
-
 // slotOwner returns the master serving key's slot and its replica.
 func slotOwner(t *testing.T, c *redistest.Cluster, key string) (master, replica *redistest.Server) {
 	t.Helper()
@@ -73,8 +67,7 @@ func mustDo(t *testing.T, s *redistest.Server, args ...string) string {
 // wake-ups move to the new master.
 func TestClusterFailoverKeepsLock(t *testing.T) {
 	e := ownCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(3*time.Second))
 	m := holder.Mutex("failover")
 	l, err := m.Lock(ctx)
@@ -106,15 +99,10 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 
 	start := time.Now()
 	require.NoError(t, l.Unlock(ctx))
-	select {
-	case nl := <-next:
-		require.NoError(t, nl.Err())
-		require.Greater(t, nl.Token(), l.Token())
-		t.Logf("hand-off after failover took %v", time.Since(start))
-		require.NoError(t, nl.Unlock(ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken after the failover")
-	}
+	nl := recv(t, next, 10*time.Second, "waiter not woken after the failover")
+	require.Greater(t, nl.Token(), l.Token())
+	t.Logf("hand-off after failover took %v", time.Since(start))
+	require.NoError(t, nl.Unlock(ctx))
 }
 
 // When the master serving a lock dies, its replica is promoted. The lock
@@ -123,8 +111,7 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 // afterwards.
 func TestClusterMasterKilled(t *testing.T) {
 	e := ownCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(10*time.Second))
 	m := holder.Mutex("killed-master")
 	l, err := m.Lock(ctx)

@@ -2,8 +2,6 @@ package redisync
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -88,41 +86,19 @@ func (m *FairMutex) Name() string {
 	return m.name
 }
 
-func (m *FairMutex) check(ctx context.Context) error {
-	if m == nil {
-		return fmt.Errorf("%w: nil FairMutex", ErrInvalidArgument)
-	}
-	return checkHandle("FairMutex", m.c, m.err, ctx)
-}
-
 // Lock acquires the mutex in queue order, waiting as long as ctx allows.
 // Errors are as for Mutex.Lock; whenever Lock returns an error, the caller
 // holds nothing and has left the queue.
-func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, false)
-}
+func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, false) }
 
 // TryLock makes a single attempt and never queues. It returns ErrLocked
 // when the mutex is held or others are waiting for it.
-func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, true)
-}
+func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, true) }
 
 // Acquire acquires the mutex in the background, as Mutex.Acquire does, and
 // delivers one Lease on the returned channel. Cancelling ctx gives up the
 // place in the queue.
-func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease {
-	if err := m.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.acquire(ctx, false) })
-}
+func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, m) }
 
 func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	q := &queuedLock{c: m.c, kind: fairKind, name: m.name, keys: m.keys, cfg: m.cfg, script: fairAcquireScript}
@@ -150,12 +126,7 @@ func (m *FairMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters},
-		[]string{m.keys.channel, strconv.FormatInt(m.c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
-	if err != nil {
-		return false, redisErr("force unlock", err)
-	}
-	return n == 1, nil
+	return m.c.forceUnlock(ctx, m.keys)
 }
 
 // Locker returns a sync.Locker backed by the mutex.

@@ -5,17 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
-
-	"github.com/redisync/redisync/internal/faultproxy"
 )
 
 func TestFairMutexBasics(t *testing.T) {
@@ -47,23 +42,8 @@ func TestFairMutexBasics(t *testing.T) {
 		require.NoError(t, err)
 		require.Greater(t, l2.Token(), l.Token())
 		require.NoError(t, l2.Unlock(ctx))
-		requireOnlyFences(t, e, "redisync:")
+		e.requireOnlyFences(t, "redisync:")
 	})
-}
-
-// requireOnlyFences checks that the keys under prefix are fencing counters
-// only, each with an expiry.
-func requireOnlyFences(t *testing.T, e *env, prefix string) {
-	t.Helper()
-	eventually(t, 10*time.Second, func() bool {
-		for _, k := range e.keys(t, prefix+"*") {
-			rest := strings.TrimPrefix(k, prefix)
-			if !strings.HasPrefix(rest, "fence:") && !strings.HasPrefix(rest, "fairfence:") {
-				return false
-			}
-		}
-		return true
-	}, "keys left: %v", e.keys(t, prefix+"*"))
 }
 
 // queueUp starts n waiters, one after another, each once the one before
@@ -85,9 +65,8 @@ func queueUp(t *testing.T, ctx context.Context, clients []*Client, name string, 
 func TestFairMutexStrictFIFO(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const waiters = 24
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		clients := []*Client{e.client(t), e.client(t), e.client(t), e.client(t)}
+		ctx := withTimeout(t, time.Minute)
+		clients := e.clients(t, 4)
 		first, err := clients[0].FairMutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
 		queue := queueUp(t, ctx, clients, t.Name(), waiters)
@@ -129,7 +108,7 @@ func TestFairMutexStrictFIFO(t *testing.T) {
 		perGrant := float64(calls) / waiters
 		t.Logf("%d waiters: %.2f script runs per hand-off", waiters, perGrant)
 		require.Less(t, perGrant, 3.0)
-		requireOnlyFences(t, e, "redisync:")
+		e.requireOnlyFences(t, "redisync:")
 	})
 }
 
@@ -147,8 +126,7 @@ func TestFairMutexCancelledWaiterLeavesAtOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, st.Waiters, "the cancelled waiter left the queue")
 		require.NoError(t, held.Unlock(ctx))
-		requireOnlyFences(t, e, "redisync:")
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNothingLeft(t, "redisync:")
 	})
 }
 
@@ -156,15 +134,9 @@ func TestFairMutexCancelledWaiterLeavesAtOnce(t *testing.T) {
 // only until it expires; the queue moves on behind it.
 func TestFairMutexDeadWaiterPassedOver(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const expiry = time.Second
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	dead, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Heal(); dead.Close() })
+	dead, p := e.proxied(t)
 	holder, next := e.client(t), e.client(t)
 
 	l, err := holder.FairMutex("dead-waiter").Lock(ctx)
@@ -173,22 +145,16 @@ func TestFairMutexDeadWaiterPassedOver(t *testing.T) {
 	p.Blackhole() // the first waiter is gone
 	require.NoError(t, l.Unlock(ctx))
 	released := time.Now()
-	select {
-	case nl := <-q[1]:
-		require.NoError(t, nl.Err())
-		took := time.Since(released)
-		t.Logf("second waiter acquired %v after the release, passing over a dead first waiter (expiry %v)", took, expiry)
-		require.Less(t, took, expiry+2*time.Second)
-		require.NoError(t, nl.Unlock(ctx))
-	case <-time.After(20 * time.Second):
-		t.Fatal("queue stalled behind a dead waiter")
-	}
+	nl := recv(t, q[1], 20*time.Second, "second waiter behind a dead one")
+	took := time.Since(released)
+	t.Logf("second waiter acquired %v after the release, passing over a dead first waiter (expiry %v)", took, expiry)
+	require.Less(t, took, expiry+2*time.Second)
+	require.NoError(t, nl.Unlock(ctx))
 }
 
 func TestFairMutexHolderCrash(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		_, err := e.client(t).FairMutex(t.Name(), WithFixedLease(500*time.Millisecond)).Lock(ctx)
 		require.NoError(t, err)
 		start := time.Now()
@@ -202,8 +168,7 @@ func TestFairMutexHolderCrash(t *testing.T) {
 func TestFairMutexMutualExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient, rounds = 3, 3, 30
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		var inside, overlaps, n atomic.Int32
 		var wg sync.WaitGroup
 		for range clients {
@@ -236,67 +201,22 @@ func TestFairMutexMutualExclusion(t *testing.T) {
 		wg.Wait()
 		require.Zero(t, overlaps.Load())
 		require.EqualValues(t, clients*perClient*rounds, n.Load())
-		requireOnlyFences(t, e, "redisync:")
+		e.requireOnlyFences(t, "redisync:")
 	})
 }
 
 func TestFairMutexCancellationsLeaveNothing(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ignore := goleak.IgnoreCurrent()
-		total := soak(5000, 100000)
-		const prefix = "fcancel"
-		var clients []*Client
-		for range 3 {
-			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-			require.NoError(t, err)
-			clients = append(clients, c)
-		}
-		var left atomic.Int64
-		left.Store(int64(total))
-		var acquired atomic.Int64
-		var wg sync.WaitGroup
-		for i := range 24 {
-			c := clients[i%len(clients)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for left.Add(-1) >= 0 {
-					m := c.FairMutex(strconv.Itoa(rand.IntN(3)))
-					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(6000))*time.Microsecond)
-					var l *Lease
-					if rand.IntN(2) == 0 {
-						l, _ = m.Lock(ctx)
-					} else {
-						select {
-						case l = <-m.Acquire(ctx):
-						case <-ctx.Done():
-						}
-					}
-					if l != nil && l.Err() == nil {
-						acquired.Add(1)
-						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-						l.Unlock(context.Background())
-					}
-					cancel()
-				}
-			}()
-		}
-		wg.Wait()
-		t.Logf("%d attempts, %d acquired", total, acquired.Load())
-		require.NotZero(t, acquired.Load())
-		requireOnlyFences(t, e, prefix+":")
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
-		for _, c := range clients {
-			require.NoError(t, c.Close())
-		}
-		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
+		cancellations(t, e, "fcancel", soak(5000, 100000), below(6*time.Millisecond), func(ctx context.Context, c *Client, _ []*Client) (*Lease, error) {
+			m := c.FairMutex(strconv.Itoa(rand.IntN(3)))
+			return oneOf(m.Lock, waited(m.Acquire))(ctx)
+		})
 	})
 }
 
 func TestFairMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(time.Second))
 	l, err := holder.FairMutex("restart").Lock(ctx)
 	require.NoError(t, err)
@@ -317,7 +237,7 @@ func BenchmarkFairMutexHandOff(b *testing.B) {
 		b.Run(fmt.Sprintf("waiters=%d", waiters), func(b *testing.B) {
 			e := standaloneEnv(b)
 			ctx := context.Background()
-			clients := []*Client{e.client(b), e.client(b), e.client(b), e.client(b)}
+			clients := e.clients(b, 4)
 			name := fmt.Sprintf("bench-fair-%d-%d", waiters, b.N)
 			probe := clients[0].FairMutex(name)
 			var grants, calls int64

@@ -5,121 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/redisync/redisync/internal/faultproxy"
-	"github.com/redisync/redisync/internal/redistest"
 )
 
-// soak returns n, or long when REDISYNC_SOAK is set (make soak).
-func soak(n, long int) int {
-	if os.Getenv("REDISYNC_SOAK") != "" {
-		return long
-	}
-	return n
-}
-
 func TestMutexCancellationsLeaveNothing(t *testing.T) {
+	names := []string{"a", "b", "c", "{d}"}
 	eachEnv(t, func(t *testing.T, e *env) {
-		ignore := goleak.IgnoreCurrent()
-		total := soak(10000, 100000)
-		const prefix = "cancel"
-		names := []string{"a", "b", "c", "{d}"}
-		var clients []*Client
-		for range 3 {
-			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-			require.NoError(t, err)
-			clients = append(clients, c)
-		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		left := total
-		acquired := 0
-		for i := range 24 {
-			c := clients[i%len(clients)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					mu.Lock()
-					if left == 0 {
-						mu.Unlock()
-						return
-					}
-					left--
-					mu.Unlock()
-					m := c.Mutex(names[rand.IntN(len(names))])
-					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(2000))*time.Microsecond)
-					var l *Lease
-					if rand.IntN(2) == 0 {
-						l, _ = m.Lock(ctx)
-					} else {
-						select {
-						case l = <-m.Acquire(ctx):
-						case <-ctx.Done():
-						}
-					}
-					if l != nil && l.Err() == nil {
-						mu.Lock()
-						acquired++
-						mu.Unlock()
-						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-						if err := l.Unlock(context.Background()); err != nil && !strings.Contains(err.Error(), "not held") {
-							t.Error(err)
-						}
-					}
-					cancel()
-				}
-			}()
-		}
-		wg.Wait()
-		t.Logf("%d attempts, %d acquired", total, acquired)
-		require.NotZero(t, acquired)
-		eventually(t, 10*time.Second, func() bool {
-			for _, k := range e.keys(t, prefix+":*") {
-				if !strings.HasPrefix(k, prefix+":fence:") {
-					return false
-				}
-			}
-			return true
-		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
-		for _, c := range clients {
-			require.NoError(t, c.Close())
-		}
-		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
+		cancellations(t, e, "cancel", soak(10000, 100000), below(2*time.Millisecond), func(ctx context.Context, c *Client, _ []*Client) (*Lease, error) {
+			m := c.Mutex(names[rand.IntN(len(names))])
+			return oneOf(m.Lock, waited(m.Acquire))(ctx)
+		})
 	})
-}
-
-// ownServer is a standalone env whose server the test may restart or pause.
-func ownServer(t testing.TB) *env {
-	s := redistest.Standalone(t)
-	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
 }
 
 func TestMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
-	ignore := goleak.IgnoreCurrent()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	noLeak := leakCheck(t)
+	ctx := withTimeout(t, time.Minute)
 	const locks = 5
-	dial := func() *Client {
-		c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true},
-			WithWatchdogLease(time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		return c
-	}
-	holder, waiter := dial(), dial()
+	holder, waiter := e.client(t, WithWatchdogLease(time.Second)), e.client(t, WithWatchdogLease(time.Second))
 	var held []*Lease
 	var waiting []<-chan *Lease
 	for i := range locks {
@@ -134,22 +46,13 @@ func TestMutexRedisRestart(t *testing.T) {
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {
-		select {
-		case <-l.Lost():
-		case <-time.After(10 * time.Second):
-			t.Fatal("holder did not notice the restart")
-		}
 		// Gone, or already taken by a waiter when the watchdog looked.
-		require.True(t, errorsIsAny(l.Err(), ErrExpired, ErrConnectionLost, ErrTakenOver), "reason: %v", l.Err())
+		requireLost(t, l, 10*time.Second, ErrExpired, ErrConnectionLost, ErrTakenOver)
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	}
 	unlockAll(t, ctx, waiting, 10*time.Second)
-	require.NoError(t, holder.Close())
-	require.NoError(t, waiter.Close())
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
-	// The restarted redis-server is waited for by a goroutine of its own.
-	goleak.VerifyNone(t, append(rueidisLingering, ignore,
-		goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
+	e.requireNoSubscriptions(t)
+	noLeak([]*Client{holder, waiter}, restartedServer)
 }
 
 func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
@@ -179,8 +82,7 @@ func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
 
 func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t)
 	l, err := holder.Mutex("resub").Lock(ctx)
 	require.NoError(t, err)
@@ -192,13 +94,7 @@ func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 	_, err = e.server.Do("CLIENT", "KILL", "TYPE", "pubsub")
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
-	select {
-	case wl := <-w:
-		require.NoError(t, wl.Err())
-		require.NoError(t, wl.Unlock(ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter missed the release")
-	}
+	require.NoError(t, recv(t, w, 10*time.Second, "waiter after the release").Unlock(ctx))
 }
 
 // A subscription that lives through many connection breaks comes back as
@@ -206,14 +102,8 @@ func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 // queue, woken by one message only, does not wait for its heartbeat.
 func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 	e := ownServer(t)
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	waiter, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
-	require.NoError(t, err)
-	defer waiter.Close()
+	waiter, p := e.proxied(t)
+	ctx := withTimeout(t, 2*time.Minute)
 	m := waiter.FairMutex("rebreak", WithWaiterExpiry(time.Minute))
 	sub, err := waiter.notify.join(m.keys.channel)
 	require.NoError(t, err)
@@ -250,22 +140,9 @@ func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 	require.NoError(t, wl.Unlock(ctx))
 }
 
-func errorsIsAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
-}
-
 func TestMutexReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
+	replica := e.replica(t)
 	ctx := context.Background()
 	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	m := c.Mutex("acked")
@@ -332,14 +209,9 @@ func TestMutexReplicaAck(t *testing.T) {
 // went: the retry reports success, and touches nobody else's lock.
 func TestMutexUnlockRetryAfterLostReply(t *testing.T) {
 	e := ownServer(t)
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	ctx := context.Background()
-	a, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
+	a, p := e.proxied(t)
 	b := e.client(t)
+	ctx := context.Background()
 
 	// Load the scripts, so that the release below is one EVALSHA.
 	warm, err := a.Mutex("warm-up").Lock(ctx)

@@ -70,22 +70,6 @@ func (l *Latch) Name() string {
 	return l.name
 }
 
-func (l *Latch) check(ctx context.Context) error {
-	switch {
-	case l == nil:
-		return fmt.Errorf("%w: nil Latch", ErrInvalidArgument)
-	case l.err != nil:
-		return l.err
-	case l.c == nil:
-		return fmt.Errorf("%w: Latch not made by a Client", ErrInvalidArgument)
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
-	case l.c.isClosed():
-		return ErrClosed
-	}
-	return nil
-}
-
 func (l *Latch) checkCount(ctx context.Context, count int) error {
 	if err := l.check(ctx); err != nil {
 		return err

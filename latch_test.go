@@ -101,15 +101,14 @@ func TestLatchBasics(t *testing.T) {
 			t.Fatal("Reset(0) did not open the latch")
 		}
 		require.Empty(t, e.keys(t, l.key))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
 func TestLatchManyWaitersAcrossClients(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient, count = 3, 30, 3
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		setter := e.client(t).Latch(t.Name())
 		ok, err := setter.TrySetCount(ctx, count)
 		require.NoError(t, err)
@@ -173,7 +172,7 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 		// One look per waiter after the message, and the count-down.
 		require.LessOrEqual(t, scriptCalls(t, e)-before, int64(1+clients*perClient))
 		require.Empty(t, e.keys(t, setter.key))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -181,8 +180,7 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 // set again before the waiter looks.
 func TestLatchWaiterSeesOpeningThatWasReset(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		c := e.client(t)
 		l := c.Latch(t.Name())
 		_, err := l.TrySetCount(ctx, 1)
@@ -322,5 +320,5 @@ func TestLatchDoneEnds(t *testing.T) {
 	}
 	require.False(t, latchOpen(d))
 	require.ErrorIs(t, other.Latch(t.Name()).Wait(ctx), ErrClosed)
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	e.requireNoSubscriptions(t)
 }

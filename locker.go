@@ -89,3 +89,90 @@ func (l *Locker) Err() error {
 	defer l.mu.Unlock()
 	return l.err
 }
+
+// RLocker adapts the read side of an RWMutex to sync.Locker, for code that
+// wants Lock() and Unlock() without contexts or errors. Goroutines may share
+// one RLocker, as they share a sync.RWMutex's: each Lock takes a read lease
+// of its own and each Unlock releases the latest one still held (read
+// leases are interchangeable). Its Lock is not reentrant: while a writer
+// waits, it waits too.
+//
+// sync.Locker has no way to report errors, so: Lock waits through
+// connection errors (logging them) until it acquires; it returns without a
+// lease only on errors that waiting cannot cure (the Client is closed, the
+// lock is invalid, one of its keys holds something else), which Err then
+// reports. Unlock of an RLocker that holds nothing, or whose lease was
+// lost, logs the error. A lost lease is not noticed by code that only calls
+// Lock and Unlock: watch Lease().Lost() in long critical sections.
+type RLocker struct {
+	m      *RWMutex
+	mu     sync.Mutex
+	leases []*Lease
+	err    error
+}
+
+// Lock acquires a read lease, waiting as long as it takes.
+func (l *RLocker) Lock() {
+	if l == nil {
+		return
+	}
+	lease, err := l.m.RLock(context.Background())
+	l.mu.Lock()
+	if err == nil {
+		l.leases = append(l.leases, lease)
+	}
+	l.err = err
+	l.mu.Unlock()
+	if err != nil {
+		l.logger().Error("redisync: RLocker.Lock returns without the lock", "name", l.m.Name(), "err", err)
+	}
+}
+
+// Unlock releases the latest read lease taken by Lock and not yet
+// released.
+func (l *RLocker) Unlock() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	var lease *Lease
+	if n := len(l.leases); n > 0 {
+		lease = l.leases[n-1]
+		l.leases[n-1] = nil
+		l.leases = l.leases[:n-1]
+	}
+	l.mu.Unlock()
+	if err := lease.Unlock(context.Background()); err != nil {
+		l.logger().Error("redisync: RLocker.Unlock", "name", l.m.Name(), "err", err)
+	}
+}
+
+func (l *RLocker) logger() *slog.Logger {
+	if l.m != nil && l.m.c != nil {
+		return l.m.c.log
+	}
+	return slog.Default()
+}
+
+// Lease returns the latest read lease held through the RLocker, or nil.
+func (l *RLocker) Lease() *Lease {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.leases); n > 0 {
+		return l.leases[n-1]
+	}
+	return nil
+}
+
+// Err returns why the last Lock returned without a lease, or nil.
+func (l *RLocker) Err() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}

@@ -144,13 +144,6 @@ func (m *Mutex) Name() string {
 	return m.name
 }
 
-func (m *Mutex) check(ctx context.Context) error {
-	if m == nil {
-		return fmt.Errorf("%w: nil Mutex", ErrInvalidArgument)
-	}
-	return checkHandle("Mutex", m.c, m.err, ctx)
-}
-
 // Lock acquires the mutex, waiting as long as ctx allows.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client is
@@ -161,21 +154,11 @@ func (m *Mutex) check(ctx context.Context) error {
 // error nothing is held: if ctx ended while an attempt was on its way to
 // Redis, Lock waits for its outcome (half a second at most) and releases
 // what it took before returning.
-func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, false)
-}
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, false) }
 
 // TryLock makes a single attempt. It returns ErrLocked when another owner
 // holds the mutex, and any error from Redis or the connection at once.
-func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, true)
-}
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, true) }
 
 // Acquire acquires the mutex in the background and delivers one Lease on
 // the returned channel, then closes it. Select on it together with other
@@ -185,12 +168,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // error), never by a nil Lease. If ctx ends after the lock was acquired but
 // before the Lease was received, the lock is released and the Lease reports
 // ctx's error; so receiving a Lease whose ctx has ended, check Err.
-func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease {
-	if err := m.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.acquire(ctx, false) })
-}
+func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, m) }
 
 // acquire runs the acquisition loop.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
@@ -502,8 +480,13 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := forceScript.exec(ctx, m.c.rc, []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters},
-		[]string{m.keys.channel, strconv.FormatInt(m.c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
+	return m.c.forceUnlock(ctx, m.keys)
+}
+
+// forceUnlock runs the force script of a Mutex or FairMutex.
+func (c *Client) forceUnlock(ctx context.Context, keys lockKeys) (bool, error) {
+	n, err := forceScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+		[]string{keys.channel, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
 		return false, redisErr("force unlock", err)
 	}

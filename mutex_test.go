@@ -3,18 +3,26 @@ package redisync
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisync/redisync/internal/faultproxy"
-	"github.com/redisync/redisync/internal/redistest"
 )
+
+// requireHeld checks that m is held through l, with holds holds, and
+// returns its state.
+func requireHeld(t testing.TB, m *Mutex, l *Lease, holds int) MutexState {
+	t.Helper()
+	st, err := m.Inspect(context.Background())
+	require.NoError(t, err)
+	require.True(t, st.Locked)
+	require.Equal(t, holds, st.Holds)
+	require.Equal(t, l.h.owner, st.Owner)
+	require.Equal(t, l.Token(), st.Token)
+	return st
+}
 
 func TestMutexLockUnlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
@@ -25,12 +33,8 @@ func TestMutexLockUnlock(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Err())
 		require.NotZero(t, l.Token())
-		st, err := m.Inspect(ctx)
-		require.NoError(t, err)
-		require.True(t, st.Locked)
-		require.Equal(t, 1, st.Holds)
+		st := requireHeld(t, m, l, 1)
 		require.Equal(t, c.ID(), st.ClientID())
-		require.Equal(t, l.Token(), st.Token)
 		require.Greater(t, st.TTL, 20*time.Second)
 
 		_, err = c.Mutex(t.Name()).TryLock(ctx)
@@ -71,7 +75,7 @@ func TestMutexHandOff(t *testing.T) {
 		require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not the lease")
 		require.Greater(t, l2.Token(), l.Token())
 		require.NoError(t, l2.Unlock(ctx))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -85,13 +89,7 @@ func TestMutexLostOnDelete(t *testing.T) {
 		ok, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("Lost not closed")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, context.Cause(l.Context()), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	})
 }
@@ -129,12 +127,7 @@ func TestMutexFixedLeaseExpires(t *testing.T) {
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.LessOrEqual(t, st.TTL, 400*time.Millisecond)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("fixed lease never reported lost")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		// Lost closes before the key expires, so nobody has it yet.
 		// Then the lock is free once the lease is over.
 		other := e.client(t).Mutex(t.Name())
@@ -232,24 +225,12 @@ func TestMutexNestedCodeReenters(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		c := e.client(t)
 		m := c.Mutex(t.Name())
-		var depth func(ctx context.Context, n int) error
-		depth = func(ctx context.Context, n int) error {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			defer l.Unlock(context.Background())
-			if n > 0 {
-				return depth(l.Context(), n-1)
-			}
+		ctx := withTimeout(t, 10*time.Second)
+		require.NoError(t, nested(ctx, m.Lock, 5, func() {
 			st, err := m.Inspect(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 5, st.Holds)
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, depth(ctx, 4))
+		}))
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.False(t, st.Locked)
@@ -289,8 +270,7 @@ func TestMutexReentryLostWithOwner(t *testing.T) {
 func TestMutexMutualExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient, rounds = 4, 4, 40
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		counterKey := "counter:" + t.Name()
 		rc := e.rueidisClient(t)
 		var inside, overlaps atomic.Int32
@@ -335,8 +315,7 @@ func TestMutexMutualExclusion(t *testing.T) {
 func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const waiters = 20
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
@@ -363,7 +342,7 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 		// About one attempt per grant when each release wakes one waiter; a
 		// release that woke everyone would cost about waiters²/2.
 		require.LessOrEqual(t, attempts, int64(waiters+waiters/2), "acquire attempts for %d grants", waiters)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscription left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -371,21 +350,9 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 func scriptCalls(t testing.TB, e *env) int64 {
 	t.Helper()
 	var total int64
-	servers := []*redistest.Server{e.server}
-	if e.cluster != nil {
-		servers = e.cluster.Masters
-	}
-	for _, s := range servers {
-		out, err := s.Do("INFO", "commandstats")
-		require.NoError(t, err)
-		for _, line := range strings.Split(out, "\n") {
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-				continue
-			}
-			f := strings.TrimPrefix(line[strings.IndexByte(line, ':')+1:], "calls=")
-			n, _ := strconv.ParseInt(f[:strings.IndexByte(f, ',')], 10, 64)
-			total += n
-		}
+	for _, s := range e.masters() {
+		calls := commandCalls(t, s)
+		total += calls["evalsha"] + calls["eval"]
 	}
 	return total
 }
@@ -403,8 +370,7 @@ func queuedMutexWaiters(t testing.TB, ctx context.Context, c *Client, name strin
 func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient = 8, 2
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
@@ -441,15 +407,9 @@ func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 // expires that soon, and the others come back and take it.
 func TestMutexDeadWaiterPassedOver(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const expiry = 3 * time.Second
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	dead, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true}, WithLogger(quietLogger()))
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Heal(); dead.Close() })
+	dead, p := e.proxied(t)
 	holder, next := e.client(t), e.client(t)
 
 	l, err := holder.Mutex("dead-waiter").Lock(ctx)
@@ -461,16 +421,11 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 	p.Blackhole() // the first waiter is gone
 	require.NoError(t, l.Unlock(ctx))
 	released := time.Now()
-	select {
-	case nl := <-second:
-		require.NoError(t, nl.Err())
-		took := time.Since(released)
-		t.Logf("second waiter acquired %v after the release handed the lock to a dead first waiter (expiry %v)", took, expiry)
-		require.Less(t, took, expiry+2*time.Second)
-		require.NoError(t, nl.Unlock(ctx))
-	case <-time.After(20 * time.Second):
-		t.Fatal("waiters stalled behind a dead one")
-	}
+	nl := recv(t, second, 20*time.Second, "second waiter behind a dead one")
+	took := time.Since(released)
+	t.Logf("second waiter acquired %v after the release handed the lock to a dead first waiter (expiry %v)", took, expiry)
+	require.Less(t, took, expiry+2*time.Second)
+	require.NoError(t, nl.Unlock(ctx))
 	p.Heal()
 	fl := <-first
 	if fl.Err() == nil {
@@ -484,14 +439,11 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const expiry = time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
-		c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithWatchdogLease(30*time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		defer c.Close()
+		c := e.client(t, WithWatchdogLease(30*time.Second))
 		w := c.Mutex(t.Name(), WithWaiterExpiry(expiry)).Acquire(ctx)
 		eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
 		time.Sleep(100 * time.Millisecond) // the waiter's look once subscribed
@@ -512,8 +464,7 @@ func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 // only, not every lease its Client holds.
 func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const held = 20
 	c := e.client(t)
 	for i := range held {
@@ -545,8 +496,7 @@ func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
 // takes it with its own lease.
 func TestMutexFixedLeaseWaiterTakesItsOwnLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
 		l, err := holder.Mutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)

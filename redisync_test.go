@@ -84,13 +84,8 @@ func TestCloseLosesAndReleasesLeases(t *testing.T) {
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 
 		// The lock was released at once: b gets it without waiting for the lease.
-		select {
-		case nl := <-next:
-			require.NoError(t, nl.Err())
-			require.NoError(t, nl.Unlock(ctx))
-		case <-time.After(5 * time.Second):
-			t.Fatal("lock not released by Close")
-		}
+		nl := recv(t, next, 5*time.Second, "lock not released by Close")
+		require.NoError(t, nl.Unlock(ctx))
 		// a's waiter ended with ErrClosed.
 		require.ErrorIs(t, (<-waiting).Err(), ErrClosed)
 		_, err = a.Mutex(t.Name()).Lock(ctx)

@@ -28,6 +28,10 @@ func (b *backoff) next() time.Duration {
 // reset starts again from first: the operation succeeded.
 func (b *backoff) reset() { b.cur = 0 }
 
+// errorBackoff is the backoff of attempts that failed with errors: 10ms at
+// first, up to a second.
+func errorBackoff() backoff { return backoff{first: 10 * time.Millisecond, limit: time.Second} }
+
 // jitter is d less a random part of its lower half.
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)

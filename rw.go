@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -173,13 +171,6 @@ func (m *RWMutex) Name() string {
 	return m.name
 }
 
-func (m *RWMutex) check(ctx context.Context) error {
-	if m == nil {
-		return fmt.Errorf("%w: nil RWMutex", ErrInvalidArgument)
-	}
-	return checkHandle("RWMutex", m.c, m.err, ctx)
-}
-
 // RLock acquires a read lease, waiting as long as ctx allows: while a
 // writer holds the lock or waits for it (see RWMutex).
 //
@@ -193,20 +184,14 @@ func (m *RWMutex) check(ctx context.Context) error {
 // attempt whose outcome is unknown when ctx ends is waited for (half a
 // second at most) and undone.
 func (m *RWMutex) RLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.rlock(ctx, false)
+	return lockHandle(ctx, rwRead{m}, false)
 }
 
 // TryRLock makes a single attempt at a read lease. It returns ErrLocked
 // when a writer holds the lock or waits for it, and any error from Redis or
 // the connection at once.
 func (m *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	return m.rlock(ctx, true)
+	return lockHandle(ctx, rwRead{m}, true)
 }
 
 // RAcquire acquires a read lease in the background and delivers one Lease
@@ -214,12 +199,7 @@ func (m *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 // Mutex.Acquire, failure is a Lease whose Err is set, never a nil Lease,
 // and a lease acquired after ctx ended but before it was received is
 // released and reports ctx's error.
-func (m *RWMutex) RAcquire(ctx context.Context) <-chan *Lease {
-	if err := m.check(ctx); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.rlock(ctx, false) })
-}
+func (m *RWMutex) RAcquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, rwRead{m}) }
 
 // Lock acquires the write lease, waiting as long as ctx allows: until no
 // other writer holds it and every reader has left. While it waits, new
@@ -228,13 +208,7 @@ func (m *RWMutex) RAcquire(ctx context.Context) <-chan *Lease {
 // Errors are as for RLock, and ErrUpgrade is returned at once when ctx
 // carries a read lease of the lock but no write lease.
 func (m *RWMutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.upgrade(ctx); err != nil {
-		return nil, err
-	}
-	return m.lock(ctx, false)
+	return lockHandle(ctx, rwWrite{m}, false)
 }
 
 // TryLock makes a single attempt at the write lease. It returns ErrLocked
@@ -242,28 +216,38 @@ func (m *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 // release let in have yet to come), ErrUpgrade as Lock does, and any error
 // from Redis or the connection at once. It does not keep readers out.
 func (m *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.upgrade(ctx); err != nil {
-		return nil, err
-	}
-	return m.lock(ctx, true)
+	return lockHandle(ctx, rwWrite{m}, true)
 }
 
 // Acquire acquires the write lease in the background and delivers one
 // Lease on the returned channel, then closes it, as RAcquire does. An
 // upgrade is delivered at once as a Lease whose Err is ErrUpgrade.
-func (m *RWMutex) Acquire(ctx context.Context) <-chan *Lease {
-	err := m.check(ctx)
-	if err == nil {
-		err = m.upgrade(ctx)
+func (m *RWMutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, rwWrite{m}) }
+
+// rwRead and rwWrite are the read and the write side of an RWMutex, as
+// handles. A write acquisition with a context that carries only a read
+// lease of the lock is refused (ErrUpgrade) before it starts.
+type (
+	rwRead  struct{ m *RWMutex }
+	rwWrite struct{ m *RWMutex }
+)
+
+func (r rwRead) check(ctx context.Context) error { return r.m.check(ctx) }
+
+func (r rwRead) acquire(ctx context.Context, try bool) (*Lease, error) { return r.m.rlock(ctx, try) }
+
+func (r rwRead) spans() []*Client { return []*Client{r.m.c} }
+
+func (w rwWrite) check(ctx context.Context) error {
+	if err := w.m.check(ctx); err != nil {
+		return err
 	}
-	if err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return m.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return m.lock(ctx, false) })
+	return w.m.upgrade(ctx)
 }
+
+func (w rwWrite) acquire(ctx context.Context, try bool) (*Lease, error) { return w.m.lock(ctx, try) }
+
+func (w rwWrite) spans() []*Client { return []*Client{w.m.c} }
 
 // rwWriterKey finds, in a context, the innermost write lease of one
 // RWMutex of one Client, through read leases layered on it.
@@ -627,90 +611,3 @@ func (m *RWMutex) Locker() *Locker {
 // RLocker returns a sync.Locker whose Lock takes a read lease and whose
 // Unlock releases one, as sync.RWMutex.RLocker does.
 func (m *RWMutex) RLocker() *RLocker { return &RLocker{m: m} }
-
-// RLocker adapts the read side of an RWMutex to sync.Locker, for code that
-// wants Lock() and Unlock() without contexts or errors. Goroutines may share
-// one RLocker, as they share a sync.RWMutex's: each Lock takes a read lease
-// of its own and each Unlock releases the latest one still held (read
-// leases are interchangeable). Its Lock is not reentrant: while a writer
-// waits, it waits too.
-//
-// sync.Locker has no way to report errors, so: Lock waits through
-// connection errors (logging them) until it acquires; it returns without a
-// lease only on errors that waiting cannot cure (the Client is closed, the
-// lock is invalid, one of its keys holds something else), which Err then
-// reports. Unlock of an RLocker that holds nothing, or whose lease was
-// lost, logs the error. A lost lease is not noticed by code that only calls
-// Lock and Unlock: watch Lease().Lost() in long critical sections.
-type RLocker struct {
-	m      *RWMutex
-	mu     sync.Mutex
-	leases []*Lease
-	err    error
-}
-
-// Lock acquires a read lease, waiting as long as it takes.
-func (l *RLocker) Lock() {
-	if l == nil {
-		return
-	}
-	lease, err := l.m.RLock(context.Background())
-	l.mu.Lock()
-	if err == nil {
-		l.leases = append(l.leases, lease)
-	}
-	l.err = err
-	l.mu.Unlock()
-	if err != nil {
-		l.logger().Error("redisync: RLocker.Lock returns without the lock", "name", l.m.Name(), "err", err)
-	}
-}
-
-// Unlock releases the latest read lease taken by Lock and not yet
-// released.
-func (l *RLocker) Unlock() {
-	if l == nil {
-		return
-	}
-	l.mu.Lock()
-	var lease *Lease
-	if n := len(l.leases); n > 0 {
-		lease = l.leases[n-1]
-		l.leases[n-1] = nil
-		l.leases = l.leases[:n-1]
-	}
-	l.mu.Unlock()
-	if err := lease.Unlock(context.Background()); err != nil {
-		l.logger().Error("redisync: RLocker.Unlock", "name", l.m.Name(), "err", err)
-	}
-}
-
-func (l *RLocker) logger() *slog.Logger {
-	if l.m != nil && l.m.c != nil {
-		return l.m.c.log
-	}
-	return slog.Default()
-}
-
-// Lease returns the latest read lease held through the RLocker, or nil.
-func (l *RLocker) Lease() *Lease {
-	if l == nil {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.leases); n > 0 {
-		return l.leases[n-1]
-	}
-	return nil
-}
-
-// Err returns why the last Lock returned without a lease, or nil.
-func (l *RLocker) Err() error {
-	if l == nil {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}

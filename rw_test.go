@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,10 +14,6 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
-
-	"github.com/redisync/redisync/internal/faultproxy"
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 // rwLeft returns the keys of the lock that exist, its fence key aside.
@@ -59,25 +54,6 @@ func waitState(t testing.TB, m *RWMutex, cond func(RWMutexState) bool, msg strin
 		last = st
 		return cond(st)
 	}, "%s; last state %+v", msg, &last)
-}
-
-// pending reports whether an Acquire channel has delivered nothing yet.
-func pending(ch <-chan *Lease) bool {
-	return len(ch) == 0
-}
-
-// recv waits for an Acquire channel's lease and requires it to hold.
-func recv(t testing.TB, ch <-chan *Lease, within time.Duration, what string) *Lease {
-	t.Helper()
-	select {
-	case l := <-ch:
-		require.NotNil(t, l)
-		require.NoError(t, l.Err(), what)
-		return l
-	case <-time.After(within):
-		t.Fatalf("%s: nothing within %v", what, within)
-		return nil
-	}
 }
 
 func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
@@ -146,7 +122,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 		require.Greater(t, l.Token(), wl.Token())
 		require.NoError(t, l.Unlock(ctx))
 		requireRWFree(t, e, rc, ma)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -154,8 +130,7 @@ func TestRWMutexExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, readersPer, writersPer = 4, 3, 1
 		const readRounds, writeRounds = 30, 10
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		counterKey := "rwcounter:{" + t.Name() + "}"
 		rc := e.rueidisClient(t)
 		rc.Do(ctx, rc.B().Del().Key(counterKey).Build())
@@ -307,8 +282,7 @@ func readStream(t *testing.T, m *RWMutex, n int, hold time.Duration, stop <-chan
 
 func TestRWMutexWriterNotStarved(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		m := e.client(t).RWMutex(t.Name())
 		stop := make(chan struct{})
 		reads, inside, wait := readStream(t, m, 3, 20*time.Millisecond, stop)
@@ -346,36 +320,22 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 
 func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		var writes atomic.Int64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for range 2 {
 			m := e.client(t).RWMutex(t.Name())
 			for range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						l, err := m.Lock(ctx)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						writes.Add(1)
-						time.Sleep(20 * time.Millisecond)
-						if err := l.Unlock(ctx); err != nil {
-							t.Error(err)
-							return
-						}
+				repeatUntil(t, &wg, stop, func() error {
+					l, err := m.Lock(ctx)
+					if err != nil {
+						return err
 					}
-				}()
+					writes.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					return l.Unlock(ctx)
+				})
 			}
 		}
 		defer func() {
@@ -454,8 +414,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 
 func TestRWMutexUpgradeRefused(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
 		m := e.client(t).RWMutex(t.Name())
 		r, err := m.RLock(ctx)
@@ -466,7 +425,7 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 		require.Nil(t, l)
 		_, err = m.TryLock(r.Context())
 		require.ErrorIs(t, err, ErrUpgrade)
-		al := recv2(t, m.Acquire(r.Context()))
+		al := delivered(t, m.Acquire(r.Context()))
 		require.ErrorIs(t, al.Err(), ErrUpgrade)
 		require.ErrorIs(t, al.Unlock(ctx), ErrNotHeld)
 		// A context derived from the read lease's is refused as well.
@@ -494,25 +453,9 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 	})
 }
 
-// recv2 receives Acquire's one Lease, failed or not.
-func recv2(t testing.TB, ch <-chan *Lease) *Lease {
-	t.Helper()
-	select {
-	case l := <-ch:
-		require.NotNil(t, l)
-		_, open := <-ch
-		require.False(t, open, "more than one Lease")
-		return l
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire delivered nothing")
-		return nil
-	}
-}
-
 func TestRWMutexReentrant(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
@@ -547,23 +490,12 @@ func TestRWMutexReentrant(t *testing.T) {
 		require.NoError(t, wl.Unlock(ctx))
 
 		// Writes: re-entries share the ownership and token, nested.
-		var depth func(ctx context.Context, n int) error
-		depth = func(ctx context.Context, n int) error {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			defer l.Unlock(context.Background())
-			if n > 0 {
-				return depth(l.Context(), n-1)
-			}
+		require.NoError(t, nested(ctx, m.Lock, 4, func() {
 			st, err := m.Inspect(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 4, st.WriteHolds)
 			require.Zero(t, st.Readers)
-			return nil
-		}
-		require.NoError(t, depth(ctx, 3))
+		}))
 		// Another client's context does not re-enter.
 		l, err := m.Lock(ctx)
 		require.NoError(t, err)
@@ -591,13 +523,7 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		for _, r := range []*Lease{r1, r2} {
-			select {
-			case <-r.Lost():
-			case <-time.After(5 * time.Second):
-				t.Fatal("read lease not lost after ForceUnlock")
-			}
-			require.ErrorIs(t, r.Err(), ErrExpired)
-			require.ErrorIs(t, context.Cause(r.Context()), ErrExpired)
+			requireLost(t, r, 5*time.Second, ErrExpired)
 			err := r.Unlock(ctx)
 			require.ErrorIs(t, err, ErrNotHeld)
 			require.ErrorIs(t, err, ErrExpired)
@@ -609,12 +535,7 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		ok, err = m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		select {
-		case <-w.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("write lease not lost after ForceUnlock")
-		}
-		require.ErrorIs(t, w.Err(), ErrExpired)
+		requireLost(t, w, 5*time.Second, ErrExpired)
 		ok, err = m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.False(t, ok, "nothing to break")
@@ -647,20 +568,14 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 
 func TestRWMutexFixedLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		m := e.client(t).RWMutex(t.Name(), WithFixedLease(400*time.Millisecond))
 		r, err := m.RLock(ctx)
 		require.NoError(t, err)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.LessOrEqual(t, st.ReadTTL, 400*time.Millisecond)
-		select {
-		case <-r.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("fixed read lease never reported lost")
-		}
-		require.ErrorIs(t, r.Err(), ErrExpired)
+		requireLost(t, r, 5*time.Second, ErrExpired)
 		// The writer gets in once the share ran out, woken by its timer.
 		w, err := e.client(t).RWMutex(t.Name()).Lock(ctx)
 		require.NoError(t, err)
@@ -682,16 +597,9 @@ func TestRWMutexFixedLease(t *testing.T) {
 
 func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 	e := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	const lease = time.Second
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	crashing, err := Dial(rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true},
-		WithWatchdogLease(lease), WithLogger(quietLogger()))
-	require.NoError(t, err)
-	t.Cleanup(func() { crashing.Close() })
+	crashing, p := e.proxied(t, WithWatchdogLease(lease))
 	healthy := e.client(t, WithWatchdogLease(lease))
 	const name = "reader-crash"
 	m := healthy.RWMutex(name)
@@ -710,12 +618,7 @@ func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 	waitState(t, m, func(s RWMutexState) bool { return s.Readers == 1 }, "the dead reader's share stayed")
 	gone := time.Since(crashed)
 	t.Logf("dead share gone %v after the crash (lease %v)", gone, lease)
-	select {
-	case <-dead.Lost():
-		require.ErrorIs(t, dead.Err(), ErrConnectionLost)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the silent reader did not learn it lost its share")
-	}
+	requireLost(t, dead, 5*time.Second, ErrConnectionLost)
 	// Several leases later the live reader still holds its share.
 	time.Sleep(3 * lease)
 	require.NoError(t, alive.Err())
@@ -736,8 +639,7 @@ func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 
 func TestRWMutexWaitingWriterDies(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
 		r, err := m.RLock(ctx)
@@ -778,8 +680,7 @@ func slowFallback(m *RWMutex) *RWMutex {
 func TestRWMutexWakeUps(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const readers = 10
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		rc := e.rueidisClient(t)
 		holder := e.client(t)
 		hm := holder.RWMutex(t.Name())
@@ -840,12 +741,12 @@ func TestRWMutexWakeUps(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		require.True(t, pending(r2), "a new reader overtook a waiting writer")
 		wcancel()
-		require.ErrorIs(t, recv2(t, w2ch).Err(), context.Canceled)
+		require.ErrorIs(t, delivered(t, w2ch).Err(), context.Canceled)
 		rl2 := recv(t, r2, 10*time.Second, "reader after the waiting writer gave up")
 		require.NoError(t, rl.Unlock(ctx))
 		require.NoError(t, rl2.Unlock(ctx))
 		requireRWFree(t, e, rc, hm)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 	})
 }
 
@@ -966,8 +867,7 @@ func TestRWMutexLocker(t *testing.T) {
 // nothing was acquired.
 func requireRWAllFail(t *testing.T, m *RWMutex, want error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := withTimeout(t, 10*time.Second)
 	for what, f := range map[string]func(context.Context) (*Lease, error){
 		"RLock": m.RLock, "TryRLock": m.TryRLock, "Lock": m.Lock, "TryLock": m.TryLock,
 	} {
@@ -981,8 +881,8 @@ func requireRWAllFail(t *testing.T, m *RWMutex, want error) {
 	ok, err := m.ForceUnlock(ctx)
 	require.ErrorIs(t, err, want, "ForceUnlock")
 	require.False(t, ok)
-	requireFailedLease(t, recvLease(t, m.RAcquire(ctx)), want)
-	requireFailedLease(t, recvLease(t, m.Acquire(ctx)), want)
+	requireFailedLease(t, delivered(t, m.RAcquire(ctx)), want)
+	requireFailedLease(t, delivered(t, m.Acquire(ctx)), want)
 }
 
 func TestRWMutexBadInput(t *testing.T) {
@@ -1010,8 +910,8 @@ func TestRWMutexBadInput(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		_, err = m.ForceUnlock(nilCtx)
 		require.ErrorIs(t, err, ErrInvalidArgument)
-		requireFailedLease(t, recvLease(t, m.RAcquire(nilCtx)), ErrInvalidArgument)
-		requireFailedLease(t, recvLease(t, m.Acquire(nilCtx)), ErrInvalidArgument)
+		requireFailedLease(t, delivered(t, m.RAcquire(nilCtx)), ErrInvalidArgument)
+		requireFailedLease(t, delivered(t, m.Acquire(nilCtx)), ErrInvalidArgument)
 
 		done, cancel := context.WithCancel(ctx)
 		cancel()
@@ -1019,8 +919,8 @@ func TestRWMutexBadInput(t *testing.T) {
 			_, err := f(done)
 			require.ErrorIs(t, err, context.Canceled)
 		}
-		requireFailedLease(t, recvLease(t, m.RAcquire(done)), context.Canceled)
-		requireFailedLease(t, recvLease(t, m.Acquire(done)), context.Canceled)
+		requireFailedLease(t, delivered(t, m.RAcquire(done)), context.Canceled)
+		requireFailedLease(t, delivered(t, m.Acquire(done)), context.Canceled)
 		requireRWFree(t, e, rc, m)
 
 		// Odd names work and keep their keys in one slot.
@@ -1071,8 +971,7 @@ func TestRWMutexBadInput(t *testing.T) {
 
 func TestRWMutexWrongType(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
@@ -1102,8 +1001,8 @@ func TestRWMutexWrongType(t *testing.T) {
 					_, err := f(ctx)
 					require.ErrorIs(t, err, ErrWrongType, what)
 				}
-				requireFailedLease(t, recvLease(t, m.RAcquire(ctx)), ErrWrongType)
-				requireFailedLease(t, recvLease(t, m.Acquire(ctx)), ErrWrongType)
+				requireFailedLease(t, delivered(t, m.RAcquire(ctx)), ErrWrongType)
+				requireFailedLease(t, delivered(t, m.Acquire(ctx)), ErrWrongType)
 				_, err := m.Inspect(ctx)
 				require.ErrorIs(t, err, ErrWrongType, "Inspect")
 				_, err = m.ForceUnlock(ctx)
@@ -1125,127 +1024,63 @@ func TestRWMutexWrongType(t *testing.T) {
 }
 
 func TestRWMutexCancellationsLeaveNothing(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		ignore := goleak.IgnoreCurrent()
-		total := soak(6000, 60000)
-		const prefix = "rwcancel"
-		names := []string{"a", "b", "c", "{d}"}
-		var clients []*Client
-		for range 3 {
-			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-			require.NoError(t, err)
-			clients = append(clients, c)
+	names := []string{"a", "b", "c", "{d}"}
+	// Mostly too short to acquire, now and then long enough to wait behind
+	// others.
+	wait := func() time.Duration {
+		if rand.IntN(4) == 0 {
+			return 10 * rand.N(5*time.Millisecond)
 		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		left := total
+		return rand.N(5 * time.Millisecond)
+	}
+	eachEnv(t, func(t *testing.T, e *env) {
 		var reads, writes, violations atomic.Int64
 		var inside [4]struct{ readers, writers atomic.Int32 }
-		for i := range 24 {
-			c := clients[i%len(clients)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					mu.Lock()
-					if left == 0 {
-						mu.Unlock()
-						return
-					}
-					left--
-					mu.Unlock()
-					n := rand.IntN(len(names))
-					m := c.RWMutex(names[n])
-					// Mostly too short to acquire, now and then long enough
-					// to wait behind others.
-					timeout := time.Duration(rand.IntN(5000)) * time.Microsecond
-					if rand.IntN(4) == 0 {
-						timeout *= 10
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), timeout)
-					write := rand.IntN(3) == 0
-					var l *Lease
-					switch op := rand.IntN(3); {
-					case write && op == 0:
-						l, _ = m.Lock(ctx)
-					case write && op == 1:
-						l, _ = m.TryLock(ctx)
-					case write:
-						select {
-						case l = <-m.Acquire(ctx):
-						case <-ctx.Done():
-						}
-					case op == 0:
-						l, _ = m.RLock(ctx)
-					case op == 1:
-						l, _ = m.TryRLock(ctx)
-					default:
-						select {
-						case l = <-m.RAcquire(ctx):
-						case <-ctx.Done():
-						}
-					}
-					if l != nil && l.Err() == nil {
-						in := &inside[n]
-						if write {
-							writes.Add(1)
-							if in.writers.Add(1) != 1 || in.readers.Load() != 0 {
-								violations.Add(1)
-							}
-						} else {
-							reads.Add(1)
-							if in.readers.Add(1); in.writers.Load() != 0 {
-								violations.Add(1)
-							}
-						}
-						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-						if write {
-							in.writers.Add(-1)
-						} else {
-							in.readers.Add(-1)
-						}
-						if err := l.Unlock(context.Background()); err != nil && !strings.Contains(err.Error(), "not held") {
-							t.Error(err)
-						}
-					}
-					cancel()
+		cancellations(t, e, "rwcancel", soak(6000, 60000), wait, func(ctx context.Context, c *Client, _ []*Client) (*Lease, error) {
+			n := rand.IntN(len(names))
+			m := c.RWMutex(names[n])
+			write := rand.IntN(3) == 0
+			acquire := oneOf(m.RLock, m.TryRLock, waited(m.RAcquire))
+			if write {
+				acquire = oneOf(m.Lock, m.TryLock, waited(m.Acquire))
+			}
+			l, err := acquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			in := &inside[n]
+			if write {
+				writes.Add(1)
+				if in.writers.Add(1) != 1 || in.readers.Load() != 0 {
+					violations.Add(1)
 				}
-			}()
-		}
-		wg.Wait()
-		t.Logf("%d attempts: %d reads, %d writes", total, reads.Load(), writes.Load())
+			} else {
+				reads.Add(1)
+				if in.readers.Add(1); in.writers.Load() != 0 {
+					violations.Add(1)
+				}
+			}
+			time.Sleep(rand.N(200 * time.Microsecond))
+			if write {
+				in.writers.Add(-1)
+			} else {
+				in.readers.Add(-1)
+			}
+			return l, nil
+		})
+		t.Logf("%d reads, %d writes", reads.Load(), writes.Load())
 		require.NotZero(t, reads.Load())
 		require.NotZero(t, writes.Load())
 		require.Zero(t, violations.Load(), "readers and writers overlapped")
-		eventually(t, 10*time.Second, func() bool {
-			for _, k := range e.keys(t, prefix+":*") {
-				if !strings.HasPrefix(k, prefix+":rwfence:") {
-					return false
-				}
-			}
-			return true
-		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
-		for _, c := range clients {
-			require.NoError(t, c.Close())
-		}
-		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
 	})
 }
 
 func TestRWMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
-	ignore := goleak.IgnoreCurrent()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	noLeak := leakCheck(t)
+	ctx := withTimeout(t, time.Minute)
 	const locks = 3
-	dial := func() *Client {
-		c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true},
-			WithWatchdogLease(time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		return c
-	}
-	holder, waiter := dial(), dial()
+	holder, waiter := e.client(t, WithWatchdogLease(time.Second)), e.client(t, WithWatchdogLease(time.Second))
 	var held []*Lease
 	var writers, readers []<-chan *Lease
 	for i := range locks {
@@ -1266,12 +1101,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {
-		select {
-		case <-l.Lost():
-		case <-time.After(10 * time.Second):
-			t.Fatal("reader did not notice the restart")
-		}
-		require.True(t, errorsIsAny(l.Err(), ErrExpired, ErrConnectionLost), "reason: %v", l.Err())
+		requireLost(t, l, 10*time.Second, ErrExpired, ErrConnectionLost)
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	}
 	// The restart took the writers' registrations too: whoever looks
@@ -1282,20 +1112,13 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		m := waiter.RWMutex(fmt.Sprintf("rwrestart:%d", i))
 		requireRWFree(t, e, rc, m)
 	}
-	require.NoError(t, holder.Close())
-	require.NoError(t, waiter.Close())
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
-	goleak.VerifyNone(t, append(rueidisLingering, ignore,
-		goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
+	e.requireNoSubscriptions(t)
+	noLeak([]*Client{holder, waiter}, restartedServer)
 }
 
 func TestRWMutexReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
+	replica := e.replica(t)
 	ctx := context.Background()
 	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	m := c.RWMutex("rwacked")

@@ -144,13 +144,6 @@ func (s *Semaphore) Name() string {
 	return s.name
 }
 
-func (s *Semaphore) check(ctx context.Context) error {
-	if s == nil {
-		return fmt.Errorf("%w: nil Semaphore", ErrInvalidArgument)
-	}
-	return checkHandle("Semaphore", s.c, s.err, ctx)
-}
-
 // checkN checks a number of permits to acquire.
 func (s *Semaphore) checkN(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
@@ -256,10 +249,7 @@ func (s *Semaphore) size(ctx context.Context, mode string, v int) (code, prev, n
 // ended while an attempt was on its way to Redis, Lock waits for its
 // outcome (half a second at most) and undoes it before returning.
 func (s *Semaphore) Lock(ctx context.Context, n int) (*Lease, error) {
-	if err := s.checkN(ctx, n); err != nil {
-		return nil, err
-	}
-	return s.acquire(ctx, n, false)
+	return lockHandle(ctx, permits{s, n}, false)
 }
 
 // TryLock makes a single attempt to acquire n permits. It returns
@@ -267,10 +257,7 @@ func (s *Semaphore) Lock(ctx context.Context, n int) (*Lease, error) {
 // queued waiters, other errors as Lock does (connection errors at once),
 // and never queues.
 func (s *Semaphore) TryLock(ctx context.Context, n int) (*Lease, error) {
-	if err := s.checkN(ctx, n); err != nil {
-		return nil, err
-	}
-	return s.acquire(ctx, n, true)
+	return lockHandle(ctx, permits{s, n}, true)
 }
 
 // Acquire acquires n permits in the background, as Lock does, and
@@ -283,11 +270,22 @@ func (s *Semaphore) TryLock(ctx context.Context, n int) (*Lease, error) {
 // Lease reports ctx's error; so receiving a Lease whose ctx has ended,
 // check Err.
 func (s *Semaphore) Acquire(ctx context.Context, n int) <-chan *Lease {
-	if err := s.checkN(ctx, n); err != nil {
-		return (*Client)(nil).acquireAsync(ctx, err, nil)
-	}
-	return s.c.acquireAsync(ctx, nil, func(ctx context.Context) (*Lease, error) { return s.acquire(ctx, n, false) })
+	return acquireHandle(ctx, permits{s, n})
 }
+
+// permits is an acquisition of n permits of s, as a handle.
+type permits struct {
+	s *Semaphore
+	n int
+}
+
+func (p permits) check(ctx context.Context) error { return p.s.checkN(ctx, p.n) }
+
+func (p permits) acquire(ctx context.Context, try bool) (*Lease, error) {
+	return p.s.acquire(ctx, p.n, try)
+}
+
+func (p permits) spans() []*Client { return []*Client{p.s.c} }
 
 // acquire runs the acquisition loop for n permits.
 func (s *Semaphore) acquire(ctx context.Context, n int, try bool) (*Lease, error) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,9 +14,6 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
-
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 // semState inspects s, failing the test on error.
@@ -33,18 +29,6 @@ func semWaitQueued(t testing.TB, s *Semaphore, n int) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() bool { return semState(t, s).Waiters == n },
 		"waiters never queued: want %d, have %+v", n, semState(t, s))
-}
-
-// semRecv receives the Lease an Acquire delivers, failing after d.
-func semRecv(t testing.TB, ch <-chan *Lease, d time.Duration) *Lease {
-	t.Helper()
-	select {
-	case l := <-ch:
-		return l
-	case <-time.After(d):
-		t.Fatalf("no Lease within %v", d)
-		return nil
-	}
 }
 
 // semNotYet checks that ch has delivered nothing.
@@ -134,7 +118,7 @@ func TestSemaphoreSize(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		_, err = s.TryLock(ctx, 1)
 		require.ErrorIs(t, err, ErrNoSize)
-		require.ErrorIs(t, semRecv(t, s.Acquire(ctx, 1), 10*time.Second).Err(), ErrNoSize)
+		require.ErrorIs(t, delivered(t, s.Acquire(ctx, 1)).Err(), ErrNoSize)
 		_, err = s.AddSize(ctx, 1)
 		require.ErrorIs(t, err, ErrNoSize)
 		require.Equal(t, SemaphoreState{}, semState(t, s))
@@ -175,18 +159,18 @@ func TestSemaphoreSize(t *testing.T) {
 		// Growing wakes the waiter once its permits fit.
 		_, err = s.SetSize(ctx, 5)
 		require.NoError(t, err)
-		wl := semRecv(t, w, 10*time.Second)
+		wl := delivered(t, w)
 		require.NoError(t, wl.Err())
 		// Shrinking below what a waiter asks for makes it fail.
 		w = s.Acquire(ctx, 4)
 		semWaitQueued(t, s, 1)
 		_, err = s.SetSize(ctx, 3)
 		require.NoError(t, err)
-		require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrInvalidArgument)
+		require.ErrorIs(t, delivered(t, w).Err(), ErrInvalidArgument)
 		require.NoError(t, l.Unlock(ctx))
 		require.NoError(t, wl.Unlock(ctx))
 		require.Zero(t, semState(t, s).Waiters)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
@@ -217,7 +201,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 				require.ErrorIs(t, err, ErrInvalidArgument)
 				_, err = bad.TryLock(ctx, 1)
 				require.ErrorIs(t, err, ErrInvalidArgument)
-				requireFailedLease(t, recvLease(t, bad.Acquire(ctx, 1)), ErrInvalidArgument)
+				requireFailedLease(t, delivered(t, bad.Acquire(ctx, 1)), ErrInvalidArgument)
 				_, err = bad.TrySetSize(ctx, 1)
 				require.ErrorIs(t, err, ErrInvalidArgument)
 				_, err = bad.SetSize(ctx, 1)
@@ -238,7 +222,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidArgument, "Lock(%d)", n)
 		_, err = s.TryLock(ctx, n)
 		require.ErrorIs(t, err, ErrInvalidArgument, "TryLock(%d)", n)
-		requireFailedLease(t, recvLease(t, s.Acquire(ctx, n)), ErrInvalidArgument)
+		requireFailedLease(t, delivered(t, s.Acquire(ctx, n)), ErrInvalidArgument)
 	}
 	_, err = s.Lock(ctx, 3)
 	require.ErrorIs(t, err, ErrInvalidArgument, "more than the size")
@@ -303,8 +287,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const size, clients, perClient = 5, 3, 4
 		rounds := soak(30, 300)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, 2*time.Minute)
 		var inside, peak atomic.Int64
 		var overs atomic.Int32
 		var wg sync.WaitGroup
@@ -358,7 +341,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 		t.Logf("peak %d of %d permits held", peak.Load(), size)
 		s := e.client(t).Semaphore(t.Name())
 		require.Equal(t, SemaphoreState{Size: size, Available: size}, semState(t, s))
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
@@ -367,8 +350,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 // waiter and with nobody waiting, without another operation running.
 func TestSemaphoreCrashedHolder(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		const lease = 600 * time.Millisecond
 		// The holder's connection goes away: it can neither renew nor
 		// release.
@@ -421,8 +403,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 // message, not at its next periodic look.
 func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		const size = 3
 		holders := e.client(t).Semaphore(t.Name())
 		_, err := holders.TrySetSize(ctx, size)
@@ -447,7 +428,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 			}
 			start := time.Now()
 			require.NoError(t, held[size-1].Unlock(ctx))
-			bl := semRecv(t, big, 10*time.Second)
+			bl := delivered(t, big)
 			woken := time.Since(start)
 			require.NoError(t, bl.Err())
 			// Queued places are renewed every second: a waiter that missed
@@ -455,7 +436,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 			require.Less(t, woken, 500*time.Millisecond, "round %d: woken late", round)
 			semNotYet(t, two, "2 permits while 3 are held")
 			require.NoError(t, bl.Unlock(ctx))
-			tl := semRecv(t, two, 10*time.Second)
+			tl := delivered(t, two)
 			require.NoError(t, tl.Err())
 			require.NoError(t, tl.Unlock(ctx))
 		}
@@ -469,8 +450,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const size, smallers = 4, 8
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		var grants sync.Mutex
 		var smallAt []time.Time
 		stop := make(chan struct{})
@@ -481,30 +461,17 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 				_, err := s.TrySetSize(ctx, size)
 				require.NoError(t, err)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					l, err := s.Lock(ctx, 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					grants.Lock()
-					smallAt = append(smallAt, time.Now())
-					grants.Unlock()
-					time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
-					if err := l.Unlock(ctx); err != nil {
-						t.Error(err)
-						return
-					}
+			repeatUntil(t, &wg, stop, func() error {
+				l, err := s.Lock(ctx, 1)
+				if err != nil {
+					return err
 				}
-			}()
+				grants.Lock()
+				smallAt = append(smallAt, time.Now())
+				grants.Unlock()
+				time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
+				return l.Unlock(ctx)
+			})
 		}
 		// The stream keeps every permit busy most of the time.
 		time.Sleep(300 * time.Millisecond)
@@ -536,7 +503,7 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 		// they would pass it hundreds of times a second.)
 		require.LessOrEqual(t, passed, 2*smallers, "small acquisitions passed the large one")
 		require.Greater(t, total, 2*smallers, "the stream of small acquisitions ran")
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, big)
 	})
 }
@@ -545,8 +512,7 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 // expires), and the waiters behind them move up.
 func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		s := e.client(t).Semaphore(t.Name())
 		_, err := s.TrySetSize(ctx, 3)
 		require.NoError(t, err)
@@ -563,8 +529,8 @@ func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 		semNotYet(t, small, "a small waiter behind a large one")
 		start := time.Now()
 		bigCancel()
-		require.ErrorIs(t, semRecv(t, big, 10*time.Second).Err(), context.Canceled)
-		sl := semRecv(t, small, 10*time.Second)
+		require.ErrorIs(t, delivered(t, big).Err(), context.Canceled)
+		sl := delivered(t, small)
 		require.NoError(t, sl.Err())
 		require.Less(t, time.Since(start), time.Second, "the small waiter waited for the large one's place to expire")
 
@@ -604,10 +570,10 @@ func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 		eventually(t, 10*time.Second, func() bool { return semState(t, s).Acquired == 3 }, "Acquire never acquired")
 		acancel()
 		eventually(t, 10*time.Second, func() bool { return semState(t, s).Acquired == 0 }, "unreceived permits not given back")
-		ul := semRecv(t, unreceived, time.Second)
+		ul := delivered(t, unreceived)
 		// The lease reports it once the release returned.
 		eventually(t, 10*time.Second, func() bool { return errors.Is(ul.Err(), context.Canceled) }, "unreceived lease: %v", ul.Err())
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
@@ -653,8 +619,7 @@ func TestSemaphoreAndLatchOddNames(t *testing.T) {
 // A waiter whose process died is passed over once its place expires.
 func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 	e := standaloneEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	s := e.client(t).Semaphore(t.Name())
 	_, err := s.TrySetSize(ctx, 2)
 	require.NoError(t, err)
@@ -684,11 +649,7 @@ func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 
 func TestSemaphoreReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
+	replica := e.replica(t)
 	ctx := context.Background()
 	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	s := c.Semaphore("acked")
@@ -730,12 +691,7 @@ func TestSemaphoreFixedLeaseExpires(t *testing.T) {
 		st := semState(t, s)
 		require.Len(t, st.Holders, 1)
 		require.LessOrEqual(t, st.Holders[0].TTL, 400*time.Millisecond)
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("fixed lease never reported lost")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		other := e.client(t).Semaphore(t.Name())
 		eventually(t, 5*time.Second, func() bool {
 			l2, err := other.TryLock(ctx, 1)
@@ -778,8 +734,7 @@ func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 
 func TestSemaphoreDeleteAndClose(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := withTimeout(t, time.Minute)
 		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
 		s := c.Semaphore(t.Name())
 		_, err := s.TrySetSize(ctx, 2)
@@ -791,13 +746,8 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 		ok, err := s.Delete(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrNoSize, "a waiter of a deleted semaphore")
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("holder of a deleted semaphore not lost")
-		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
+		require.ErrorIs(t, delivered(t, w).Err(), ErrNoSize, "a waiter of a deleted semaphore")
+		requireLost(t, l, 5*time.Second, ErrExpired)
 		ok, err = s.Delete(ctx)
 		require.NoError(t, err)
 		require.False(t, ok)
@@ -813,117 +763,56 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 		require.Equal(t, SemaphoreState{Size: 2, Available: 2}, semState(t, s))
 		_, err = closing.Semaphore(t.Name()).Lock(ctx, 1)
 		require.ErrorIs(t, err, ErrClosed)
-		eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+		e.requireNoSubscriptions(t)
 		semNoKeysLeft(t, e, s)
 	})
 }
 
 func TestSemaphoreCancellationsLeaveNothing(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ignore := goleak.IgnoreCurrent()
-		total := soak(6000, 60000)
+		noLeak := leakCheck(t)
 		const prefix = "semcancel"
 		const size = 3
 		names := []string{"a", "b", "{c}"}
-		var clients []*Client
-		for range 3 {
-			c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-			require.NoError(t, err)
-			clients = append(clients, c)
-		}
+		clients := e.clients(t, 3, WithPrefix(prefix))
 		ctx := context.Background()
+		inside := make(map[string]*atomic.Int64)
 		for _, name := range names {
 			_, err := clients[0].Semaphore(name).TrySetSize(ctx, size)
 			require.NoError(t, err)
-		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		left := total
-		acquired, opened := 0, 0
-		inside := make(map[string]*atomic.Int64)
-		for _, name := range names {
 			inside[name] = new(atomic.Int64)
 		}
-		var overs atomic.Int32
-		for i := range 24 {
-			c := clients[i%len(clients)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					mu.Lock()
-					if left == 0 {
-						mu.Unlock()
-						return
-					}
-					left--
-					mu.Unlock()
-					name := names[rand.IntN(len(names))]
-					// Deadlines that end at every step of an acquisition,
-					// up to a few round trips.
-					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(5000))*time.Microsecond)
-					if i%4 == 3 {
-						// Latches: wait with a deadline, count down, set again.
-						lt := c.Latch(name)
-						switch rand.IntN(3) {
-						case 0:
-							if lt.Wait(ctx) == nil {
-								mu.Lock()
-								opened++
-								mu.Unlock()
-							}
-						case 1:
-							select {
-							case <-lt.Done(ctx):
-							case <-ctx.Done():
-							}
-						default:
-							// A connection dialed for a command whose context
-							// ended fails the others waiting for it too:
-							// such errors are retried by callers.
-							if _, err := lt.CountDown(context.Background()); err != nil && !transient(err) {
-								t.Error(err)
-							}
-							if _, err := lt.TrySetCount(context.Background(), 1+rand.IntN(3)); err != nil && !transient(err) {
-								t.Error(err)
-							}
-						}
-						cancel()
-						continue
-					}
-					s := c.Semaphore(name)
-					n := 1 + rand.IntN(size)
-					var l *Lease
-					switch rand.IntN(3) {
-					case 0:
-						l, _ = s.Lock(ctx, n)
-					case 1:
-						select {
-						case l = <-s.Acquire(ctx, n):
-						case <-ctx.Done():
-						}
-					default:
-						l, _ = s.TryLock(ctx, n)
-					}
-					if l != nil && l.Err() == nil {
-						if inside[name].Add(int64(n)) > size {
-							overs.Add(1)
-						}
-						mu.Lock()
-						acquired++
-						mu.Unlock()
-						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-						inside[name].Add(-int64(n))
-						if err := l.Unlock(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
-							t.Error(err)
-						}
-					}
-					cancel()
+		total := soak(6000, 60000)
+		var opened, overs atomic.Int64
+		// Deadlines that end at every step of an acquisition, up to a few
+		// round trips.
+		acquired := churn(t, total, 24, below(5*time.Millisecond), func(ctx context.Context, w int) (*Lease, error) {
+			c, name := clients[w%len(clients)], names[rand.IntN(len(names))]
+			if w%4 == 3 {
+				// Latches: wait with a deadline, count down, set again.
+				if latchChurn(t, ctx, c.Latch(name)) {
+					opened.Add(1)
 				}
-			}()
-		}
-		wg.Wait()
-		t.Logf("%d attempts, %d acquisitions, %d latch waits saw it open", total, acquired, opened)
+				return nil, errNoLease
+			}
+			s := c.Semaphore(name)
+			n := 1 + rand.IntN(size)
+			l, err := oneOf(
+				func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, n) },
+				waited(func(ctx context.Context) <-chan *Lease { return s.Acquire(ctx, n) }),
+				func(ctx context.Context) (*Lease, error) { return s.TryLock(ctx, n) },
+			)(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if inside[name].Add(int64(n)) > size {
+				overs.Add(1)
+			}
+			time.Sleep(rand.N(200 * time.Microsecond))
+			inside[name].Add(-int64(n))
+			return l, nil
+		})
+		t.Logf("%d attempts, %d acquisitions, %d latch waits saw it open", total, acquired, opened.Load())
 		require.NotZero(t, acquired)
 		require.Zero(t, overs.Load(), "permits oversubscribed")
 		for _, c := range clients {
@@ -931,8 +820,7 @@ func TestSemaphoreCancellationsLeaveNothing(t *testing.T) {
 		}
 		// Every abandoned acquisition gave its permits and its queue place
 		// back; what is left is the sizes and the closed latches.
-		check, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix(prefix), WithLogger(quietLogger()))
-		require.NoError(t, err)
+		check := e.client(t, WithPrefix(prefix))
 		for _, name := range names {
 			st := semState(t, check.Semaphore(name))
 			require.Equal(t, SemaphoreState{Size: size, Available: size}, st, "semaphore %q", name)
@@ -943,9 +831,35 @@ func TestSemaphoreCancellationsLeaveNothing(t *testing.T) {
 		}
 		require.NoError(t, check.Close())
 		require.Empty(t, e.keys(t, prefix+":*"), "keys left")
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
-		goleak.VerifyNone(t, append(rueidisLingering, ignore)...)
+		e.requireNoSubscriptions(t)
+		noLeak(nil)
 	})
+}
+
+// latchChurn makes one latch operation at random: a wait until ctx ends
+// (it reports whether the latch was seen open), or a count-down and a new
+// count.
+func latchChurn(t *testing.T, ctx context.Context, lt *Latch) (open bool) {
+	switch rand.IntN(3) {
+	case 0:
+		return lt.Wait(ctx) == nil
+	case 1:
+		select {
+		case <-lt.Done(ctx):
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// A connection dialed for a command whose context ended fails the
+	// others waiting for it too: such errors are retried by callers.
+	if _, err := lt.CountDown(context.Background()); err != nil && !transient(err) {
+		t.Error(err)
+	}
+	if _, err := lt.TrySetCount(context.Background(), 1+rand.IntN(3)); err != nil && !transient(err) {
+		t.Error(err)
+	}
+	return false
 }
 
 // semRetry runs f until it succeeds, for up to 10s: after a restart, the
@@ -964,31 +878,19 @@ func semRetry(t *testing.T, f func() error) {
 	t.Fatal(err)
 }
 
-// semRestartEnv is a standalone server for a restart test: with an
-// append-only file synced at every write when persistent, so that a
-// killed server comes back with its data.
-func semRestartEnv(t *testing.T, persistent bool) *env {
-	if !persistent {
-		return ownServer(t)
-	}
-	s := redistest.Standalone(t, "--appendonly", "yes", "--appendfsync", "always")
-	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
-}
-
 func TestSemaphoreRedisRestart(t *testing.T) {
 	for _, persistent := range []bool{false, true} {
 		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
-			e := semRestartEnv(t, persistent)
-			ignore := goleak.IgnoreCurrent()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			dial := func() *Client {
-				c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true},
-					WithWatchdogLease(3*time.Second), WithLogger(quietLogger()))
-				require.NoError(t, err)
-				return c
+			// A persistent server appends every write to a file synced at
+			// once, so that a killed server comes back with its data.
+			var args []string
+			if persistent {
+				args = []string{"--appendonly", "yes", "--appendfsync", "always"}
 			}
-			holder, waiter := dial(), dial()
+			e := ownServer(t, args...)
+			noLeak := leakCheck(t)
+			ctx := withTimeout(t, time.Minute)
+			holder, waiter := e.client(t, WithWatchdogLease(3*time.Second)), e.client(t, WithWatchdogLease(3*time.Second))
 			s := holder.Semaphore("restart")
 			_, err := s.TrySetSize(ctx, 3)
 			require.NoError(t, err)
@@ -1011,14 +913,9 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 				// Everything is gone: the holder's lease, the size (waiters
 				// fail: the semaphore must be set up again) and the latch's
 				// count (it is open).
-				select {
-				case <-held.Lost():
-				case <-time.After(10 * time.Second):
-					t.Fatal("holder did not notice the restart")
-				}
-				require.True(t, errorsIsAny(held.Err(), ErrExpired, ErrConnectionLost), "reason: %v", held.Err())
+				requireLost(t, held, 10*time.Second, ErrExpired, ErrConnectionLost)
 				for _, w := range waiting {
-					require.ErrorIs(t, semRecv(t, w, 10*time.Second).Err(), ErrNoSize)
+					require.ErrorIs(t, delivered(t, w).Err(), ErrNoSize)
 				}
 				require.NoError(t, <-latchWait)
 				semRetry(t, func() error { _, err := s.TrySetSize(ctx, 3); return err })
@@ -1045,14 +942,14 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 				// The first command on a connection the restart broke may
 				// fail; Unlock is safe to retry.
 				semRetry(t, func() error { return held.Unlock(ctx) })
-				first := semRecv(t, waiting[0], 10*time.Second)
-				second := semRecv(t, waiting[1], 10*time.Second)
+				first := delivered(t, waiting[0])
+				second := delivered(t, waiting[1])
 				require.NoError(t, first.Err())
 				require.NoError(t, second.Err())
 				semNotYet(t, waiting[2], "3 permits while 3 are held")
 				require.NoError(t, first.Unlock(ctx))
 				require.NoError(t, second.Unlock(ctx))
-				third := semRecv(t, waiting[2], 10*time.Second)
+				third := delivered(t, waiting[2])
 				require.NoError(t, third.Err())
 				require.NoError(t, third.Unlock(ctx))
 				semRetry(t, func() error { _, err := lt.CountDown(ctx); return err })
@@ -1066,12 +963,9 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			require.Equal(t, SemaphoreState{Size: 3, Available: 3}, semState(t, s))
 			_, err = s.Delete(ctx)
 			require.NoError(t, err)
-			require.NoError(t, holder.Close())
-			require.NoError(t, waiter.Close())
 			require.Empty(t, e.keys(t, "*"))
-			eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
-			goleak.VerifyNone(t, append(rueidisLingering, ignore,
-				goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1"))...)
+			e.requireNoSubscriptions(t)
+			noLeak([]*Client{holder, waiter}, restartedServer)
 		})
 	}
 }

@@ -16,8 +16,7 @@ import (
 // the new primary.
 func TestSentinelFailover(t *testing.T) {
 	s := redistest.NewSentinel(t, 1, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := withTimeout(t, time.Minute)
 	dial := func(opts ...Option) *Client {
 		c, err := Dial(rueidis.ClientOption{
 			InitAddress:  s.SentinelAddrs(),
@@ -50,14 +49,9 @@ func TestSentinelFailover(t *testing.T) {
 	require.Equal(t, l.h.owner, owner, "the new primary has the lock")
 
 	require.NoError(t, l.Unlock(ctx))
-	select {
-	case nl := <-next:
-		require.NoError(t, nl.Err())
-		require.Greater(t, nl.Token(), l.Token())
-		require.NoError(t, nl.Unlock(ctx))
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken after the failover")
-	}
+	nl := recv(t, next, 10*time.Second, "waiter not woken after the failover")
+	require.Greater(t, nl.Token(), l.Token())
+	require.NoError(t, nl.Unlock(ctx))
 }
 
 // A Client behind Sentinel from Dial learns at once that a held lock was

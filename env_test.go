@@ -1,0 +1,339 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/redisync/redisync/internal/faultproxy"
+	"github.com/redisync/redisync/internal/redistest"
+)
+
+// The servers shared by the tests of this package: started on first use,
+// stopped after the last test.
+var (
+	sharedMu      sync.Mutex
+	sharedServer  *redistest.Server
+	sharedCluster *redistest.Cluster
+)
+
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(workerEnv); cfg != "" {
+		os.Exit(runWorker(cfg))
+	}
+	code := m.Run()
+	sharedMu.Lock()
+	if sharedServer != nil {
+		sharedServer.Stop()
+	}
+	if sharedCluster != nil {
+		sharedCluster.Stop()
+	}
+	sharedMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(rueidisLingering...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// rueidisLingering are goroutines a closed rueidis cluster client leaves
+// behind for a few seconds: the delayed close of the connections a topology
+// refresh dropped, and a delayed refresh.
+var rueidisLingering = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
+}
+
+// env is one Redis deployment the tests run against.
+type env struct {
+	name    string
+	addrs   []string
+	cluster *redistest.Cluster
+	server  *redistest.Server
+}
+
+func standaloneEnv(t testing.TB) *env {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedServer == nil {
+		s, err := redistest.StartServer()
+		if err != nil {
+			t.Fatalf("starting redis-server: %v", err)
+		}
+		sharedServer = s
+	}
+	return &env{name: "standalone", addrs: []string{sharedServer.Addr}, server: sharedServer}
+}
+
+func clusterEnv(t testing.TB) *env {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedCluster == nil {
+		c, err := redistest.StartCluster(3, 1)
+		if err != nil {
+			t.Fatalf("starting redis cluster: %v", err)
+		}
+		sharedCluster = c
+	}
+	return &env{name: "cluster", addrs: sharedCluster.Addrs(), cluster: sharedCluster}
+}
+
+// eachEnv runs f against standalone Redis and the 3-master Cluster.
+func eachEnv(t *testing.T, f func(t *testing.T, e *env)) {
+	t.Run("standalone", func(t *testing.T) { f(t, standaloneEnv(t)) })
+	t.Run("cluster", func(t *testing.T) { f(t, clusterEnv(t)) })
+}
+
+// ownServer is a standalone env of its own, started with the redis-server
+// args, that the test may restart or pause; stopped at the end of the test.
+func ownServer(t testing.TB, args ...string) *env {
+	s := redistest.Standalone(t, args...)
+	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
+}
+
+// ownCluster is a Cluster the test may fail over.
+func ownCluster(t *testing.T) *env {
+	c := redistest.NewCluster(t, 3, 1)
+	return &env{name: "cluster", addrs: c.Addrs(), cluster: c}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// rueidisClient connects to the env; closed at the end of the test.
+func (e *env) rueidisClient(t testing.TB) rueidis.Client {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("connecting to %s redis at %v: %v", e.name, e.addrs, err)
+	}
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+// client returns a Client of the env on a connection of its own, which it
+// owns, as users get it from Dial (LossDetection DetectOnChange); closed at
+// the end of the test unless closed before.
+func (e *env) client(t testing.TB, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs}, append([]Option{WithLogger(quietLogger())}, opts...)...)
+	if err != nil {
+		t.Fatalf("connecting to %s redis at %v: %v", e.name, e.addrs, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// renewalClient returns a Client made with New on a rueidis.Client of the
+// test's (LossDetection DetectOnRenewal); closed at the end of the test.
+func (e *env) renewalClient(t testing.TB, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(e.rueidisClient(t), append([]Option{WithLogger(quietLogger())}, opts...)...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// clients returns n Clients of the env (see client).
+func (e *env) clients(t testing.TB, n int, opts ...Option) []*Client {
+	t.Helper()
+	cs := make([]*Client, n)
+	for i := range cs {
+		cs[i] = e.client(t, opts...)
+	}
+	return cs
+}
+
+// dial returns a Client that owns its connection to addrs (see Dial),
+// without client-side caching (LossDetection DetectOnRenewal: the fault
+// tests count on renewals); closed at the end of the test unless closed
+// before.
+func dial(t testing.TB, addrs []string, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(rueidis.ClientOption{InitAddress: addrs, DisableCache: true}, append([]Option{WithLogger(quietLogger())}, opts...)...)
+	if err != nil {
+		t.Fatalf("dialing %v: %v", addrs, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// proxied returns a Client whose connection to the env's standalone server
+// goes through a fault proxy, and the proxy; both closed at the end of the
+// test, the proxy healed first.
+func (e *env) proxied(t testing.TB, opts ...Option) (*Client, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New(e.server.Addr)
+	if err != nil {
+		t.Fatalf("starting a fault proxy: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c := dial(t, []string{p.Addr()}, opts...)
+	t.Cleanup(p.Heal)
+	return c, p
+}
+
+// masters are the env's servers that hold data: the standalone server, or
+// the Cluster's masters.
+func (e *env) masters() []*redistest.Server {
+	if e.cluster != nil {
+		return e.cluster.Masters
+	}
+	return []*redistest.Server{e.server}
+}
+
+// replica starts a replica of the env's standalone server and waits until
+// it is in sync; stopped at the end of the test.
+func (e *env) replica(t *testing.T) *redistest.Server {
+	t.Helper()
+	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
+	eventually(t, 10*time.Second, func() bool {
+		info, err := replica.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "replica did not sync")
+	return replica
+}
+
+// keys lists the keys matching pattern on every master of the env.
+func (e *env) keys(t testing.TB, pattern string) []string {
+	t.Helper()
+	var out []string
+	for _, s := range e.masters() {
+		out = append(out, lines(t, s, "KEYS", pattern)...)
+	}
+	return out
+}
+
+// channels lists the pub/sub channels (classic and sharded) with
+// subscribers on every master of the env.
+func (e *env) channels(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, s := range e.masters() {
+		out = append(out, lines(t, s, "PUBSUB", "CHANNELS")...)
+		out = append(out, lines(t, s, "PUBSUB", "SHARDCHANNELS")...)
+	}
+	return out
+}
+
+// lines runs a command on s and returns the lines of its reply.
+func lines(t testing.TB, s *redistest.Server, args ...string) []string {
+	t.Helper()
+	r, err := s.Do(args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	var out []string
+	for _, l := range strings.Split(r, "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// requireNoSubscriptions waits until no Client subscribes to any channel of
+// the env.
+func (e *env) requireNoSubscriptions(t testing.TB) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+}
+
+// requireOnlyFences waits until the keys under prefix ("redisync:" for the
+// default prefix) are fencing counters only: nothing held, nobody queued.
+func (e *env) requireOnlyFences(t testing.TB, prefix string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		for _, k := range e.keys(t, prefix+"*") {
+			if !slices.Contains([]string{"fence", "fairfence", "rwfence"}, strings.SplitN(strings.TrimPrefix(k, prefix), ":", 2)[0]) {
+				return false
+			}
+		}
+		return true
+	}, "keys left: %v", e.keys(t, prefix+"*"))
+}
+
+// requireNothingLeft waits until nothing of the locks under prefix is left
+// in the env but their fencing counters, and nobody subscribes.
+func (e *env) requireNothingLeft(t testing.TB, prefix string) {
+	t.Helper()
+	e.requireOnlyFences(t, prefix)
+	e.requireNoSubscriptions(t)
+}
+
+// leakCheck notes the goroutines running now. The function it returns
+// closes clients and checks that no goroutine started since is left (but
+// those that closed rueidis clients leave for a while, and extra).
+func leakCheck(t *testing.T) func(clients []*Client, extra ...goleak.Option) {
+	ignore := goleak.IgnoreCurrent()
+	return func(clients []*Client, extra ...goleak.Option) {
+		t.Helper()
+		for _, c := range clients {
+			require.NoError(t, c.Close())
+		}
+		goleak.VerifyNone(t, append(append(rueidisLingering, ignore), extra...)...)
+	}
+}
+
+// soak returns n, or long when REDISYNC_SOAK is set (make soak).
+func soak(n, long int) int {
+	if os.Getenv("REDISYNC_SOAK") != "" {
+		return long
+	}
+	return n
+}
+
+// withTimeout returns a context that ends after d, or with the test.
+func withTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond for up to d.
+func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf(msg, args...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// redisAddr is the address of a Redis server for the examples.
+func redisAddr() string {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedServer == nil {
+		s, err := redistest.StartServer()
+		if err != nil {
+			panic("starting redis-server for the examples: " + err.Error())
+		}
+		sharedServer = s
+	}
+	return sharedServer.Addr
+}
+
+// restartedServer is the goroutine that waits for a redis-server restarted
+// by the test.
+var restartedServer = goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1")
