@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync/internal/faultproxy"
+	"github.com/redisync/redisync/internal/redistest"
 )
 
 func TestMutexCancellationsLeaveNothing(t *testing.T) {
@@ -137,7 +139,9 @@ func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 	require.NoError(t, wl.Err())
 	t.Logf("head acquired %v after a release during a break", time.Since(start))
 	require.Less(t, time.Since(start), 2*time.Second)
-	require.NoError(t, wl.Unlock(ctx))
+	// The lock came in the message: the waiter's command connection, cut
+	// too, has not been used since.
+	unlockRetrying(t, ctx, wl)
 }
 
 func TestMutexReplicaAck(t *testing.T) {
@@ -332,4 +336,25 @@ func lossTrial(e *env, contender *Client, name string, lease time.Duration) (tim
 		return 0, fmt.Errorf("Lost closed %v after the takeover", lostAt.Sub(at))
 	}
 	return at.Sub(lostAt), nil
+}
+
+// On a server without sharded pub/sub (Redis 6.2; here SSUBSCRIBE and
+// SPUBLISH are renamed away), waiters subscribe with SUBSCRIBE, are woken,
+// resubscribe after their connection breaks and unsubscribe when done.
+func TestMutexWaitersWithoutShardedPubSub(t *testing.T) {
+	s := redistest.Standalone(t, "--rename-command", "SSUBSCRIBE", "", "--rename-command", "SPUBLISH", "")
+	e := &env{name: "standalone", addrs: []string{s.Addr}, server: s}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const names = 10
+	w := waitOnMany(t, ctx, e, "classic", names)
+	channels, err := s.Do("PUBSUB", "CHANNELS")
+	require.NoError(t, err)
+	require.Len(t, strings.Fields(channels), names, "classic subscriptions")
+	require.True(t, w.waiter.notify.classic.Load())
+	handOverAcrossBreak(t, ctx, e, w, func() {
+		_, err := s.Do("CLIENT", "KILL", "TYPE", "pubsub")
+		require.NoError(t, err)
+	})
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
 }

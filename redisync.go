@@ -257,7 +257,10 @@ type Client struct {
 }
 
 // New returns a Client that uses rc for every command. rc stays the
-// caller's: Close does not close it. New sends nothing to Redis.
+// caller's: Close does not close it. New sends nothing to Redis. While
+// goroutines wait, the Client takes from rc one dedicated connection (per
+// master on Cluster) for its pub/sub subscriptions, and gives it back
+// closed once nobody waits.
 //
 // Its LossDetection is DetectOnRenewal: rc does not tell the Client when a
 // key changes. Dial gives a Client that learns of a lost lock within about

@@ -12,8 +12,8 @@ import (
 )
 
 // Clients behind Sentinel follow a failover: a lock the replica had
-// acknowledged (WithReplicaAck) survives it, renewals and wake-ups move to
-// the new primary.
+// acknowledged (WithReplicaAck) survives it, renewals, subscriptions and
+// wake-ups move to the new primary.
 func TestSentinelFailover(t *testing.T) {
 	s := redistest.NewSentinel(t, 1, 3)
 	ctx := withTimeout(t, time.Minute)
@@ -47,6 +47,12 @@ func TestSentinelFailover(t *testing.T) {
 	owner, err := s.Primary.Do("HGET", m.keys.lock, "owner")
 	require.NoError(t, err)
 	require.Equal(t, l.h.owner, owner, "the new primary has the lock")
+	// The waiter's subscription moved too, though its connection to the
+	// old primary, now a replica, may live on.
+	eventually(t, 5*time.Second, func() bool {
+		channels, err := s.Primary.Do("PUBSUB", "SHARDCHANNELS")
+		return err == nil && channels == m.keys.channel
+	}, "the waiter's subscription is not on the new primary")
 
 	require.NoError(t, l.Unlock(ctx))
 	nl := recv(t, next, 10*time.Second, "waiter not woken after the failover")

@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/redistest"
 )
 
 // TestIdleWaitingCostsLittle: goroutines of one Client waiting on locks
 // another Client holds cost a few commands per lock and pass, not a script
-// per waiter and second, and nothing per waiter.
+// per waiter and second, nothing per waiter, and a few goroutines whatever
+// the number of locks.
 func TestIdleWaitingCostsLittle(t *testing.T) {
 	e := ownServer(t)
 	const names, perName = 20, 25
@@ -63,10 +67,169 @@ func TestIdleWaitingCostsLittle(t *testing.T) {
 	// expiry.
 	require.LessOrEqual(t, d.calls["evalsha"], int64(6), "scripts while waiting: %v", d.calls)
 	require.LessOrEqual(t, d.all, int64(2*names*4+20), "commands while waiting: %v", d.calls)
-	require.LessOrEqual(t, extra, 2*names+10, "goroutines beyond the waiters")
+	require.LessOrEqual(t, extra, 10, "goroutines beyond the waiters")
 	cancel()
 	wg.Wait()
 	for _, l := range leases {
 		require.NoError(t, l.Unlock(context.Background()))
+	}
+}
+
+// manyWaiters are goroutines of one Client, each waiting for one of many
+// locks that another Client holds.
+type manyWaiters struct {
+	waiter  *Client
+	held    []*Lease        // the holder's, one per lock
+	waiting []<-chan *Lease // the waiters', one per lock
+	extra   int             // goroutines run beyond the waiters
+}
+
+// waitOnMany has a Client take n locks (named prefix:i) with a lease of a
+// minute, which a waiter that missed a release would wait for, and a
+// goroutine of another Client wait for each, until every lock's channel has
+// its subscription.
+func waitOnMany(t *testing.T, ctx context.Context, e *env, prefix string, n int) manyWaiters {
+	t.Helper()
+	holder := e.client(t, WithWatchdogLease(time.Minute))
+	w := manyWaiters{waiter: e.client(t)}
+	for i := range n {
+		l, err := holder.Mutex(fmt.Sprint(prefix, ":", i)).Lock(ctx)
+		require.NoError(t, err)
+		w.held = append(w.held, l)
+	}
+	goroutines := runtime.NumGoroutine()
+	for i := range n {
+		w.waiting = append(w.waiting, w.waiter.Mutex(fmt.Sprint(prefix, ":", i)).Acquire(ctx))
+	}
+	eventually(t, 20*time.Second, func() bool { return len(e.channels(t)) == n }, "waiters did not subscribe")
+	time.Sleep(200 * time.Millisecond) // every waiter settled
+	w.extra = runtime.NumGoroutine() - goroutines - n
+	return w
+}
+
+// A Client waiting on many locks runs a few goroutines for its
+// subscriptions, whatever their number: one connection for them all on
+// standalone, one per master on Cluster. Every waiter is still woken.
+func TestWaitingOnManyLocks(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const names = 300
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		w := waitOnMany(t, ctx, e, "many", names)
+		t.Logf("%s: %d waiters on %d locks: %d goroutines beyond the waiters", e.name, names, names, w.extra)
+		limit := 10
+		if e.cluster != nil {
+			limit = 10 + 4*len(e.cluster.Masters)
+		}
+		require.LessOrEqual(t, w.extra, limit, "goroutines beyond the waiters")
+		handOver(t, ctx, w.held, w.waiting, 20*time.Second)
+	})
+}
+
+// handOver unlocks every lease of held, and every waiter then takes the
+// lock it waited for, each within d, and unlocks it.
+func handOver(t *testing.T, ctx context.Context, held []*Lease, waiting []<-chan *Lease, d time.Duration) {
+	t.Helper()
+	for _, l := range held {
+		require.NoError(t, l.Unlock(ctx))
+	}
+	unlockAll(t, ctx, waiting, d)
+}
+
+// handOverAcrossBreak breaks the waiters' pub/sub connections with kill,
+// hands half the locks over at once, while the connections are down or
+// being dialled again, and the others once their channels are subscribed
+// again.
+func handOverAcrossBreak(t *testing.T, ctx context.Context, e *env, w manyWaiters, kill func()) {
+	t.Helper()
+	half := len(w.held) / 2
+	kill()
+	handOver(t, ctx, w.held[:half], w.waiting[:half], 20*time.Second)
+	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == len(w.held)-half }, "channels not subscribed again: %v", e.channels(t))
+	handOver(t, ctx, w.held[half:], w.waiting[half:], 20*time.Second)
+}
+
+// The pub/sub connections of a Client on Cluster, one per master, are
+// killed while its goroutines wait, and the locks are released: every
+// waiter is woken, whether the release came before its channel was
+// subscribed again or after.
+func TestClusterWaitersAfterSubscriptionBreaks(t *testing.T) {
+	e := clusterEnv(t)
+	const names = 60
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := waitOnMany(t, ctx, e, "breaks", names)
+	handOverAcrossBreak(t, ctx, e, w, func() {
+		for _, m := range e.cluster.Masters {
+			mustDo(t, m, "CLIENT", "KILL", "TYPE", "pubsub")
+		}
+	})
+}
+
+// A master fails over, killed or alive (its replica takes over), while a
+// Client's goroutines wait on locks of every master: the channels of its
+// slots move to the promoted replica (a live master drops them when it
+// learns that it lost its slots), and every waiter is woken by the releases
+// that follow.
+func TestClusterWaitersFollowAFailover(t *testing.T) {
+	for _, killed := range []bool{true, false} {
+		name := "takeover"
+		if killed {
+			name = "killed"
+		}
+		t.Run(name, func(t *testing.T) { waitersFollowAFailover(t, killed) })
+	}
+}
+
+func waitersFollowAFailover(t *testing.T, killed bool) {
+	e := ownCluster(t)
+	const names = 30
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := waitOnMany(t, ctx, e, "failover", names)
+	master, replica := slotOwner(t, e.cluster, w.held[0].h.keys.lock)
+	eventually(t, 10*time.Second, func() bool {
+		return replOffset(t, master, "master_repl_offset") == replOffset(t, replica, "slave_repl_offset")
+	}, "replica not caught up")
+	if killed {
+		require.NoError(t, master.Kill())
+	} else {
+		mustDo(t, replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+	}
+	var promoted time.Time
+	eventually(t, 30*time.Second, func() bool {
+		role, err := replica.Do("ROLE")
+		promoted = time.Now()
+		return err == nil && strings.HasPrefix(role, "master")
+	}, "replica not promoted")
+	// The masters now: the promoted replica and the others.
+	now := &env{name: e.name, cluster: &redistest.Cluster{Masters: []*redistest.Server{replica}}}
+	for _, m := range e.cluster.Masters {
+		if m != master {
+			now.cluster.Masters = append(now.cluster.Masters, m)
+		}
+	}
+	eventually(t, 20*time.Second, func() bool { return len(now.channels(t)) == names }, "channels not subscribed again: %v", now.channels(t))
+	t.Logf("channels subscribed again %v after the replica's promotion", time.Since(promoted).Round(time.Millisecond))
+	// The holder's Client may learn of the new master after its first
+	// attempts: connection errors until then.
+	for _, l := range w.held {
+		unlockRetrying(t, ctx, l)
+	}
+	unlockAll(t, ctx, w.waiting, 20*time.Second)
+}
+
+// unlockRetrying unlocks l, retrying (as is safe) for up to 10 s while the
+// connection fails: its first use after a break may be what finds it.
+func unlockRetrying(t *testing.T, ctx context.Context, l *Lease) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := l.Unlock(ctx)
+		if err == nil || !transient(err) || time.Now().After(deadline) {
+			require.NoError(t, err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
