@@ -60,18 +60,10 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 			}
 		}()
 	}
-	var sub *subscription
-	var targeted <-chan string
-	defer func() {
-		if sub != nil {
-			if a.target != "" {
-				sub.forget(a.target)
-			}
-			sub.leave()
-		}
-	}()
+	var w waiting
+	defer w.end(a)
 	var lastErr error
-	retry := backoff{first: 10 * time.Millisecond, limit: time.Second}
+	retry := errorBackoff()
 	failures := retryLog{log: a.c.log, msg: "redisync: acquire failed"}
 	for {
 		l, wait, err := a.attempt(ctx)
@@ -96,55 +88,77 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		retry.reset()
 		failures.succeeded("key", a.key)
 		if l != nil {
-			if ctx.Err() != nil {
-				l.abandon(ctx.Err())
-				return nil, ctx.Err()
-			}
-			return l, nil
+			return a.keep(ctx, l)
 		}
 		if once {
 			return nil, a.busy
 		}
-		wait = max(wait, time.Millisecond)
-		if sub == nil {
-			if sub, err = a.c.notify.join(a.channel); err != nil {
-				return nil, err
-			}
-			if a.target != "" {
-				targeted = sub.expect(a.target)
-			}
-			// A release published before the subscription took effect was
-			// missed: look again once it has.
-			if _, err := sleep(ctx, a.c, sub.ready, nil, wait); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if targeted != nil {
-			// A wake-up or the timer gives "", a lock handed over its token.
-			token, err := sleep(ctx, a.c, targeted, nil, wait)
-			if err != nil {
-				return nil, err
-			}
-			if token != "" && a.granted != nil {
-				l, err := a.granted(ctx, token)
-				if err != nil {
-					a.c.log.Warn("redisync: taking a lock handed over failed; asking again", "key", a.key, "err", err)
-					continue
-				}
-				if ctx.Err() != nil {
-					l.abandon(ctx.Err())
-					return nil, ctx.Err()
-				}
-				return l, nil
-			}
-			continue
-		}
-		t := sub.sema.Wait()
-		if _, err := sleep(ctx, a.c, t.C, t.Cancel, wait); err != nil {
-			return nil, err
+		if l, err := a.await(ctx, &w, max(wait, time.Millisecond)); l != nil || err != nil {
+			return l, err
 		}
 	}
+}
+
+// waiting is what an acquisition waits with: its subscription to the
+// lock's channel, and the messages that name it.
+type waiting struct {
+	sub      *subscription
+	targeted <-chan string
+}
+
+// end leaves the subscription, if any.
+func (w *waiting) end(a *acquisition) {
+	if w.sub != nil {
+		if a.target != "" {
+			w.sub.forget(a.target)
+		}
+		w.sub.leave()
+	}
+}
+
+// await waits, at most wait, for a reason to attempt again: the first time,
+// for the subscription to take effect (a release published before it was
+// missed); then for a message naming the waiter, or a release message. It
+// returns the Lease when a release handed the lock over, nil to attempt
+// again, or an error to give up with.
+func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration) (*Lease, error) {
+	if w.sub == nil {
+		var err error
+		if w.sub, err = a.c.notify.join(a.channel); err != nil {
+			return nil, err
+		}
+		if a.target != "" {
+			w.targeted = w.sub.expect(a.target)
+		}
+		_, err = sleep(ctx, a.c, w.sub.ready, nil, wait)
+		return nil, err
+	}
+	if w.targeted != nil {
+		// A wake-up or the timer gives "", a lock handed over its token.
+		token, err := sleep(ctx, a.c, w.targeted, nil, wait)
+		if err != nil || token == "" || a.granted == nil {
+			return nil, err
+		}
+		l, err := a.granted(ctx, token)
+		if err != nil {
+			a.c.log.Warn("redisync: taking a lock handed over failed; asking again", "key", a.key, "err", err)
+			return nil, nil
+		}
+		return a.keep(ctx, l)
+	}
+	t := w.sub.sema.Wait()
+	_, err := sleep(ctx, a.c, t.C, t.Cancel, wait)
+	return nil, err
+}
+
+// keep returns a granted lease, unless ctx ended meanwhile: then the lease
+// is given back.
+func (a *acquisition) keep(ctx context.Context, l *Lease) (*Lease, error) {
+	if ctx.Err() != nil {
+		l.abandon(ctx.Err())
+		return nil, ctx.Err()
+	}
+	return l, nil
 }
 
 // abandon runs undo with a detached context.

@@ -19,26 +19,51 @@ import (
 // per waiter and second, nothing per waiter, and a few goroutines whatever
 // the number of locks.
 func TestIdleWaitingCostsLittle(t *testing.T) {
-	e := ownServer(t)
 	const names, perName = 20, 25
+	t.Run("standalone", func(t *testing.T) {
+		e := ownServer(t)
+		d, extra := idleWaiting(t, e, names, perName)
+		// One script per pass (every second) renewing the Client's deadline
+		// on each of the locks: an HSET per lock, and now and then the
+		// keys' expiry.
+		require.LessOrEqual(t, d.calls["evalsha"], int64(6), "scripts while waiting: %v", d.calls)
+		require.LessOrEqual(t, d.all, int64(2*names*4+20), "commands while waiting: %v", d.calls)
+		require.LessOrEqual(t, extra, 10, "goroutines beyond the waiters")
+	})
+	t.Run("cluster", func(t *testing.T) {
+		e := clusterEnv(t)
+		d, extra := idleWaiting(t, e, names, perName)
+		// One script per slot and pass: each lock has a slot of its own.
+		require.LessOrEqual(t, d.calls["evalsha"], int64(2*names*4), "scripts while waiting: %v", d.calls)
+		require.LessOrEqual(t, d.all, int64(2*names*4*3+20), "commands while waiting: %v", d.calls)
+		require.LessOrEqual(t, extra, 10+4*len(e.masters()), "goroutines beyond the waiters")
+	})
+}
+
+// idleWaiting has perName goroutines of one Client wait on each of names
+// Mutex and names FairMutex locks that another Client holds, and returns
+// the commands the env's servers ran over 3 s once they settled, and the
+// goroutines beyond the waiters.
+func idleWaiting(t *testing.T, e *env, names, perName int) (commandCount, int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	holder := e.client(t, WithWatchdogLease(10*time.Minute))
 	waiting := e.client(t)
+	prefix := "idle:" + t.Name() + ":"
 	var leases []*Lease
 	for i := range names {
-		l, err := holder.Mutex(fmt.Sprint("idle:", i)).Lock(ctx)
+		l, err := holder.Mutex(fmt.Sprint(prefix, i)).Lock(ctx)
 		require.NoError(t, err)
-		fl, err := holder.FairMutex(fmt.Sprint("idle:", i)).Lock(ctx)
+		fl, err := holder.FairMutex(fmt.Sprint(prefix, i)).Lock(ctx)
 		require.NoError(t, err)
 		leases = append(leases, l, fl)
 	}
 	goroutines := runtime.NumGoroutine()
 	var wg sync.WaitGroup
-	for i := range names * perName {
-		lock := waiting.Mutex(fmt.Sprint("idle:", i%names)).Lock
+	for i := range 2 * names * perName {
+		lock := waiting.Mutex(fmt.Sprint(prefix, i%names)).Lock
 		if (i/names)%2 == 1 {
-			lock = waiting.FairMutex(fmt.Sprint("idle:", i%names)).Lock
+			lock = waiting.FairMutex(fmt.Sprint(prefix, i%names)).Lock
 		}
 		wg.Add(1)
 		go func() {
@@ -52,27 +77,34 @@ func TestIdleWaitingCostsLittle(t *testing.T) {
 		}()
 	}
 	eventually(t, 10*time.Second, func() bool {
-		return queuedMutexWaiters(t, ctx, holder, "idle:0") >= perName/2
+		return queuedMutexWaiters(t, ctx, holder, fmt.Sprint(prefix, 0)) >= int64(perName)
 	}, "waiters did not queue")
 	time.Sleep(500 * time.Millisecond) // every waiter settled
-	before := commandCalls(t, e.server)
+	before := e.commandCalls(t)
 	const window = 3 * time.Second
 	time.Sleep(window)
-	d := commandDelta(t, before, commandCalls(t, e.server))
-	extra := runtime.NumGoroutine() - goroutines - names*perName
-	t.Logf("%d waiters on %d Mutex and %d FairMutex locks over %v: %d commands (%v), %d goroutines beyond the waiters",
-		names*perName, names, names, window, d.all, d.calls, extra)
-	// One script per pass (every second) renewing the Client's deadline on
-	// each of the locks: an HSET per lock, and now and then the keys'
-	// expiry.
-	require.LessOrEqual(t, d.calls["evalsha"], int64(6), "scripts while waiting: %v", d.calls)
-	require.LessOrEqual(t, d.all, int64(2*names*4+20), "commands while waiting: %v", d.calls)
-	require.LessOrEqual(t, extra, 10, "goroutines beyond the waiters")
+	d := commandDelta(t, before, e.commandCalls(t))
+	extra := runtime.NumGoroutine() - goroutines - 2*names*perName
+	t.Logf("%s: %d waiters on %d Mutex and %d FairMutex locks over %v: %d commands (%v), %d goroutines beyond the waiters",
+		e.name, 2*names*perName, names, names, window, d.all, d.calls, extra)
 	cancel()
 	wg.Wait()
 	for _, l := range leases {
 		require.NoError(t, l.Unlock(context.Background()))
 	}
+	return d, extra
+}
+
+// commandCalls sums INFO commandstats over the env's masters.
+func (e *env) commandCalls(t testing.TB) map[string]int64 {
+	t.Helper()
+	sum := make(map[string]int64)
+	for _, s := range e.masters() {
+		for k, v := range commandCalls(t, s) {
+			sum[k] += v
+		}
+	}
+	return sum
 }
 
 // manyWaiters are goroutines of one Client, each waiting for one of many

@@ -43,6 +43,9 @@ func TestModulesBuildAsFetched(t *testing.T) {
 		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(filepath.Join(goenv["GOMODCACHE"], "cache", "download"))+","+goenv["GOPROXY"],
 		"GONOSUMDB="+root, // the local version has no checksum in the database
 		"GOPRIVATE=", "GONOPROXY=",
+		// The same version holds other files at every run: the go command
+		// must not reuse the file lists it indexed for it before.
+		"GODEBUG=goindex=0",
 	)
 
 	var published []string
