@@ -7,13 +7,12 @@ import (
 
 const defaultWaiterExpiry = 3 * time.Second
 
-// WithWaiterExpiry sets how long a Mutex or FairMutex waiter that stopped
-// coming back (its process died, its connection broke) keeps its place in
-// the lock's queue (default 3s). Live waiters renew their place every third
-// of it, so the queue never stalls for longer behind a dead one (a Mutex's
-// waiters also come back that often, and take the lock if it is free).
-// It must be at least a millisecond. Other locks reject it: their methods
-// return ErrInvalidArgument.
+// WithWaiterExpiry sets how long the places of a Mutex or FairMutex's
+// waiters outlive their Client (its process died, its connection broke) in
+// the lock's queue (default 3s). A live Client renews one deadline per lock
+// for all its waiters there every third of it, so the queue never stalls for
+// longer behind a dead waiter. It must be at least a millisecond. Other
+// locks reject it: their methods return ErrInvalidArgument.
 func WithWaiterExpiry(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		c.waiterExpiry, c.given = d, c.given|optWaiterExpiry

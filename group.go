@@ -224,8 +224,9 @@ func (g *Group) TryLock(ctx context.Context) (*Lease, error) { return lockHandle
 
 // Acquire acquires the group in the background and delivers one Lease on
 // the returned channel, then closes it, as Mutex.Acquire does: failure is a
-// Lease whose Err is set, and a group acquired after ctx ended or never
-// received is released. To give up, cancel ctx.
+// Lease whose Err is set, the Lease must be received or ctx ended, and a
+// group acquired after ctx ended, or whose Lease was not used before ctx
+// ended, is released. To give up, cancel ctx.
 func (g *Group) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, g) }
 
 // groupPrimitive is the primitive name of groups in Metrics. Their members

@@ -112,10 +112,12 @@ func WithFixedLease(d time.Duration) LockOption {
 // arrival order; it is not strictly fair only in that an acquisition that
 // finds the lock free takes it, and that waiters with a fixed lease (and
 // re-entries) are woken to take the lock themselves rather than handed it.
-// A waiter also looks again when the holder's lease would have expired,
-// since a crashed holder publishes nothing, and every third of its place's
-// expiry (WithWaiterExpiry), which renews its place. A waiter that died
-// holds a lock handed over to it for that expiry at most.
+// A waiter's place lives as long as its Client renews one deadline per lock
+// for all its waiters there, every third of WithWaiterExpiry: waiting costs
+// per Client and lock, not per waiter. Since a crashed holder publishes
+// nothing, the Client looks at the lock when the holder's lease runs out
+// and wakes its waiters if it is free. A waiter whose Client died holds a
+// lock handed over to it for that expiry at most.
 type Mutex struct {
 	c    *Client
 	name string
@@ -164,10 +166,15 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle
 // the returned channel, then closes it. Select on it together with other
 // channels; to give up, cancel ctx.
 //
+// Receive the Lease, or end ctx: unlike golang.org/x/sync/semaphore's
+// Acquire, calling Acquire as a statement does not wait, and the lock is
+// taken and held until ctx ends (a Lease left unreceived for a second or
+// more is logged at WARN when ctx ends and it is released).
+//
 // The Lease reports failure through Err (ctx's error, ErrClosed, a Redis
-// error), never by a nil Lease. If ctx ends after the lock was acquired but
-// before the Lease was received, the lock is released and the Lease reports
-// ctx's error; so receiving a Lease whose ctx has ended, check Err.
+// error), never by a nil Lease. It is claimed by its first use (Err, Lost,
+// Unlock, Context, Token): if ctx ends before that, the lock is released
+// and the Lease reports ctx's error. So check Err first: nil means held.
 func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, m) }
 
 // acquire runs the acquisition loop.

@@ -196,9 +196,10 @@ func (m *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 
 // RAcquire acquires a read lease in the background and delivers one Lease
 // on the returned channel, then closes it; to give up, cancel ctx. As with
-// Mutex.Acquire, failure is a Lease whose Err is set, never a nil Lease,
-// and a lease acquired after ctx ended but before it was received is
-// released and reports ctx's error.
+// Mutex.Acquire, the Lease must be received or ctx ended, failure is a
+// Lease whose Err is set, never a nil Lease, and a Lease not yet used (Err,
+// Lost, Unlock, Context, Token) when ctx ends is released and reports ctx's
+// error.
 func (m *RWMutex) RAcquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, rwRead{m}) }
 
 // Lock acquires the write lease, waiting as long as ctx allows: until no

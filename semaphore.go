@@ -264,11 +264,15 @@ func (s *Semaphore) TryLock(ctx context.Context, n int) (*Lease, error) {
 // delivers one Lease on the returned channel, then closes it. Select on it
 // together with other channels; to give up, cancel ctx.
 //
+// Receive the Lease, or end ctx: unlike golang.org/x/sync/semaphore's
+// Acquire, this one does not wait, and called as a statement it takes the
+// permits and holds them until ctx ends.
+//
 // The Lease reports failure through Err (ctx's error, ErrClosed, bad input,
-// a Redis error), never by a nil Lease. If ctx ends after the permits were
-// acquired but before the Lease was received, they are given back and the
-// Lease reports ctx's error; so receiving a Lease whose ctx has ended,
-// check Err.
+// a Redis error), never by a nil Lease. It is claimed by its first use (Err,
+// Lost, Unlock, Context, Token): if ctx ends before that, the permits are
+// given back and the Lease reports ctx's error. So check Err first: nil
+// means held.
 func (s *Semaphore) Acquire(ctx context.Context, n int) <-chan *Lease {
 	return acquireHandle(ctx, permits{s, n})
 }
