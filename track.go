@@ -290,7 +290,9 @@ func (t *tracker) read(hs []*holder) bool {
 	}
 	cmds := make([]rueidis.CacheableTTL, len(live))
 	for i, h := range live {
-		cmd := t.c.rc.B().Hget().Key(h.key).Field("owner").Cache().ToStaticTTL()
+		// Pinned: rueidis recycles the commands of a DoMultiCache call that
+		// failed while its connection may still be writing them.
+		cmd := t.c.rc.B().Hget().Key(h.key).Field("owner").Cache().ToStaticTTL().Pin()
 		cmds[i] = rueidis.CT(cmd, trackCacheTTL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(t.c.watchdog.period, time.Second))
