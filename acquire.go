@@ -62,6 +62,11 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	}
 	var w waiting
 	defer w.end(a)
+	if !once && a.target != "" {
+		if w.sub = a.c.notify.joinLive(a.channel); w.sub != nil {
+			w.targeted = w.sub.expect(a.target)
+		}
+	}
 	var lastErr error
 	retry := errorBackoff()
 	failures := retryLog{log: a.c.log, msg: "redisync: acquire failed"}

@@ -325,7 +325,30 @@ func commandCalls(tb testing.TB, srv *redistest.Server) map[string]int64 {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	cpu, err := srv.Do("INFO", "cpu")
+	if err != nil {
+		tb.Fatalf("INFO cpu: %v", err)
+	}
+	calls[serverCPU] = parseServerCPU(cpu)
 	return calls
+}
+
+// serverCPU is the entry of commandCalls' map that holds the server's CPU
+// time (user and system, main thread and others) in microseconds.
+const serverCPU = "\x00cpu-usec"
+
+// parseServerCPU reads used_cpu_sys and used_cpu_user of INFO cpu, in
+// microseconds (0 when missing).
+func parseServerCPU(info string) int64 {
+	var sum float64
+	for line := range strings.Lines(info) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return int64(sum * 1e6)
 }
 
 // parseCommandStats reads the calls of the lines
@@ -369,6 +392,7 @@ type commandCount struct {
 	calls  map[string]int64 // by command, observation commands left out
 	all    int64            // every command, those run by scripts included
 	client int64            // the commands clients sent
+	cpu    int64            // the server's CPU time, µs (observation included)
 }
 
 // benchObserver reports the commands not counted as work: those the
@@ -387,6 +411,10 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 	d := commandCount{calls: make(map[string]int64)}
 	for name, n := range after {
 		n -= before[name]
+		if name == serverCPU {
+			d.cpu = n
+			continue
+		}
 		if n == 0 || benchObserver(name) {
 			continue
 		}
@@ -399,9 +427,11 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 	return d
 }
 
-// reportCommands reports cmds/<per> and allcmds/<per> for n units of work.
+// reportCommands reports cmds/<per>, allcmds/<per> and srv-µs/<per> (the
+// server's CPU time) for n units of work.
 func reportCommands(b *testing.B, d commandCount, n int, per string) {
 	b.Helper()
+	b.ReportMetric(float64(d.cpu)/float64(n), "srv-µs/"+per)
 	b.ReportMetric(float64(d.client)/float64(n), "cmds/"+per)
 	b.ReportMetric(float64(d.all)/float64(n), "allcmds/"+per)
 }

@@ -147,6 +147,27 @@ func (n *notifier) join(channel string) (*subscription, error) {
 	return s, nil
 }
 
+// joinLive joins the channel's subscription when messages flow on it
+// already (other waiters', or one lingering after its last waiter), and
+// returns nil otherwise. A waiter that joins before its first attempt can
+// expect its message at once, without an attempt more once subscribed.
+func (n *notifier) joinLive(channel string) *subscription {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.subs[channel]
+	if n.closed || s == nil {
+		return nil
+	}
+	select {
+	case <-s.ready:
+	default:
+		return nil
+	}
+	s.refs++
+	s.sema.Join()
+	return s
+}
+
 // subscriptionLinger is how long a subscription outlives its last waiter:
 // a lock waited for again soon does not pay for unsubscribing and
 // subscribing again.

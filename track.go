@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -292,8 +293,11 @@ func (t *tracker) read(hs []*holder) bool {
 	for i, h := range live {
 		// Pinned: rueidis recycles the commands of a DoMultiCache call that
 		// failed while its connection may still be writing them.
-		cmd := t.c.rc.B().Hget().Key(h.key).Field("owner").Cache().ToStaticTTL().Pin()
-		cmds[i] = rueidis.CT(cmd, trackCacheTTL)
+		cmd := t.c.rc.B().Get().Key(h.key).Cache()
+		if h.kind.ownerInHash {
+			cmd = t.c.rc.B().Hget().Key(h.key).Field("owner").Cache()
+		}
+		cmds[i] = rueidis.CT(cmd.ToStaticTTL().Pin(), trackCacheTTL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(t.c.watchdog.period, time.Second))
 	defer cancel()
@@ -301,9 +305,9 @@ func (t *tracker) read(hs []*holder) bool {
 	var failed []*holder
 	for i, r := range t.c.rc.DoMultiCache(ctx, cmds...) {
 		h := live[i]
-		owner, err := r.ToString()
+		v, err := r.ToString()
 		switch {
-		case err == nil && owner == h.owner:
+		case err == nil && ownerIn(h, v) == h.owner:
 		case err == nil || rueidis.IsRedisNil(err) || isRedisReply(err):
 			check = append(check, h)
 		default:
@@ -391,7 +395,12 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 	ask := func(node rueidis.Client) (owner string, moved string, err error) {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		owner, err = node.Do(pctx, node.B().Hget().Key(h.key).Field("owner").Build()).ToString()
+		cmd := node.B().Get().Key(h.key).Build()
+		if h.kind.ownerInHash {
+			cmd = node.B().Hget().Key(h.key).Field("owner").Build()
+		}
+		v, err := node.Do(pctx, cmd).ToString()
+		owner = ownerIn(h, v)
 		if re, isRedis := rueidis.IsRedisErr(err); isRedis {
 			if addr, ok := re.IsMoved(); ok {
 				return "", addr, err
@@ -418,6 +427,16 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 		}
 	}
 	return 0, false
+}
+
+// ownerIn is the owner id in v, what reading h's key returned (see
+// leaseKind.tracked).
+func ownerIn(h *holder, v string) string {
+	if h.kind.ownerInHash {
+		return v
+	}
+	owner, _, _ := strings.Cut(v, " ")
+	return owner
 }
 
 // isRedisReply reports whether err is a reply from Redis (a key of the

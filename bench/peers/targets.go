@@ -67,12 +67,16 @@ func (r *report) evaluate() []targetResult {
 		return b
 	}
 	ts := []target{
-		{scenario: "A", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 1×", ok: atLeast(1), format: ratio,
+		{scenario: "A", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 0.6×", ok: atLeast(0.6), format: ratio,
 			value: func(run int) float64 { return g("A.cycles", mutexRow, run) / g("A.cycles", "floor", run) }},
-		{scenario: "A", text: "redisync Mutex cycles/s ÷ best peer", goal: "≥ 2×", ok: atLeast(2), format: ratio,
+		{scenario: "A", text: "redisync Mutex cycles/s ÷ fastest peer", goal: "≥ 1.3×", ok: atLeast(1.3), format: ratio,
 			value: func(run int) float64 { return g("A.cycles", mutexRow, run) / best("A.cycles", run) }},
-		{scenario: "B", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 1.5×", ok: atLeast(1.5), format: ratio,
+		{scenario: "A", text: "redisync FairMutex cycles/s ÷ Mutex", goal: "≥ 0.9×", ok: atLeast(0.9), format: ratio,
+			value: func(run int) float64 { return g("A.cycles", fairRow, run) / g("A.cycles", mutexRow, run) }},
+		{scenario: "B", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 1×", ok: atLeast(1), format: ratio,
 			value: func(run int) float64 { return g("B.cycles", mutexRow, run) / g("B.cycles", "floor", run) }},
+		{scenario: "B", text: "redisync Mutex least busy client's share ÷ busiest's", goal: "≥ 0.5", ok: atLeast(0.5), format: fSig,
+			value: func(run int) float64 { return g("B.spread", mutexRow, run) }},
 		{scenario: "B", text: "overlaps + lost updates, redisync Mutex and FairMutex, all runs", goal: "0", agg: "sum",
 			ok: atMost(0), format: fInt, value: func(run int) float64 {
 				v := 0.0
@@ -85,13 +89,19 @@ func (r *report) evaluate() []targetResult {
 				}
 				return v
 			}},
-		{scenario: "C", text: "redisync Mutex hand-off p50 ÷ PING", goal: "≤ 2×", ok: atMost(2), format: ratio,
+		{scenario: "C", text: "redisync Mutex hand-off p50 ÷ PING", goal: "≤ 1.5×", ok: atMost(1.5), format: ratio,
 			value: func(run int) float64 { return g("C.p50/ping", mutexRow, run) }},
-		{scenario: "C", text: "redisync Mutex hand-off p99 ÷ PING", goal: "≤ 5×", ok: atMost(5), format: ratio,
+		{scenario: "C", text: "redisync Mutex hand-off p99 ÷ PING", goal: "≤ 4×", ok: atMost(4), format: ratio,
 			value: func(run int) float64 { return g("C.p99/ping", mutexRow, run) }},
+		{scenario: "C", text: "redisync FairMutex hand-off p50 ÷ Mutex's", goal: "≤ 1.1×", ok: atMost(1.1), format: ratio,
+			value: func(run int) float64 { return g("C.p50", fairRow, run) / g("C.p50", mutexRow, run) }},
 		{scenario: "D", text: "redisync Mutex round trips per uncontended cycle", goal: "2",
 			ok: func(v float64) bool { return math.Abs(v-2) < 0.01 }, format: fSig,
 			value: func(run int) float64 { return g("D.rt", mutexRow, run) }},
+		{scenario: "D", text: "redisync Mutex server commands per uncontended cycle", goal: "≤ 8", ok: atMost(8), format: fSig,
+			value: func(run int) float64 { return g("D.cmds", mutexRow, run) }},
+		{scenario: "D", text: "redisync Mutex commands per hand-off (1 waiter) ÷ floor's", goal: "≤ 2×", ok: atMost(2), format: ratio,
+			value: func(run int) float64 { return g("D.cmds_h1", mutexRow, run) / g("D.cmds_h1", "floor", run) }},
 		{scenario: "D", text: "redisync Mutex commands per hand-off, 8 waiters ÷ 1 waiter", goal: "≤ 1.25× (independent of the waiters)",
 			ok: atMost(1.25), format: ratio,
 			value: func(run int) float64 { return g("D.cmds_h8", mutexRow, run) / g("D.cmds_h1", mutexRow, run) }},
