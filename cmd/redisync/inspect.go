@@ -131,7 +131,11 @@ func holderRefs(h *holderView) []*clientRef {
 	return []*clientRef{&h.clientRef}
 }
 
+// fields describes the holder in role, or says there is none.
 func (h *holderView) fields(role string) []field {
+	if h == nil {
+		return []field{{role, "none"}}
+	}
 	return []field{
 		{role, h.Owner},
 		{"client", h.who()},
@@ -167,13 +171,7 @@ func newQueued(kind string, st redisync.MutexState) queuedView {
 func (v *queuedView) clients() []*clientRef { return holderRefs(v.Holder) }
 
 func (v *queuedView) fields() []field {
-	var fs []field
-	if v.Holder != nil {
-		fs = v.Holder.fields("holder")
-	} else {
-		fs = []field{{"holder", "none"}}
-	}
-	return append(fs, field{"waiters", strconv.Itoa(v.Waiters) + " in the queue"})
+	return append(v.Holder.fields("holder"), field{"waiters", strconv.Itoa(v.Waiters) + " in the queue"})
 }
 
 type rwView struct {
@@ -189,17 +187,11 @@ func (v *rwView) title() string { return "rw mutex" }
 func (v *rwView) clients() []*clientRef { return holderRefs(v.Writer) }
 
 func (v *rwView) fields() []field {
-	var fs []field
-	if v.Writer != nil {
-		fs = v.Writer.fields("writer")
-	} else {
-		fs = []field{{"writer", "none"}}
-	}
 	readers := strconv.Itoa(v.Readers)
 	if v.Readers > 0 {
 		readers += " (last share ends in " + formatTTL(v.ReadTTLms) + ")"
 	}
-	return append(fs,
+	return append(v.Writer.fields("writer"),
 		field{"readers", readers},
 		field{"writers waiting", strconv.Itoa(v.WritersWaiting)})
 }
