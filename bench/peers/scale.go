@@ -124,11 +124,7 @@ func gLeases(ctx context.Context, e *env, lib *library, m metrics) error {
 	if err := sleep(ctx, period); err != nil {
 		return err
 	}
-	st0, err := e.commandStats(ctx)
-	if err != nil {
-		return err
-	}
-	scpu0, err := e.serverCPU(ctx)
+	st0, scpu0, err := e.serverSample(ctx)
 	if err != nil {
 		return err
 	}
@@ -137,11 +133,7 @@ func gLeases(ctx context.Context, e *env, lib *library, m metrics) error {
 		return err
 	}
 	cpu1, el := processCPU(), time.Since(t0)
-	st1, err := e.commandStats(ctx)
-	if err != nil {
-		return err
-	}
-	scpu1, err := e.serverCPU(ctx)
+	st1, scpu1, err := e.serverSample(ctx)
 	if err != nil {
 		return err
 	}
