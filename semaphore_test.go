@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,23 +195,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 	}
 	for what, bad := range invalid {
 		t.Run(what, func(t *testing.T) {
-			notPanics(t, what, func() {
-				_, err := bad.Lock(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.TryLock(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				requireFailedLease(t, delivered(t, bad.Acquire(ctx, 1)), ErrInvalidArgument)
-				_, err = bad.TrySetSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.SetSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.AddSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.Inspect(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.Delete(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-			})
+			notPanics(t, what, func() { requireSemaphoreFails(t, bad, ErrInvalidArgument) })
 		})
 	}
 	require.NotNil(t, c.Semaphore("x", nil), "a nil option is ignored")
@@ -252,35 +235,20 @@ func TestSemaphoreBadInput(t *testing.T) {
 
 	// Keys that hold something else: reported, and left alone.
 	rc := e.rueidisClient(t)
-	for _, plant := range []struct {
-		what string
-		cmd  func(key string) rueidis.Completed
-	}{
-		{"string", func(k string) rueidis.Completed { return rc.B().Set().Key(k).Value("x").Build() }},
-		{"foreign hash", func(k string) rueidis.Completed {
-			return rc.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()
-		}},
-	} {
-		t.Run(plant.what, func(t *testing.T) {
-			bad := c.Semaphore("semaphore-wrongtype-" + strings.ReplaceAll(plant.what, " ", "-"))
-			require.NoError(t, rc.Do(ctx, plant.cmd(bad.keys.sem)).Error())
-			defer rc.Do(ctx, rc.B().Del().Key(bad.keys.sem).Build())
-			_, err := bad.Lock(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.TryLock(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.TrySetSize(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.Inspect(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.Delete(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			typ, err := rc.Do(ctx, rc.B().Type().Key(bad.keys.sem).Build()).ToString()
-			require.NoError(t, err)
-			require.Contains(t, []string{"string", "hash"}, typ)
-			require.Empty(t, e.keys(t, bad.keys.queue), "nothing queued")
-		})
-	}
+	eachForeignValue(t, rc, func(t *testing.T, kind string, plant func(key string)) {
+		bad := c.Semaphore("semaphore-wrongtype-" + kind)
+		plant(bad.keys.sem)
+		requireAllIs(t, ErrWrongType,
+			errOf(bad.Lock(ctx, 1)),
+			errOf(bad.TryLock(ctx, 1)),
+			errOf(bad.TrySetSize(ctx, 1)),
+			errOf(bad.Inspect(ctx)),
+			errOf(bad.Delete(ctx)))
+		typ, err := rc.Do(ctx, rc.B().Type().Key(bad.keys.sem).Build()).ToString()
+		require.NoError(t, err)
+		require.Contains(t, []string{"string", "hash"}, typ)
+		require.Empty(t, e.keys(t, bad.keys.queue), "nothing queued")
+	})
 }
 
 func TestSemaphoreNeverOversubscribed(t *testing.T) {
@@ -648,18 +616,14 @@ func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 }
 
 func TestSemaphoreReplicaAck(t *testing.T) {
-	e := ownServer(t)
-	replica := e.replica(t)
+	_, c, replica := ackedClient(t)
 	ctx := context.Background()
-	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	s := c.Semaphore("acked")
 	_, err := s.TrySetSize(ctx, 2)
 	require.NoError(t, err)
 	l, err := s.Lock(ctx, 2)
 	require.NoError(t, err)
-	n, err := replica.Do("ZCARD", s.keys.holders)
-	require.NoError(t, err)
-	require.Equal(t, "1", n, "the replica has the holder when Lock returns")
+	requireReply(t, replica, "1", "the replica has the holder when Lock returns", "ZCARD", s.keys.holders)
 	require.NoError(t, l.Unlock(ctx))
 
 	// A replica that does not answer: the acquisition is undone.
@@ -887,10 +851,8 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			if persistent {
 				args = []string{"--appendonly", "yes", "--appendfsync", "always"}
 			}
-			e := ownServer(t, args...)
-			noLeak := leakCheck(t)
+			e, holder, waiter, done := restartPair(t, 3*time.Second, args...)
 			ctx := withTimeout(t, time.Minute)
-			holder, waiter := e.client(t, WithWatchdogLease(3*time.Second)), e.client(t, WithWatchdogLease(3*time.Second))
 			s := holder.Semaphore("restart")
 			_, err := s.TrySetSize(ctx, 3)
 			require.NoError(t, err)
@@ -964,8 +926,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			_, err = s.Delete(ctx)
 			require.NoError(t, err)
 			require.Empty(t, e.keys(t, "*"))
-			e.requireNoSubscriptions(t)
-			noLeak([]*Client{holder, waiter}, restartedServer)
+			done()
 		})
 	}
 }

@@ -44,9 +44,7 @@ func TestSentinelFailover(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Locked)
 	require.Equal(t, l.Token(), st.Token)
-	owner, err := s.Primary.Do("HGET", m.keys.lock, "owner")
-	require.NoError(t, err)
-	require.Equal(t, l.h.owner, owner, "the new primary has the lock")
+	requireReply(t, s.Primary, l.h.owner, "the new primary has the lock", "HGET", m.keys.lock, "owner")
 	// The waiter's subscription moved too, though its connection to the
 	// old primary, now a replica, may live on.
 	eventually(t, 5*time.Second, func() bool {
