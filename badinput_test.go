@@ -125,23 +125,31 @@ func (b *bi) exists(t *testing.T, key string) bool {
 func requireFailedLease(t *testing.T, l *Lease, reason error) {
 	t.Helper()
 	require.NotNil(t, l)
+	requireHoldsNothing(t, l, reason)
+	err := l.Unlock(context.Background())
+	require.ErrorIs(t, err, ErrNotHeld)
+	require.ErrorIs(t, err, reason)
+}
+
+// requireHoldsNothing checks that l holds nothing, for reason: its Err,
+// Lost, Context and the Context's cause say so, and it has no token and no
+// name.
+func requireHoldsNothing(t *testing.T, l *Lease, reason error) {
+	t.Helper()
 	require.ErrorIs(t, l.Err(), reason)
 	select {
 	case <-l.Lost():
 	default:
-		t.Fatal("Lost() of a failed lease is not closed")
+		t.Fatal("Lost() of a lease that holds nothing is not closed")
 	}
 	select {
 	case <-l.Context().Done():
 	default:
-		t.Fatal("Context() of a failed lease is not done")
+		t.Fatal("Context() of a lease that holds nothing is not done")
 	}
 	require.ErrorIs(t, context.Cause(l.Context()), reason)
 	require.Zero(t, l.Token())
 	require.Empty(t, l.Name())
-	err := l.Unlock(context.Background())
-	require.ErrorIs(t, err, ErrNotHeld)
-	require.ErrorIs(t, err, reason)
 }
 
 // requireAllFail checks that every method of m reports want, and that
@@ -679,20 +687,7 @@ var badInputCases = []biCase{
 		var l *Lease
 		require.ErrorIs(t, l.Unlock(context.Background()), ErrNotHeld)
 		require.ErrorIs(t, l.Unlock(nilCtx), ErrNotHeld) //nolint:staticcheck
-		require.ErrorIs(t, l.Err(), ErrNotHeld)
-		select {
-		case <-l.Lost():
-		default:
-			t.Fatal("Lost() of a nil Lease is not closed")
-		}
-		select {
-		case <-l.Context().Done():
-		default:
-			t.Fatal("Context() of a nil Lease is not done")
-		}
-		require.ErrorIs(t, context.Cause(l.Context()), ErrNotHeld)
-		require.Zero(t, l.Token())
-		require.Empty(t, l.Name())
+		requireHoldsNothing(t, l, ErrNotHeld)
 	}},
 	{"Unlock twice", func(t *testing.T, b *bi) {
 		c := b.client(t)

@@ -125,3 +125,13 @@ func requireAllIs(t testing.TB, want error, errs ...error) {
 		require.ErrorIs(t, err, want, "call %d of %d", i+1, len(errs))
 	}
 }
+
+// requireLaterToken takes the lock with lock, requires a greater fencing
+// token than prev's, and releases it.
+func requireLaterToken(t testing.TB, ctx context.Context, lock func(context.Context) (*Lease, error), prev *Lease) {
+	t.Helper()
+	l, err := lock(ctx)
+	require.NoError(t, err)
+	require.Greater(t, l.Token(), prev.Token())
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -130,10 +130,7 @@ func TestGroupLockUnlock(t *testing.T) {
 				}
 				requireFree(t, ms...)
 
-				l2, err := g.TryLock(ctx)
-				require.NoError(t, err)
-				require.Greater(t, l2.Token(), l.Token())
-				require.NoError(t, l2.Unlock(ctx))
+				requireLaterToken(t, ctx, g.TryLock, l)
 				requireFree(t, ms...)
 			})
 		}
@@ -811,10 +808,7 @@ func TestQuorumTokensDoNotDependOnClocks(t *testing.T) {
 	}
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, servers[0].Kill())
-	l2, err := q.Lock(ctx)
-	require.NoError(t, err)
-	require.Greater(t, l2.Token(), l.Token())
-	require.NoError(t, l2.Unlock(ctx))
+	requireLaterToken(t, ctx, q.Lock, l)
 }
 
 // An ownership that expired under a paused holder is followed by one with a
@@ -830,10 +824,7 @@ func TestQuorumFixedLeaseExpiry(t *testing.T) {
 	requireLost(t, l, 5*time.Second, ErrNoQuorum)
 	require.Less(t, time.Since(start), lease)
 	require.ErrorIs(t, l.Err(), ErrExpired)
-	l2, err := q.Lock(ctx)
-	require.NoError(t, err)
-	require.Greater(t, l2.Token(), l.Token())
-	require.NoError(t, l2.Unlock(ctx))
+	requireLaterToken(t, ctx, q.Lock, l)
 }
 
 // Cancelled acquisitions, with contention and a server that does not

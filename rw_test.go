@@ -117,10 +117,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 		require.ErrorIs(t, rl.Unlock(ctx), ErrNotHeld)
 		require.ErrorIs(t, rl.Err(), ErrReleased)
 
-		l, err := ma.TryLock(ctx)
-		require.NoError(t, err)
-		require.Greater(t, l.Token(), wl.Token())
-		require.NoError(t, l.Unlock(ctx))
+		requireLaterToken(t, ctx, ma.TryLock, wl)
 		requireRWFree(t, e, rc, ma)
 		e.requireNoSubscriptions(t)
 	})

@@ -23,6 +23,26 @@ func semState(t testing.TB, s *Semaphore) SemaphoreState {
 	return st
 }
 
+// semSized sets the size of s, which has none, and returns s.
+func semSized(t testing.TB, s *Semaphore, size int) *Semaphore {
+	t.Helper()
+	_, err := s.TrySetSize(context.Background(), size)
+	require.NoError(t, err)
+	return s
+}
+
+// semOnClients returns n handles of the semaphore named after the test,
+// each on a Client of its own, and sets its size.
+func semOnClients(t testing.TB, e *env, n, size int) []*Semaphore {
+	t.Helper()
+	ss := make([]*Semaphore, n)
+	for i := range ss {
+		ss[i] = e.client(t).Semaphore(t.Name())
+	}
+	semSized(t, ss[0], size)
+	return ss
+}
+
 // semWaitQueued waits until s has n queued waiters.
 func semWaitQueued(t testing.TB, s *Semaphore, n int) {
 	t.Helper()
@@ -259,12 +279,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 		var inside, peak atomic.Int64
 		var overs atomic.Int32
 		var wg sync.WaitGroup
-		for i := range clients {
-			s := e.client(t).Semaphore(t.Name())
-			if i == 0 {
-				_, err := s.TrySetSize(ctx, size)
-				require.NoError(t, err)
-			}
+		for _, s := range semOnClients(t, e, clients, size) {
 			for range perClient {
 				wg.Add(1)
 				go func() {
@@ -342,8 +357,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 
 		// A waiter for every permit.
 		s := e.client(t).Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 3)
-		require.NoError(t, err)
+		semSized(t, s, 3)
 		sent := crash(t.Name(), 2)
 		l, err := s.Lock(ctx, 3)
 		require.NoError(t, err)
@@ -374,8 +388,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		const size = 3
 		holders := e.client(t).Semaphore(t.Name())
-		_, err := holders.TrySetSize(ctx, size)
-		require.NoError(t, err)
+		semSized(t, holders, size)
 		waiters := e.client(t).Semaphore(t.Name())
 		for round := range 5 {
 			var held []*Lease
@@ -423,12 +436,7 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 		var smallAt []time.Time
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		for i := range smallers {
-			s := e.client(t).Semaphore(t.Name())
-			if i == 0 {
-				_, err := s.TrySetSize(ctx, size)
-				require.NoError(t, err)
-			}
+		for _, s := range semOnClients(t, e, smallers, size) {
 			repeatUntil(t, &wg, stop, func() error {
 				l, err := s.Lock(ctx, 1)
 				if err != nil {
@@ -482,8 +490,7 @@ func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
 		s := e.client(t).Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 3)
-		require.NoError(t, err)
+		semSized(t, s, 3)
 		held, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
 
@@ -558,8 +565,7 @@ func TestSemaphoreAndLatchOddNames(t *testing.T) {
 			for _, key := range []string{k.holders, k.queue, k.deadlines, k.channel} {
 				require.Equal(t, slotHash(k.sem), slotHash(key))
 			}
-			_, err := s.TrySetSize(ctx, 2)
-			require.NoError(t, err)
+			semSized(t, s, 2)
 			l, err := s.Lock(ctx, 2)
 			require.NoError(t, err)
 			require.Equal(t, name, l.Name())
@@ -589,8 +595,7 @@ func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 	e := standaloneEnv(t)
 	ctx := withTimeout(t, time.Minute)
 	s := e.client(t).Semaphore(t.Name())
-	_, err := s.TrySetSize(ctx, 2)
-	require.NoError(t, err)
+	semSized(t, s, 2)
 	held, err := s.Lock(ctx, 1)
 	require.NoError(t, err)
 	// A queue place nobody renews: a waiter for both permits that died.
@@ -619,8 +624,7 @@ func TestSemaphoreReplicaAck(t *testing.T) {
 	_, c, replica := ackedClient(t)
 	ctx := context.Background()
 	s := c.Semaphore("acked")
-	_, err := s.TrySetSize(ctx, 2)
-	require.NoError(t, err)
+	semSized(t, s, 2)
 	l, err := s.Lock(ctx, 2)
 	require.NoError(t, err)
 	requireReply(t, replica, "1", "the replica has the holder when Lock returns", "ZCARD", s.keys.holders)
@@ -648,8 +652,7 @@ func TestSemaphoreFixedLeaseExpires(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s := e.client(t).Semaphore(t.Name(), WithFixedLease(400*time.Millisecond))
-		_, err := s.TrySetSize(ctx, 1)
-		require.NoError(t, err)
+		semSized(t, s, 1)
 		l, err := s.Lock(ctx, 1)
 		require.NoError(t, err)
 		st := semState(t, s)
@@ -675,8 +678,7 @@ func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t, WithWatchdogLease(300*time.Millisecond))
 		s := c.Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 2)
-		require.NoError(t, err)
+		semSized(t, s, 2)
 		l, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
 		select {
@@ -701,8 +703,7 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
 		s := c.Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 2)
-		require.NoError(t, err)
+		semSized(t, s, 2)
 		l, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
 		w := e.client(t).Semaphore(t.Name()).Acquire(ctx, 1)
@@ -854,8 +855,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			e, holder, waiter, done := restartPair(t, 3*time.Second, args...)
 			ctx := withTimeout(t, time.Minute)
 			s := holder.Semaphore("restart")
-			_, err := s.TrySetSize(ctx, 3)
-			require.NoError(t, err)
+			semSized(t, s, 3)
 			held, err := s.Lock(ctx, 3)
 			require.NoError(t, err)
 			var waiting []<-chan *Lease
