@@ -17,8 +17,9 @@ import (
 // its own. The slot map is read from whichever node answers first, MOVED
 // replies to a subscription amend it slot by slot, and it is read again
 // (reroute) when a master cannot be dialled or drops the channels of a slot
-// it no longer serves; meanwhile the subscriptions it affects wait, off any
-// link.
+// it no longer serves. route then moves every subscription not subscribed
+// yet to the link of its slot's master; a new one whose master is not
+// known yet waits, on no link, until it is.
 
 // slotRange is a range of Cluster slots and the address of their master.
 type slotRange struct {
