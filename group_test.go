@@ -525,14 +525,7 @@ func TestGroupBadInput(t *testing.T) {
 		{"closed client", NewGroup(c.Mutex("a"), closed.Mutex("b")), ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.g.Lock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			_, err = tc.g.TryLock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			l := <-tc.g.Acquire(ctx)
-			require.ErrorIs(t, l.Err(), tc.want)
-			require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-			require.Zero(t, l.Token())
+			requireLockFails(t, "Group", tc.g, tc.want)
 			if tc.want == ErrInvalidArgument {
 				require.Nil(t, tc.g.Names())
 			}
@@ -902,13 +895,7 @@ func TestQuorumBadInput(t *testing.T) {
 		{"closed client", NewQuorum("a", []*Client{c1, closed, c2}), ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.q.Lock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			_, err = tc.q.TryLock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			l := <-tc.q.Acquire(ctx)
-			require.ErrorIs(t, l.Err(), tc.want)
-			require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+			requireLockFails(t, "Quorum", tc.q, tc.want)
 		})
 	}
 	q := NewQuorum("a", []*Client{c1, c2})
