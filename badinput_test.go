@@ -133,36 +133,50 @@ func (b *bi) exists(t *testing.T, key string) bool {
 func requireFailedLease(t *testing.T, l *Lease, reason error) {
 	t.Helper()
 	require.NotNil(t, l)
+	requireHoldsNothing(t, l, reason)
+	err := l.Unlock(context.Background())
+	require.ErrorIs(t, err, ErrNotHeld)
+	require.ErrorIs(t, err, reason)
+}
+
+// requireHoldsNothing checks that l holds nothing, for reason: its Err,
+// Lost, Context and the Context's cause say so, and it has no token and no
+// name.
+func requireHoldsNothing(t *testing.T, l *Lease, reason error) {
+	t.Helper()
 	require.ErrorIs(t, l.Err(), reason)
 	select {
 	case <-l.Lost():
 	default:
-		t.Fatal("Lost() of a failed lease is not closed")
+		t.Fatal("Lost() of a lease that holds nothing is not closed")
 	}
 	select {
 	case <-l.Context().Done():
 	default:
-		t.Fatal("Context() of a failed lease is not done")
+		t.Fatal("Context() of a lease that holds nothing is not done")
 	}
 	require.ErrorIs(t, context.Cause(l.Context()), reason)
 	require.Zero(t, l.Token())
 	require.Empty(t, l.Name())
-	err := l.Unlock(context.Background())
-	require.ErrorIs(t, err, ErrNotHeld)
-	require.ErrorIs(t, err, reason)
 }
 
 // requireAllFail checks that every method of m reports want, and that
 // nothing was acquired.
 func requireAllFail(t *testing.T, m *Mutex, want error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	requireLockFails(t, "Mutex", m, want)
-	st, err := m.Inspect(ctx)
+	requireOperatorsFail(t, m.Inspect, m.ForceUnlock, want)
+}
+
+// requireOperatorsFail checks that a lock's Inspect and ForceUnlock report
+// want, and nothing else.
+func requireOperatorsFail[S any](t *testing.T, inspect func(context.Context) (S, error), forceUnlock func(context.Context) (bool, error), want error) {
+	t.Helper()
+	ctx := withTimeout(t, 10*time.Second)
+	st, err := inspect(ctx)
 	require.ErrorIs(t, err, want, "Inspect")
-	require.Equal(t, MutexState{}, st)
-	ok, err := m.ForceUnlock(ctx)
+	require.Zero(t, st)
+	ok, err := forceUnlock(ctx)
 	require.ErrorIs(t, err, want, "ForceUnlock")
 	require.False(t, ok)
 }
@@ -195,17 +209,13 @@ func (r readSide) Lock(ctx context.Context) (*Lease, error)    { return r.m.RLoc
 func (r readSide) TryLock(ctx context.Context) (*Lease, error) { return r.m.TryRLock(ctx) }
 func (r readSide) Acquire(ctx context.Context) <-chan *Lease   { return r.m.RAcquire(ctx) }
 
-// requireRWMutexFails checks that every method of m reports want.
+// requireRWMutexFails checks that every method of m reports want, and that
+// nothing was acquired.
 func requireRWMutexFails(t *testing.T, m *RWMutex, want error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	requireLockFails(t, "RWMutex", m, want)
 	requireLockFails(t, "RWMutex read", readSide{m}, want)
-	_, err := m.Inspect(ctx)
-	require.ErrorIs(t, err, want, "RWMutex.Inspect")
-	_, err = m.ForceUnlock(ctx)
-	require.ErrorIs(t, err, want, "RWMutex.ForceUnlock")
+	requireOperatorsFail(t, m.Inspect, m.ForceUnlock, want)
 }
 
 // requireSemaphoreFails checks that every method of s reports want.
@@ -319,6 +329,30 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	pttl, err := b.rc.Do(ctx, b.rc.B().Pttl().Key(k.fence).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Greater(t, pttl, int64(0), "fence key without TTL")
+}
+
+// eachForeignValue runs f, in a subtest for each kind of value the library
+// did not write (a string, a hash of other fields): plant sets a key to
+// such a value, deleted at the end of the subtest.
+func eachForeignValue(t *testing.T, rc rueidis.Client, f func(t *testing.T, kind string, plant func(key string))) {
+	for _, v := range []struct {
+		kind string
+		cmd  func(key string) rueidis.Completed
+	}{
+		{"string", func(k string) rueidis.Completed { return rc.B().Set().Key(k).Value("x").Build() }},
+		{"foreign-hash", func(k string) rueidis.Completed {
+			return rc.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()
+		}},
+	} {
+		t.Run(v.kind, func(t *testing.T) {
+			ctx := context.Background()
+			f(t, v.kind, func(key string) {
+				t.Helper()
+				require.NoError(t, rc.Do(ctx, v.cmd(key)).Error())
+				t.Cleanup(func() { rc.Do(ctx, rc.B().Del().Key(key).Build()) })
+			})
+		})
+	}
 }
 
 // wrongType plants values of other types at a lock's key and runs check on
@@ -661,20 +695,7 @@ var badInputCases = []biCase{
 		var l *Lease
 		require.ErrorIs(t, l.Unlock(context.Background()), ErrNotHeld)
 		require.ErrorIs(t, l.Unlock(nilCtx), ErrNotHeld) //nolint:staticcheck
-		require.ErrorIs(t, l.Err(), ErrNotHeld)
-		select {
-		case <-l.Lost():
-		default:
-			t.Fatal("Lost() of a nil Lease is not closed")
-		}
-		select {
-		case <-l.Context().Done():
-		default:
-			t.Fatal("Context() of a nil Lease is not done")
-		}
-		require.ErrorIs(t, context.Cause(l.Context()), ErrNotHeld)
-		require.Zero(t, l.Token())
-		require.Empty(t, l.Name())
+		requireHoldsNothing(t, l, ErrNotHeld)
 	}},
 	{"Unlock twice", func(t *testing.T, b *bi) {
 		c := b.client(t)

@@ -215,18 +215,21 @@ func benchHandOff(b *testing.B, probe rueidis.Client, held *Lease, to *Mutex) (*
 		err error
 		at  time.Time
 	}
-	start := benchScriptCalls(b, probe)
 	done := make(chan result, 1)
 	go func() {
 		l, err := to.Lock(context.Background())
 		done <- result{l, err, time.Now()}
 	}()
-	// The waiter runs the acquire script once, subscribes, and once the
-	// subscription is confirmed runs it again before it waits: after these
-	// two executions (nothing else runs scripts meanwhile) it is blocked, or
-	// about to block with the wake-up kept for it.
+	// The waiter has a place in the queue and expects its message on a live
+	// subscription (its Client's lingering one, joined before its attempt,
+	// or a new one once confirmed): it is blocked, or about to block with
+	// the wake-up kept for it.
 	deadline := time.Now().Add(10 * time.Second)
-	for benchScriptCalls(b, probe) < start+2 {
+	queued := func() bool {
+		n, err := probe.Do(context.Background(), probe.B().Zcard().Key(to.keys.queue).Build()).AsInt64()
+		return err == nil && n > 0
+	}
+	for !benchExpecting(to) || !queued() {
 		if time.Now().After(deadline) {
 			b.Fatal("the waiter did not reach its wait")
 		}
@@ -247,6 +250,26 @@ func benchHandOff(b *testing.B, probe rueidis.Client, held *Lease, to *Mutex) (*
 		b.Fatalf("Lock: %v", r.err)
 	}
 	return r.l, r.at.Sub(t0)
+}
+
+// benchExpecting reports whether m's Client has a confirmed subscription to
+// m's channel with a waiter expecting its message there.
+func benchExpecting(m *Mutex) bool {
+	n := m.c.notify
+	n.mu.Lock()
+	s := n.subs[m.keys.channel]
+	n.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	select {
+	case <-s.ready:
+	default:
+		return false
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	return len(s.targets) > 0
 }
 
 // benchScriptCalls returns the EVALSHA and EVAL calls the server executed,

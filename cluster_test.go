@@ -56,6 +56,19 @@ func replOffset(t *testing.T, s *redistest.Server, field string) string {
 	return ""
 }
 
+// awaitPromotion waits up to d until replica answers ROLE as a master, and
+// returns when it did.
+func awaitPromotion(t *testing.T, replica *redistest.Server, d time.Duration) time.Time {
+	t.Helper()
+	var at time.Time
+	eventually(t, d, func() bool {
+		role, err := replica.Do("ROLE")
+		at = time.Now()
+		return err == nil && strings.HasPrefix(role, "master")
+	}, "replica not promoted")
+	return at
+}
+
 func mustDo(t *testing.T, s *redistest.Server, args ...string) string {
 	t.Helper()
 	out, err := s.Do(args...)
@@ -81,10 +94,7 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 		return replOffset(t, master, "master_repl_offset") == replOffset(t, replica, "slave_repl_offset")
 	}, "replica not caught up")
 	mustDo(t, replica, "CLUSTER", "FAILOVER", "TAKEOVER")
-	eventually(t, 20*time.Second, func() bool {
-		role, err := replica.Do("ROLE")
-		return err == nil && strings.HasPrefix(role, "master")
-	}, "replica not promoted")
+	awaitPromotion(t, replica, 20*time.Second)
 
 	// Three renewal periods on the new master.
 	select {
@@ -118,10 +128,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	require.NoError(t, err)
 	master, replica := slotOwner(t, e.cluster, m.keys.lock)
 	require.NoError(t, master.Kill())
-	eventually(t, 30*time.Second, func() bool {
-		role, err := replica.Do("ROLE")
-		return err == nil && strings.HasPrefix(role, "master")
-	}, "replica not promoted")
+	awaitPromotion(t, replica, 30*time.Second)
 
 	other := e.client(t).Mutex("killed-master")
 	select {
@@ -174,15 +181,7 @@ func TestClusterFailoverWithoutTheKeyLosesAtOnce(t *testing.T) {
 	require.NoError(t, master.Kill())
 	require.NoError(t, replica.Resume())
 	mustDo(t, replica, "CLUSTER", "FAILOVER", "TAKEOVER")
-	var serving time.Time
-	eventually(t, 30*time.Second, func() bool {
-		role, err := replica.Do("ROLE")
-		if err == nil && strings.HasPrefix(role, "master") {
-			serving = time.Now()
-			return true
-		}
-		return false
-	}, "replica not promoted")
+	serving := awaitPromotion(t, replica, 30*time.Second)
 	select {
 	case <-l.Lost():
 		t.Logf("lost %v after the new master took over: %v", time.Since(serving), l.Err())

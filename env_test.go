@@ -212,6 +212,51 @@ func (e *env) replica(t *testing.T) *redistest.Server {
 	return replica
 }
 
+// restartPair returns a server of the test's own, started with the
+// redis-server args, for the test to restart, and two Clients of it, a
+// holder and a waiter, with the watchdog lease. The test ends with done,
+// which checks that nobody subscribes any more and that no goroutine is
+// left (the Clients' and the restarted server's aside).
+func restartPair(t *testing.T, lease time.Duration, args ...string) (e *env, holder, waiter *Client, done func()) {
+	t.Helper()
+	e = ownServer(t, args...)
+	noLeak := leakCheck(t)
+	holder, waiter = e.client(t, WithWatchdogLease(lease)), e.client(t, WithWatchdogLease(lease))
+	return e, holder, waiter, func() {
+		t.Helper()
+		e.requireNoSubscriptions(t)
+		noLeak([]*Client{holder, waiter}, restartedServer)
+	}
+}
+
+// ackedClient returns a server of the test's own with one replica, and a
+// Client of it whose acquisitions wait for the replica's acknowledgement
+// (300ms at most). The test may pause the replica.
+func ackedClient(t *testing.T) (*env, *Client, *redistest.Server) {
+	t.Helper()
+	e := ownServer(t)
+	replica := e.replica(t)
+	return e, e.client(t, WithReplicaAck(1, 300*time.Millisecond)), replica
+}
+
+// requireReply requires the reply of a command on srv to be want.
+func requireReply(t testing.TB, srv *redistest.Server, want, msg string, args ...string) {
+	t.Helper()
+	got, err := srv.Do(args...)
+	require.NoError(t, err)
+	require.Equal(t, want, got, msg)
+}
+
+// requireLockOwner checks that the lock key (a Mutex's, a FairMutex's)
+// on srv names want as its owner.
+func requireLockOwner(t testing.TB, srv *redistest.Server, key, want, msg string) {
+	t.Helper()
+	v, err := srv.Do("GET", key)
+	require.NoError(t, err)
+	owner, _, _ := strings.Cut(v, " ")
+	require.Equal(t, want, owner, msg)
+}
+
 // keys lists the keys matching pattern on every master of the env.
 func (e *env) keys(t testing.TB, pattern string) []string {
 	t.Helper()

@@ -113,3 +113,25 @@ func unlockAll(t testing.TB, ctx context.Context, chans []<-chan *Lease, d time.
 	}
 	wg.Wait()
 }
+
+// errOf is the error of a call that returns a value and an error.
+func errOf[T any](_ T, err error) error { return err }
+
+// requireAllIs requires each of errs, the errors of a series of calls, to
+// be want.
+func requireAllIs(t testing.TB, want error, errs ...error) {
+	t.Helper()
+	for i, err := range errs {
+		require.ErrorIs(t, err, want, "call %d of %d", i+1, len(errs))
+	}
+}
+
+// requireLaterToken takes the lock with lock, requires a greater fencing
+// token than prev's, and releases it.
+func requireLaterToken(t testing.TB, ctx context.Context, lock func(context.Context) (*Lease, error), prev *Lease) {
+	t.Helper()
+	l, err := lock(ctx)
+	require.NoError(t, err)
+	require.Greater(t, l.Token(), prev.Token())
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -29,11 +29,9 @@ func TestMutexCancellationsLeaveNothing(t *testing.T) {
 }
 
 func TestMutexRedisRestart(t *testing.T) {
-	e := ownServer(t)
-	noLeak := leakCheck(t)
+	e, holder, waiter, done := restartPair(t, time.Second)
 	ctx := withTimeout(t, time.Minute)
 	const locks = 5
-	holder, waiter := e.client(t, WithWatchdogLease(time.Second)), e.client(t, WithWatchdogLease(time.Second))
 	var held []*Lease
 	var waiting []<-chan *Lease
 	for i := range locks {
@@ -53,8 +51,7 @@ func TestMutexRedisRestart(t *testing.T) {
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 	}
 	unlockAll(t, ctx, waiting, 10*time.Second)
-	e.requireNoSubscriptions(t)
-	noLeak([]*Client{holder, waiter}, restartedServer)
+	done()
 }
 
 func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
@@ -145,17 +142,12 @@ func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 }
 
 func TestMutexReplicaAck(t *testing.T) {
-	e := ownServer(t)
-	replica := e.replica(t)
+	e, c, replica := ackedClient(t)
 	ctx := context.Background()
-	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	m := c.Mutex("acked")
 	l, err := m.Lock(ctx)
 	require.NoError(t, err)
-	v, err := replica.Do("GET", m.keys.lock)
-	require.NoError(t, err)
-	owner, _, _ := strings.Cut(v, " ")
-	require.Equal(t, l.h.owner, owner, "the replica has the lock when Lock returns")
+	requireLockOwner(t, replica, m.keys.lock, l.h.owner, "the replica has the lock when Lock returns")
 	require.NoError(t, l.Unlock(ctx))
 
 	// A replica that does not answer: the acquisition is undone.

@@ -310,27 +310,13 @@ func (g *Group) newAtomic(ctx context.Context, try bool) *atomicAcquisition {
 // attempt runs the group acquire script once, and the WAIT that
 // WithReplicaAck asks for.
 func (a *atomicAcquisition) attempt(ctx context.Context) ([]rueidis.RedisMessage, error) {
-	c := a.g.clients[0]
-	actx, done := inflight(ctx)
-	defer done()
-	if c.cfg.ackReplicas == 0 {
-		res, err := groupAcquireScript.exec(actx, c.rc, a.keys, a.args).ToArray()
-		if err != nil {
-			return nil, redisErr("group acquire", err)
+	return a.g.clients[0].runAcquire(ctx, groupAcquireScript, "group acquire", a.keys, a.args, func(res []rueidis.RedisMessage) bool {
+		if len(res) == 0 {
+			return false
 		}
-		return res, nil
-	}
-	res, acked, err := groupAcquireScript.execAndWait(actx, c.rc, a.keys, a.args, c.cfg.ackReplicas, c.cfg.ackTimeout)
-	if err != nil {
-		return nil, redisErr("group acquire", err)
-	}
-	if len(res) > 0 {
-		if flag, _ := res[0].AsInt64(); flag == 1 && acked < int64(c.cfg.ackReplicas) {
-			a.undo(ctx)
-			return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, c.cfg.ackReplicas, c.cfg.ackTimeout)
-		}
-	}
-	return res, nil
+		flag, _ := res[0].AsInt64()
+		return flag == 1
+	}, a.undo)
 }
 
 // retry handles a failed attempt: it returns the error that ends the

@@ -28,6 +28,32 @@ type groupCase struct {
 
 var groupCases = []groupCase{{"atomic", true}, {"ordered", false}}
 
+// groupScenario is a group of three names tagged with the test's name (see
+// groupOf), for one groupCase, and its Mutexes, on Clients a and b of e.
+type groupScenario struct {
+	e     *env
+	gc    groupCase
+	a, b  *Client
+	names []string
+	g     *Group
+	ms    []*Mutex
+}
+
+// eachGroupCase runs f against standalone Redis and the Cluster, for an
+// atomic and an ordered group, on two Clients with opts.
+func eachGroupCase(t *testing.T, opts []Option, f func(t *testing.T, s groupScenario)) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		for _, gc := range groupCases {
+			t.Run(gc.name, func(t *testing.T) {
+				s := groupScenario{e: e, gc: gc, a: e.client(t, opts...), b: e.client(t, opts...)}
+				s.names = taggedNames(t.Name(), "x", "y", "z")
+				s.g, s.ms = groupOf(t, gc, []*Client{s.a, s.b}, s.names...)
+				f(t, s)
+			})
+		}
+	})
+}
+
 // groupOf returns a group of names for the case: atomic groups use one
 // Client and names of one hash tag; ordered ones spread the names over the
 // given Clients (several Clients make any group ordered).
@@ -79,64 +105,55 @@ func eventuallyFree(t *testing.T, d time.Duration, ms ...*Mutex) {
 }
 
 func TestGroupLockUnlock(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		for _, gc := range groupCases {
-			t.Run(gc.name, func(t *testing.T) {
-				ctx := context.Background()
-				a, b := e.client(t, WithPrefix("glu")), e.client(t, WithPrefix("glu"))
-				names := taggedNames(t.Name(), "x", "y", "z")
-				g, ms := groupOf(t, gc, []*Client{a, b}, names...)
-				l, err := g.Lock(ctx)
-				require.NoError(t, err)
-				require.NoError(t, l.Err())
-				require.NotZero(t, l.Token())
-				require.Equal(t, fmt.Sprintf("%q", names), l.Name())
-				require.Equal(t, names, g.Names())
-				for _, m := range ms {
-					st, err := m.Inspect(ctx)
-					require.NoError(t, err)
-					require.True(t, st.Locked)
-					require.Equal(t, 1, st.Holds)
-					require.Equal(t, m.c.ID(), st.ClientID())
-					require.LessOrEqual(t, st.Token, l.Token(), "a member's token is at most the group's")
-					if gc.atomic {
-						require.Equal(t, l.Token(), st.Token, "one token for the whole group")
-					}
-					require.Greater(t, st.TTL, 20*time.Second)
-					// Held for a Mutex of that name, from any Client.
-					_, err = b.Mutex(m.name).TryLock(ctx)
-					require.ErrorIs(t, err, ErrLocked)
-				}
-				// Another group over one of the names fails and holds nothing.
-				other := NewGroup(b.Mutex(names[1]), b.Mutex(t.Name()+":free"))
-				_, err = other.TryLock(ctx)
-				require.ErrorIs(t, err, ErrLocked)
-				require.Contains(t, err.Error(), names[1])
-				requireFree(t, b.Mutex(t.Name()+":free"))
-
-				select {
-				case <-l.Lost():
-					t.Fatal("Lost closed while held")
-				default:
-				}
-				require.NoError(t, l.Unlock(ctx))
-				require.ErrorIs(t, l.Err(), ErrReleased)
-				require.ErrorIs(t, context.Cause(l.Context()), ErrReleased)
-				require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-				select {
-				case <-l.Lost():
-					t.Fatal("Lost closed by Unlock")
-				default:
-				}
-				requireFree(t, ms...)
-
-				l2, err := g.TryLock(ctx)
-				require.NoError(t, err)
-				require.Greater(t, l2.Token(), l.Token())
-				require.NoError(t, l2.Unlock(ctx))
-				requireFree(t, ms...)
-			})
+	eachGroupCase(t, []Option{WithPrefix("glu")}, func(t *testing.T, s groupScenario) {
+		ctx := context.Background()
+		gc, b, names, g, ms := s.gc, s.b, s.names, s.g, s.ms
+		l, err := g.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Err())
+		require.NotZero(t, l.Token())
+		require.Equal(t, fmt.Sprintf("%q", names), l.Name())
+		require.Equal(t, names, g.Names())
+		for _, m := range ms {
+			st, err := m.Inspect(ctx)
+			require.NoError(t, err)
+			require.True(t, st.Locked)
+			require.Equal(t, 1, st.Holds)
+			require.Equal(t, m.c.ID(), st.ClientID())
+			require.LessOrEqual(t, st.Token, l.Token(), "a member's token is at most the group's")
+			if gc.atomic {
+				require.Equal(t, l.Token(), st.Token, "one token for the whole group")
+			}
+			require.Greater(t, st.TTL, 20*time.Second)
+			// Held for a Mutex of that name, from any Client.
+			_, err = b.Mutex(m.name).TryLock(ctx)
+			require.ErrorIs(t, err, ErrLocked)
 		}
+		// Another group over one of the names fails and holds nothing.
+		other := NewGroup(b.Mutex(names[1]), b.Mutex(t.Name()+":free"))
+		_, err = other.TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		require.Contains(t, err.Error(), names[1])
+		requireFree(t, b.Mutex(t.Name()+":free"))
+
+		select {
+		case <-l.Lost():
+			t.Fatal("Lost closed while held")
+		default:
+		}
+		require.NoError(t, l.Unlock(ctx))
+		require.ErrorIs(t, l.Err(), ErrReleased)
+		require.ErrorIs(t, context.Cause(l.Context()), ErrReleased)
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		select {
+		case <-l.Lost():
+			t.Fatal("Lost closed by Unlock")
+		default:
+		}
+		requireFree(t, ms...)
+
+		requireLaterToken(t, ctx, g.TryLock, l)
+		requireFree(t, ms...)
 	})
 }
 
@@ -194,94 +211,81 @@ func TestGroupOneSlotOneRoundTrip(t *testing.T) {
 }
 
 func TestGroupWaitsForMutexAndReenters(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		for _, gc := range groupCases {
-			t.Run(gc.name, func(t *testing.T) {
-				ctx := withTimeout(t, 30*time.Second)
-				a, b := e.client(t, WithPrefix("gwait")), e.client(t, WithPrefix("gwait"))
-				names := taggedNames(t.Name(), "x", "y", "z")
-				g, ms := groupOf(t, gc, []*Client{a, b}, names...)
+	eachGroupCase(t, []Option{WithPrefix("gwait")}, func(t *testing.T, s groupScenario) {
+		ctx := withTimeout(t, 30*time.Second)
+		e, gc, a, b, names, g, ms := s.e, s.gc, s.a, s.b, s.names, s.g, s.ms
 
-				// A Mutex holds y: the group waits, holding nothing (atomic)
-				// or what comes before y (ordered).
-				held, err := b.Mutex(names[1]).Lock(ctx)
-				require.NoError(t, err)
-				got := g.Acquire(ctx)
-				time.Sleep(100 * time.Millisecond)
-				select {
-				case l := <-got:
-					t.Fatalf("acquired while a member is held: %v", l.Err())
-				default:
-				}
-				if gc.atomic {
-					requireFree(t, ms[0], ms[2])
-				}
-				start := time.Now()
-				require.NoError(t, held.Unlock(ctx))
-				var l *Lease
-				select {
-				case l = <-got:
-				case <-time.After(10 * time.Second):
-					t.Fatal("the group did not get the released lock")
-				}
-				require.NoError(t, l.Err())
-				require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
-
-				// The group holds x for Mutexes; its Context re-enters x.
-				_, err = a.Mutex(names[0]).TryLock(ctx)
-				require.ErrorIs(t, err, ErrLocked)
-				inner, err := ms[0].Lock(l.Context())
-				require.NoError(t, err)
-				st, err := ms[0].Inspect(ctx)
-				require.NoError(t, err)
-				require.Equal(t, 2, st.Holds)
-				require.NoError(t, inner.Unlock(ctx))
-				require.NoError(t, l.Unlock(ctx))
-				requireFree(t, ms...)
-
-				// A group acquired with the Context of a Mutex lease of one of
-				// its names re-enters that lock; its Unlock leaves it held.
-				outer, err := ms[2].Lock(ctx)
-				require.NoError(t, err)
-				l, err = g.TryLock(outer.Context())
-				require.NoError(t, err)
-				require.NoError(t, l.Unlock(ctx))
-				st, err = ms[2].Inspect(ctx)
-				require.NoError(t, err)
-				require.True(t, st.Locked)
-				require.Equal(t, 1, st.Holds)
-				requireFree(t, ms[0], ms[1])
-				require.NoError(t, outer.Unlock(ctx))
-				requireFree(t, ms...)
-				e.requireNoSubscriptions(t)
-			})
+		// A Mutex holds y: the group waits, holding nothing (atomic)
+		// or what comes before y (ordered).
+		held, err := b.Mutex(names[1]).Lock(ctx)
+		require.NoError(t, err)
+		got := g.Acquire(ctx)
+		time.Sleep(100 * time.Millisecond)
+		select {
+		case l := <-got:
+			t.Fatalf("acquired while a member is held: %v", l.Err())
+		default:
 		}
+		if gc.atomic {
+			requireFree(t, ms[0], ms[2])
+		}
+		start := time.Now()
+		require.NoError(t, held.Unlock(ctx))
+		var l *Lease
+		select {
+		case l = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the group did not get the released lock")
+		}
+		require.NoError(t, l.Err())
+		require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
+
+		// The group holds x for Mutexes; its Context re-enters x.
+		_, err = a.Mutex(names[0]).TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		inner, err := ms[0].Lock(l.Context())
+		require.NoError(t, err)
+		st, err := ms[0].Inspect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, st.Holds)
+		require.NoError(t, inner.Unlock(ctx))
+		require.NoError(t, l.Unlock(ctx))
+		requireFree(t, ms...)
+
+		// A group acquired with the Context of a Mutex lease of one of
+		// its names re-enters that lock; its Unlock leaves it held.
+		outer, err := ms[2].Lock(ctx)
+		require.NoError(t, err)
+		l, err = g.TryLock(outer.Context())
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		st, err = ms[2].Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked)
+		require.Equal(t, 1, st.Holds)
+		requireFree(t, ms[0], ms[1])
+		require.NoError(t, outer.Unlock(ctx))
+		requireFree(t, ms...)
+		e.requireNoSubscriptions(t)
 	})
 }
 
 func TestGroupLostWhenAMemberIsLost(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		for _, gc := range groupCases {
-			t.Run(gc.name, func(t *testing.T) {
-				ctx := context.Background()
-				opts := []Option{WithPrefix("glost"), WithWatchdogLease(600 * time.Millisecond)}
-				a, b := e.client(t, opts...), e.client(t, opts...)
-				names := taggedNames(t.Name(), "x", "y", "z")
-				g, ms := groupOf(t, gc, []*Client{a, b}, names...)
-				l, err := g.Lock(ctx)
-				require.NoError(t, err)
-				ok, err := ms[1].ForceUnlock(ctx)
-				require.NoError(t, err)
-				require.True(t, ok)
-				requireLost(t, l, 5*time.Second, ErrExpired)
-				require.Contains(t, l.Err().Error(), names[1])
-				require.ErrorIs(t, context.Cause(l.Context()), ErrExpired)
-				// The other members are released at once, not at expiry.
-				eventuallyFree(t, 2*time.Second, ms...)
-				require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-				require.ErrorIs(t, l.Unlock(ctx), ErrExpired)
-			})
-		}
+	eachGroupCase(t, []Option{WithPrefix("glost"), WithWatchdogLease(600 * time.Millisecond)}, func(t *testing.T, s groupScenario) {
+		ctx := context.Background()
+		names, g, ms := s.names, s.g, s.ms
+		l, err := g.Lock(ctx)
+		require.NoError(t, err)
+		ok, err := ms[1].ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		requireLost(t, l, 5*time.Second, ErrExpired)
+		require.Contains(t, l.Err().Error(), names[1])
+		require.ErrorIs(t, context.Cause(l.Context()), ErrExpired)
+		// The other members are released at once, not at expiry.
+		eventuallyFree(t, 2*time.Second, ms...)
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, l.Unlock(ctx), ErrExpired)
 	})
 }
 
@@ -338,28 +342,22 @@ func TestGroupClientClosed(t *testing.T) {
 }
 
 func TestGroupTryLockTakesNothing(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		for _, gc := range groupCases {
-			t.Run(gc.name, func(t *testing.T) {
-				ctx := context.Background()
-				a, b := e.client(t, WithPrefix("gtry")), e.client(t, WithPrefix("gtry"))
-				names := taggedNames(t.Name(), "x", "y", "z")
-				g, ms := groupOf(t, gc, []*Client{a, b}, names...)
-				// The last lock in the group's order is held elsewhere.
-				last := ms[len(ms)-1]
-				held, err := e.client(t, WithPrefix("gtry")).Mutex(last.name).Lock(ctx)
-				require.NoError(t, err)
-				_, err = g.TryLock(ctx)
-				require.ErrorIs(t, err, ErrLocked)
-				requireFree(t, ms[:len(ms)-1]...)
-				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				_, err = g.Lock(short)
-				cancel()
-				require.ErrorIs(t, err, context.DeadlineExceeded)
-				requireFree(t, ms[:len(ms)-1]...)
-				require.NoError(t, held.Unlock(ctx))
-			})
-		}
+	eachGroupCase(t, []Option{WithPrefix("gtry")}, func(t *testing.T, s groupScenario) {
+		ctx := context.Background()
+		e, g, ms := s.e, s.g, s.ms
+		// The last lock in the group's order is held elsewhere.
+		last := ms[len(ms)-1]
+		held, err := e.client(t, WithPrefix("gtry")).Mutex(last.name).Lock(ctx)
+		require.NoError(t, err)
+		_, err = g.TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		requireFree(t, ms[:len(ms)-1]...)
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = g.Lock(short)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		requireFree(t, ms[:len(ms)-1]...)
+		require.NoError(t, held.Unlock(ctx))
 	})
 }
 
@@ -367,37 +365,31 @@ func TestGroupTryLockTakesNothing(t *testing.T) {
 // every later token of any name is greater than it, also for names whose
 // own token is lower (taken first, one at a time).
 func TestGroupFencingTokens(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		for _, gc := range groupCases {
-			t.Run(gc.name, func(t *testing.T) {
-				ctx := context.Background()
-				a, b := e.client(t, WithPrefix("gfence")), e.client(t, WithPrefix("gfence"))
-				names := taggedNames(t.Name(), "x", "y", "z")
-				g, ms := groupOf(t, gc, []*Client{a, b}, names...)
-				var before uint64
-				for _, m := range ms {
-					l, err := m.Lock(ctx)
-					require.NoError(t, err)
-					before = max(before, l.Token())
-					require.NoError(t, l.Unlock(ctx))
-				}
-				l, err := g.Lock(ctx)
-				require.NoError(t, err)
-				T := l.Token()
-				require.Greater(t, T, before)
-				if !gc.atomic {
-					st, err := ms[0].Inspect(ctx)
-					require.NoError(t, err)
-					require.Less(t, st.Token, T, "the first lock taken has an older token of its own")
-				}
-				require.NoError(t, l.Unlock(ctx))
-				for _, m := range ms {
-					ml, err := m.Lock(ctx)
-					require.NoError(t, err)
-					require.Greater(t, ml.Token(), T, "later token of %s", m.name)
-					require.NoError(t, ml.Unlock(ctx))
-				}
-			})
+	eachGroupCase(t, []Option{WithPrefix("gfence")}, func(t *testing.T, s groupScenario) {
+		ctx := context.Background()
+		gc, g, ms := s.gc, s.g, s.ms
+		var before uint64
+		for _, m := range ms {
+			l, err := m.Lock(ctx)
+			require.NoError(t, err)
+			before = max(before, l.Token())
+			require.NoError(t, l.Unlock(ctx))
+		}
+		l, err := g.Lock(ctx)
+		require.NoError(t, err)
+		T := l.Token()
+		require.Greater(t, T, before)
+		if !gc.atomic {
+			st, err := ms[0].Inspect(ctx)
+			require.NoError(t, err)
+			require.Less(t, st.Token, T, "the first lock taken has an older token of its own")
+		}
+		require.NoError(t, l.Unlock(ctx))
+		for _, m := range ms {
+			ml, err := m.Lock(ctx)
+			require.NoError(t, err)
+			require.Greater(t, ml.Token(), T, "later token of %s", m.name)
+			require.NoError(t, ml.Unlock(ctx))
 		}
 	})
 }
@@ -533,14 +525,7 @@ func TestGroupBadInput(t *testing.T) {
 		{"closed client", NewGroup(c.Mutex("a"), closed.Mutex("b")), ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.g.Lock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			_, err = tc.g.TryLock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			l := <-tc.g.Acquire(ctx)
-			require.ErrorIs(t, l.Err(), tc.want)
-			require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-			require.Zero(t, l.Token())
+			requireLockFails(t, "Group", tc.g, tc.want)
 			if tc.want == ErrInvalidArgument {
 				require.Nil(t, tc.g.Names())
 			}
@@ -812,10 +797,7 @@ func TestQuorumTokensDoNotDependOnClocks(t *testing.T) {
 	}
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, servers[0].Kill())
-	l2, err := q.Lock(ctx)
-	require.NoError(t, err)
-	require.Greater(t, l2.Token(), l.Token())
-	require.NoError(t, l2.Unlock(ctx))
+	requireLaterToken(t, ctx, q.Lock, l)
 }
 
 // An ownership that expired under a paused holder is followed by one with a
@@ -831,10 +813,7 @@ func TestQuorumFixedLeaseExpiry(t *testing.T) {
 	requireLost(t, l, 5*time.Second, ErrNoQuorum)
 	require.Less(t, time.Since(start), lease)
 	require.ErrorIs(t, l.Err(), ErrExpired)
-	l2, err := q.Lock(ctx)
-	require.NoError(t, err)
-	require.Greater(t, l2.Token(), l.Token())
-	require.NoError(t, l2.Unlock(ctx))
+	requireLaterToken(t, ctx, q.Lock, l)
 }
 
 // Cancelled acquisitions, with contention and a server that does not
@@ -917,13 +896,7 @@ func TestQuorumBadInput(t *testing.T) {
 		{"closed client", NewQuorum("a", []*Client{c1, closed, c2}), ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.q.Lock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			_, err = tc.q.TryLock(ctx)
-			require.ErrorIs(t, err, tc.want)
-			l := <-tc.q.Acquire(ctx)
-			require.ErrorIs(t, l.Err(), tc.want)
-			require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+			requireLockFails(t, "Quorum", tc.q, tc.want)
 		})
 	}
 	q := NewQuorum("a", []*Client{c1, c2})

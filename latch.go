@@ -74,10 +74,7 @@ func (l *Latch) checkCount(ctx context.Context, count int) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	if count < 0 || count > maxPermits {
-		return fmt.Errorf("%w: latch count %d: it must be between 0 and 2^48", ErrInvalidArgument, count)
-	}
-	return nil
+	return countIn(count, 0, "latch count %d: it must be between 0 and 2^48")
 }
 
 // TrySetCount closes the latch with count if it is open, and reports

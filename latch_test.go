@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -214,6 +213,18 @@ func TestLatchWaiterSeesOpeningThatWasReset(t *testing.T) {
 	})
 }
 
+// latchCalls calls the methods of l that ask Redis, Done aside, Reset with
+// count n, and returns their errors.
+func latchCalls(ctx context.Context, l *Latch, n int) []error {
+	return []error{
+		errOf(l.TrySetCount(ctx, 1)),
+		errOf(l.Reset(ctx, n)),
+		errOf(l.CountDown(ctx)),
+		errOf(l.Count(ctx)),
+		l.Wait(ctx),
+	}
+}
+
 func TestLatchBadInput(t *testing.T) {
 	e := standaloneEnv(t)
 	ctx := context.Background()
@@ -233,15 +244,7 @@ func TestLatchBadInput(t *testing.T) {
 				ctx = nilCtx
 			}
 			notPanics(t, what, func() {
-				_, err := bad.TrySetCount(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.Reset(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.CountDown(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.Count(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				require.ErrorIs(t, bad.Wait(ctx), ErrInvalidArgument)
+				requireAllIs(t, ErrInvalidArgument, latchCalls(ctx, bad, 1)...)
 				d := bad.Done(ctx)
 				time.Sleep(10 * time.Millisecond)
 				require.False(t, latchOpen(d), "Done closed on bad input")
@@ -260,33 +263,14 @@ func TestLatchBadInput(t *testing.T) {
 
 	// Keys that hold something else: reported, and left alone.
 	rc := e.rueidisClient(t)
-	for _, plant := range []struct {
-		what string
-		cmd  func(key string) rueidis.Completed
-	}{
-		{"string", func(k string) rueidis.Completed { return rc.B().Set().Key(k).Value("x").Build() }},
-		{"foreign-hash", func(k string) rueidis.Completed {
-			return rc.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()
-		}},
-	} {
-		t.Run(plant.what, func(t *testing.T) {
-			bad := c.Latch("latch-wrongtype-" + plant.what)
-			require.NoError(t, rc.Do(ctx, plant.cmd(bad.key)).Error())
-			defer rc.Do(ctx, rc.B().Del().Key(bad.key).Build())
-			_, err := bad.TrySetCount(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.Reset(ctx, 0)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.CountDown(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.Count(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			require.ErrorIs(t, bad.Wait(ctx), ErrWrongType)
-			n, err := rc.Do(ctx, rc.B().Exists().Key(bad.key).Build()).AsInt64()
-			require.NoError(t, err)
-			require.Equal(t, int64(1), n, "the planted value was removed")
-		})
-	}
+	eachForeignValue(t, rc, func(t *testing.T, kind string, plant func(key string)) {
+		bad := c.Latch("latch-wrongtype-" + kind)
+		plant(bad.key)
+		requireAllIs(t, ErrWrongType, latchCalls(ctx, bad, 0)...)
+		n, err := rc.Do(ctx, rc.B().Exists().Key(bad.key).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "the planted value was removed")
+	})
 }
 
 // Done's goroutine ends with its context and with the Client; Wait

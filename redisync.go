@@ -445,6 +445,14 @@ func (c *Client) newOwner() string {
 	return c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
 }
 
+// clientIDOf returns the id of the Client an owner id (see newOwner) is of.
+func clientIDOf(owner string) string {
+	if i := strings.LastIndexByte(owner, ':'); i >= 0 {
+		return owner[:i]
+	}
+	return owner
+}
+
 // newHold returns a fresh hold field, unique within the client.
 func (c *Client) newHold() string {
 	return "#" + strconv.FormatUint(c.seq.Add(1), 10)

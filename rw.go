@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -314,37 +313,12 @@ func (m *RWMutex) rlock(ctx context.Context, try bool) (*Lease, error) {
 	}
 	args := []string{id, rwMillis(lease), mode, parent, rwMillis(m.registration)}
 	undo := func(ctx context.Context) { m.releaseAbandoned(ctx, "read", id, "") }
-	registered := false
-	a := acquisition{
-		c: c, primitive: rwReadKind.primitive, name: m.name,
-		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked,
-		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
-			sent := time.Now()
-			res, err := m.attempt(ctx, rwRLockScript, "read lock", args, undo)
-			if err != nil {
-				return nil, 0, err
-			}
-			code, val, err := parseRW(res)
-			switch {
-			case err != nil:
-				return nil, 0, err
-			case code < 0:
-				return nil, 0, fmt.Errorf("%w: the outer lease of %q ended", ErrNotHeld, m.name)
-			case code == 0:
-				registered = registered || mode == "n"
-				return nil, m.wait(val), nil
-			}
-			l, err := c.grant(ctx, rwReadKind, m.name, m.keys.lockKeys, m.keys.readers, nil, id, "", val, lease, watchdog, sent)
-			return l, 0, err
-		},
-		undo: undo,
-		// Give up the place among the waiting readers (and a pass).
-		leave: func(ctx context.Context) {
-			if registered {
-				undo(ctx)
-			}
-		},
-	}
+	// A waiter leaving gives up its place among the waiting readers (and a
+	// pass).
+	a := m.acquisition(rwReadKind, rwRLockScript, "read lock", mode, args, undo,
+		func(ctx context.Context, val int64, sent time.Time) (*Lease, error) {
+			return c.grant(ctx, rwReadKind, m.name, m.keys.lockKeys, m.keys.readers, nil, id, "", val, lease, watchdog, sent)
+		})
 	return a.run(ctx, try)
 }
 
@@ -364,13 +338,42 @@ func (m *RWMutex) lock(ctx context.Context, try bool) (*Lease, error) {
 	hold := c.newHold()
 	args := []string{owner, hold, rwMillis(lease), rwMillis(c.cfg.fenceRetention), mode, rwMillis(m.registration)}
 	undo := func(ctx context.Context) { m.releaseAbandoned(ctx, "write", owner, hold) }
+	// A waiter leaving stops keeping readers out.
+	a := m.acquisition(rwWriteKind, rwLockScript, "write lock", mode, args, undo,
+		func(ctx context.Context, val int64, sent time.Time) (*Lease, error) {
+			// The write lease's context carries it for Lock and RLock to
+			// find through read leases layered on it.
+			box := &rwWriterBox{}
+			lctx := context.WithValue(ctx, rwWriterKey{c, m.keys.lock}, box)
+			l, err := c.grant(lctx, rwWriteKind, m.name, m.keys.lockKeys, m.keys.lock, parent, owner, hold, val, lease, watchdog, sent)
+			if err != nil {
+				undo(ctx)
+				return nil, err
+			}
+			box.l = l
+			return l, nil
+		})
+	if mode == "n" {
+		// Releases name the writer they wake.
+		a.target = owner
+	}
+	return a.run(ctx, try)
+}
+
+// acquisition is a read or write acquisition of kind: each attempt runs
+// s (op names it in errors) with args, and grant makes the lease of
+// an attempt that took the lock, val being what the script answered. undo
+// gives up what an abandoned attempt may have taken; a waiter that
+// registered (mode "n") gives up its place with it when it leaves.
+func (m *RWMutex) acquisition(kind *leaseKind, s script, op, mode string, args []string, undo func(context.Context),
+	grant func(ctx context.Context, val int64, sent time.Time) (*Lease, error)) acquisition {
 	registered := false
-	a := acquisition{
-		c: c, primitive: rwWriteKind.primitive, name: m.name,
+	return acquisition{
+		c: m.c, primitive: kind.primitive, name: m.name,
 		channel: m.keys.channel, key: m.keys.lock, busy: ErrLocked,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			res, err := m.attempt(ctx, rwLockScript, "write lock", args, undo)
+			res, err := m.attempt(ctx, s, op, args, undo)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -384,57 +387,25 @@ func (m *RWMutex) lock(ctx context.Context, try bool) (*Lease, error) {
 				registered = registered || mode == "n"
 				return nil, m.wait(val), nil
 			}
-			// The write lease's context carries it for Lock and RLock to
-			// find through read leases layered on it.
-			box := &rwWriterBox{}
-			lctx := context.WithValue(ctx, rwWriterKey{c, m.keys.lock}, box)
-			l, err := c.grant(lctx, rwWriteKind, m.name, m.keys.lockKeys, m.keys.lock, parent, owner, hold, val, lease, watchdog, sent)
-			if err != nil {
-				undo(ctx)
-				return nil, 0, err
-			}
-			box.l = l
-			return l, 0, nil
+			l, err := grant(ctx, val, sent)
+			return l, 0, err
 		},
 		undo: undo,
-		// Stop keeping readers out.
 		leave: func(ctx context.Context) {
 			if registered {
 				undo(ctx)
 			}
 		},
 	}
-	if mode == "n" {
-		// Releases name the writer they wake.
-		a.target = owner
-	}
-	return a.run(ctx, try)
 }
 
 // attempt runs an acquire script once, and the WAIT that WithReplicaAck
 // asks for; a grant the replicas did not acknowledge is undone.
 func (m *RWMutex) attempt(ctx context.Context, s script, op string, args []string, undo func(context.Context)) ([]rueidis.RedisMessage, error) {
-	actx, done := inflight(ctx)
-	defer done()
-	keys := m.keys.all()
-	if m.c.cfg.ackReplicas == 0 {
-		res, err := s.exec(actx, m.c.rc, keys, args).ToArray()
-		if err != nil {
-			return nil, redisErr(op, err)
-		}
-		return res, nil
-	}
-	res, acked, err := s.execAndWait(actx, m.c.rc, keys, args, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
-	if err != nil {
-		return nil, redisErr(op, err)
-	}
-	if code, _, _ := parseRW(res); code == 1 && acked < int64(m.c.cfg.ackReplicas) {
-		dctx, cancel := detached(ctx)
-		undo(dctx)
-		cancel()
-		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, m.c.cfg.ackReplicas, m.c.cfg.ackTimeout)
-	}
-	return res, nil
+	return m.c.runAcquire(ctx, s, op, m.keys.all(), args, func(res []rueidis.RedisMessage) bool {
+		code, _, _ := parseRW(res)
+		return code == 1
+	}, undo)
 }
 
 // parseRW reads an acquire script's reply: {1, token, ...} (granted),
@@ -483,14 +454,7 @@ func (m *RWMutex) releaseAbandoned(ctx context.Context, side, owner, hold string
 
 // rwReleaseRead runs the read release script for one share.
 func (c *Client) rwReleaseRead(ctx context.Context, k rwKeys, id string) (releaseState, error) {
-	n, err := rwRUnlockScript.exec(ctx, c.rc, k.all(), []string{id, k.channel}).AsInt64()
-	if err != nil {
-		return notHeld, redisErr("read unlock", err)
-	}
-	if n == 1 {
-		return freed, nil
-	}
-	return notHeld, nil
+	return c.runRelease(ctx, rwRUnlockScript, "read unlock", k.all(), []string{id, k.channel})
 }
 
 func (c *Client) rwWriteReleaseArgs(k rwKeys, owner, hold string) []string {
@@ -500,17 +464,7 @@ func (c *Client) rwWriteReleaseArgs(k rwKeys, owner, hold string) []string {
 // rwReleaseWrite runs the write release script for one hold ("" for every
 // hold) of an owner.
 func (c *Client) rwReleaseWrite(ctx context.Context, k rwKeys, owner, hold string) (releaseState, error) {
-	n, err := rwUnlockScript.exec(ctx, c.rc, k.all(), c.rwWriteReleaseArgs(k, owner, hold)).AsInt64()
-	if err != nil {
-		return notHeld, redisErr("write unlock", err)
-	}
-	switch n {
-	case 1:
-		return freed, nil
-	case 2:
-		return stillHeld, nil
-	}
-	return notHeld, nil
+	return c.runRelease(ctx, rwUnlockScript, "write unlock", k.all(), c.rwWriteReleaseArgs(k, owner, hold))
 }
 
 // RWMutexState is a snapshot of an RWMutex in Redis.
@@ -545,10 +499,7 @@ func (s RWMutexState) Free() bool { return !s.WriteLocked && s.Readers == 0 }
 // WriterClientID returns the id of the Client that holds the write lock
 // ("" when none does).
 func (s RWMutexState) WriterClientID() string {
-	if i := strings.LastIndexByte(s.Writer, ':'); i >= 0 {
-		return s.Writer[:i]
-	}
-	return s.Writer
+	return clientIDOf(s.Writer)
 }
 
 // Inspect reads the lock's state in one round trip. It returns
@@ -593,11 +544,7 @@ func (m *RWMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := rwForceScript.exec(ctx, m.c.rc, m.keys.all(), []string{m.keys.channel}).AsInt64()
-	if err != nil {
-		return false, redisErr("force unlock", err)
-	}
-	return n == 1, nil
+	return m.c.runFound(ctx, rwForceScript, "force unlock", m.keys.all(), []string{m.keys.channel})
 }
 
 // Locker returns a sync.Locker whose Lock takes the write lease and whose

@@ -117,10 +117,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 		require.ErrorIs(t, rl.Unlock(ctx), ErrNotHeld)
 		require.ErrorIs(t, rl.Err(), ErrReleased)
 
-		l, err := ma.TryLock(ctx)
-		require.NoError(t, err)
-		require.Greater(t, l.Token(), wl.Token())
-		require.NoError(t, l.Unlock(ctx))
+		requireLaterToken(t, ctx, ma.TryLock, wl)
 		requireRWFree(t, e, rc, ma)
 		e.requireNoSubscriptions(t)
 	})
@@ -863,41 +860,19 @@ func TestRWMutexLocker(t *testing.T) {
 	})
 }
 
-// requireRWAllFail checks that every method of m reports want, and that
-// nothing was acquired.
-func requireRWAllFail(t *testing.T, m *RWMutex, want error) {
-	t.Helper()
-	ctx := withTimeout(t, 10*time.Second)
-	for what, f := range map[string]func(context.Context) (*Lease, error){
-		"RLock": m.RLock, "TryRLock": m.TryRLock, "Lock": m.Lock, "TryLock": m.TryLock,
-	} {
-		l, err := f(ctx)
-		require.ErrorIs(t, err, want, what)
-		require.Nil(t, l, what)
-	}
-	st, err := m.Inspect(ctx)
-	require.ErrorIs(t, err, want, "Inspect")
-	require.Equal(t, RWMutexState{}, st)
-	ok, err := m.ForceUnlock(ctx)
-	require.ErrorIs(t, err, want, "ForceUnlock")
-	require.False(t, ok)
-	requireFailedLease(t, delivered(t, m.RAcquire(ctx)), want)
-	requireFailedLease(t, delivered(t, m.Acquire(ctx)), want)
-}
-
 func TestRWMutexBadInput(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		rc := e.rueidisClient(t)
 		c := e.client(t)
 
-		notPanics(t, "nil Client", func() { requireRWAllFail(t, (*Client)(nil).RWMutex(t.Name()), ErrInvalidArgument) })
-		requireRWAllFail(t, nil, ErrInvalidArgument)
-		requireRWAllFail(t, new(RWMutex), ErrInvalidArgument)
+		notPanics(t, "nil Client", func() { requireRWMutexFails(t, (*Client)(nil).RWMutex(t.Name()), ErrInvalidArgument) })
+		requireRWMutexFails(t, nil, ErrInvalidArgument)
+		requireRWMutexFails(t, new(RWMutex), ErrInvalidArgument)
 		require.Equal(t, "", (*RWMutex)(nil).Name())
-		requireRWAllFail(t, c.RWMutex(""), ErrInvalidArgument)
+		requireRWMutexFails(t, c.RWMutex(""), ErrInvalidArgument)
 		for _, d := range []time.Duration{0, -time.Second, time.Nanosecond, 500 * time.Microsecond} {
-			requireRWAllFail(t, c.RWMutex(t.Name(), WithFixedLease(d)), ErrInvalidArgument)
+			requireRWMutexFails(t, c.RWMutex(t.Name(), WithFixedLease(d)), ErrInvalidArgument)
 		}
 
 		var nilCtx context.Context
@@ -961,7 +936,7 @@ func TestRWMutexBadInput(t *testing.T) {
 		held, err := cm.RLock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, closed.Close())
-		requireRWAllFail(t, cm, ErrClosed)
+		requireRWMutexFails(t, cm, ErrClosed)
 		<-held.Lost()
 		require.ErrorIs(t, held.Err(), ErrClosed)
 		require.ErrorIs(t, held.Unlock(ctx), ErrNotHeld)
@@ -1076,11 +1051,9 @@ func TestRWMutexCancellationsLeaveNothing(t *testing.T) {
 }
 
 func TestRWMutexRedisRestart(t *testing.T) {
-	e := ownServer(t)
-	noLeak := leakCheck(t)
+	e, holder, waiter, done := restartPair(t, time.Second)
 	ctx := withTimeout(t, time.Minute)
 	const locks = 3
-	holder, waiter := e.client(t, WithWatchdogLease(time.Second)), e.client(t, WithWatchdogLease(time.Second))
 	var held []*Lease
 	var writers, readers []<-chan *Lease
 	for i := range locks {
@@ -1112,21 +1085,16 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		m := waiter.RWMutex(fmt.Sprintf("rwrestart:%d", i))
 		requireRWFree(t, e, rc, m)
 	}
-	e.requireNoSubscriptions(t)
-	noLeak([]*Client{holder, waiter}, restartedServer)
+	done()
 }
 
 func TestRWMutexReplicaAck(t *testing.T) {
-	e := ownServer(t)
-	replica := e.replica(t)
+	_, c, replica := ackedClient(t)
 	ctx := context.Background()
-	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	m := c.RWMutex("rwacked")
 	r, err := m.RLock(ctx)
 	require.NoError(t, err)
-	n, err := replica.Do("ZCARD", m.keys.readers)
-	require.NoError(t, err)
-	require.Equal(t, "1", n, "the replica has the share when RLock returns")
+	requireReply(t, replica, "1", "the replica has the share when RLock returns", "ZCARD", m.keys.readers)
 	require.NoError(t, r.Unlock(ctx))
 
 	require.NoError(t, replica.Pause())

@@ -149,10 +149,7 @@ func (s *Semaphore) checkN(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if n < 1 || n > maxPermits {
-		return fmt.Errorf("%w: %d permits: acquire between 1 and 2^48", ErrInvalidArgument, n)
-	}
-	return nil
+	return countIn(n, 1, "%d permits: acquire between 1 and 2^48")
 }
 
 func (s *Semaphore) noSize() error {
@@ -213,8 +210,14 @@ func (s *Semaphore) checkSize(ctx context.Context, size int) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if size < 1 || size > maxPermits {
-		return fmt.Errorf("%w: semaphore size %d: it must be between 1 and 2^48", ErrInvalidArgument, size)
+	return countIn(size, 1, "semaphore size %d: it must be between 1 and 2^48")
+}
+
+// countIn returns nil when n is between least and maxPermits, and
+// otherwise ErrInvalidArgument with format, a description of n.
+func countIn(n, least int, format string) error {
+	if n < least || n > maxPermits {
+		return fmt.Errorf("%w: "+format, ErrInvalidArgument, n)
 	}
 	return nil
 }
@@ -355,25 +358,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int, try bool) (*Lease, error
 // attempt runs the acquire script once, and the WAIT that WithReplicaAck
 // asks for.
 func (s *Semaphore) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
-	actx, done := inflight(ctx)
-	defer done()
-	keys := s.keys.list()
-	if s.c.cfg.ackReplicas == 0 {
-		res, err := semAcquireScript.exec(actx, s.c.rc, keys, args).ToArray()
-		if err != nil {
-			return nil, redisErr("semaphore acquire", err)
-		}
-		return res, nil
-	}
-	res, acked, err := semAcquireScript.execAndWait(actx, s.c.rc, keys, args, s.c.cfg.ackReplicas, s.c.cfg.ackTimeout)
-	if err != nil {
-		return nil, redisErr("semaphore acquire", err)
-	}
-	if code, _, _ := parseSemAcquire(res); code == 1 && acked < int64(s.c.cfg.ackReplicas) {
-		s.releaseAbandoned(ctx, args[0])
-		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, s.c.cfg.ackReplicas, s.c.cfg.ackTimeout)
-	}
-	return res, nil
+	return s.c.runAcquire(ctx, semAcquireScript, "semaphore acquire", s.keys.list(), args, func(res []rueidis.RedisMessage) bool {
+		code, _, _ := parseSemAcquire(res)
+		return code == 1
+	}, func(ctx context.Context) { s.releaseAbandoned(ctx, args[0]) })
 }
 
 // parseSemAcquire reads the acquire script's reply: {1}, {0, wait,
@@ -413,14 +401,7 @@ func (s *Semaphore) release(ctx context.Context, member string) {
 
 // semRelease runs the release script for member.
 func (c *Client) semRelease(ctx context.Context, k semKeys, member string) (releaseState, error) {
-	n, err := semReleaseScript.exec(ctx, c.rc, k.list(), []string{member, k.channel}).AsInt64()
-	if err != nil {
-		return notHeld, redisErr("semaphore release", err)
-	}
-	if n == 1 {
-		return freed, nil
-	}
-	return notHeld, nil
+	return c.runRelease(ctx, semReleaseScript, "semaphore release", k.list(), []string{member, k.channel})
 }
 
 // SemaphoreState is a snapshot of a semaphore in Redis.
@@ -454,10 +435,7 @@ type SemaphoreHolder struct {
 
 // ClientID returns the id of the Client that holds the permits.
 func (h SemaphoreHolder) ClientID() string {
-	if i := strings.LastIndexByte(h.Owner, ':'); i >= 0 {
-		return h.Owner[:i]
-	}
-	return h.Owner
+	return clientIDOf(h.Owner)
 }
 
 // Inspect reads the semaphore's state in one round trip. Holders whose
@@ -510,9 +488,5 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := semDeleteScript.exec(ctx, s.c.rc, s.keys.list(), []string{s.keys.channel}).AsInt64()
-	if err != nil {
-		return false, redisErr("semaphore delete", err)
-	}
-	return n == 1, nil
+	return s.c.runFound(ctx, semDeleteScript, "semaphore delete", s.keys.list(), []string{s.keys.channel})
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +21,26 @@ func semState(t testing.TB, s *Semaphore) SemaphoreState {
 	st, err := s.Inspect(context.Background())
 	require.NoError(t, err)
 	return st
+}
+
+// semSized sets the size of s, which has none, and returns s.
+func semSized(t testing.TB, s *Semaphore, size int) *Semaphore {
+	t.Helper()
+	_, err := s.TrySetSize(context.Background(), size)
+	require.NoError(t, err)
+	return s
+}
+
+// semOnClients returns n handles of the semaphore named after the test,
+// each on a Client of its own, and sets its size.
+func semOnClients(t testing.TB, e *env, n, size int) []*Semaphore {
+	t.Helper()
+	ss := make([]*Semaphore, n)
+	for i := range ss {
+		ss[i] = e.client(t).Semaphore(t.Name())
+	}
+	semSized(t, ss[0], size)
+	return ss
 }
 
 // semWaitQueued waits until s has n queued waiters.
@@ -196,23 +215,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 	}
 	for what, bad := range invalid {
 		t.Run(what, func(t *testing.T) {
-			notPanics(t, what, func() {
-				_, err := bad.Lock(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.TryLock(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				requireFailedLease(t, delivered(t, bad.Acquire(ctx, 1)), ErrInvalidArgument)
-				_, err = bad.TrySetSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.SetSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.AddSize(ctx, 1)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.Inspect(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-				_, err = bad.Delete(ctx)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-			})
+			notPanics(t, what, func() { requireSemaphoreFails(t, bad, ErrInvalidArgument) })
 		})
 	}
 	require.NotNil(t, c.Semaphore("x", nil), "a nil option is ignored")
@@ -252,35 +255,20 @@ func TestSemaphoreBadInput(t *testing.T) {
 
 	// Keys that hold something else: reported, and left alone.
 	rc := e.rueidisClient(t)
-	for _, plant := range []struct {
-		what string
-		cmd  func(key string) rueidis.Completed
-	}{
-		{"string", func(k string) rueidis.Completed { return rc.B().Set().Key(k).Value("x").Build() }},
-		{"foreign hash", func(k string) rueidis.Completed {
-			return rc.B().Hset().Key(k).FieldValue().FieldValue("a", "b").Build()
-		}},
-	} {
-		t.Run(plant.what, func(t *testing.T) {
-			bad := c.Semaphore("semaphore-wrongtype-" + strings.ReplaceAll(plant.what, " ", "-"))
-			require.NoError(t, rc.Do(ctx, plant.cmd(bad.keys.sem)).Error())
-			defer rc.Do(ctx, rc.B().Del().Key(bad.keys.sem).Build())
-			_, err := bad.Lock(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.TryLock(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.TrySetSize(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.Inspect(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = bad.Delete(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			typ, err := rc.Do(ctx, rc.B().Type().Key(bad.keys.sem).Build()).ToString()
-			require.NoError(t, err)
-			require.Contains(t, []string{"string", "hash"}, typ)
-			require.Empty(t, e.keys(t, bad.keys.queue), "nothing queued")
-		})
-	}
+	eachForeignValue(t, rc, func(t *testing.T, kind string, plant func(key string)) {
+		bad := c.Semaphore("semaphore-wrongtype-" + kind)
+		plant(bad.keys.sem)
+		requireAllIs(t, ErrWrongType,
+			errOf(bad.Lock(ctx, 1)),
+			errOf(bad.TryLock(ctx, 1)),
+			errOf(bad.TrySetSize(ctx, 1)),
+			errOf(bad.Inspect(ctx)),
+			errOf(bad.Delete(ctx)))
+		typ, err := rc.Do(ctx, rc.B().Type().Key(bad.keys.sem).Build()).ToString()
+		require.NoError(t, err)
+		require.Contains(t, []string{"string", "hash"}, typ)
+		require.Empty(t, e.keys(t, bad.keys.queue), "nothing queued")
+	})
 }
 
 func TestSemaphoreNeverOversubscribed(t *testing.T) {
@@ -291,12 +279,7 @@ func TestSemaphoreNeverOversubscribed(t *testing.T) {
 		var inside, peak atomic.Int64
 		var overs atomic.Int32
 		var wg sync.WaitGroup
-		for i := range clients {
-			s := e.client(t).Semaphore(t.Name())
-			if i == 0 {
-				_, err := s.TrySetSize(ctx, size)
-				require.NoError(t, err)
-			}
+		for _, s := range semOnClients(t, e, clients, size) {
 			for range perClient {
 				wg.Add(1)
 				go func() {
@@ -374,8 +357,7 @@ func TestSemaphoreCrashedHolder(t *testing.T) {
 
 		// A waiter for every permit.
 		s := e.client(t).Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 3)
-		require.NoError(t, err)
+		semSized(t, s, 3)
 		sent := crash(t.Name(), 2)
 		l, err := s.Lock(ctx, 3)
 		require.NoError(t, err)
@@ -406,8 +388,7 @@ func TestSemaphoreWakesWaiterForSeveralPermits(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		const size = 3
 		holders := e.client(t).Semaphore(t.Name())
-		_, err := holders.TrySetSize(ctx, size)
-		require.NoError(t, err)
+		semSized(t, holders, size)
 		waiters := e.client(t).Semaphore(t.Name())
 		for round := range 5 {
 			var held []*Lease
@@ -455,12 +436,7 @@ func TestSemaphoreLargeAcquirerNotStarved(t *testing.T) {
 		var smallAt []time.Time
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		for i := range smallers {
-			s := e.client(t).Semaphore(t.Name())
-			if i == 0 {
-				_, err := s.TrySetSize(ctx, size)
-				require.NoError(t, err)
-			}
+		for _, s := range semOnClients(t, e, smallers, size) {
 			repeatUntil(t, &wg, stop, func() error {
 				l, err := s.Lock(ctx, 1)
 				if err != nil {
@@ -514,8 +490,7 @@ func TestSemaphoreCancelledWaitersLeaveQueue(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
 		s := e.client(t).Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 3)
-		require.NoError(t, err)
+		semSized(t, s, 3)
 		held, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
 
@@ -590,8 +565,7 @@ func TestSemaphoreAndLatchOddNames(t *testing.T) {
 			for _, key := range []string{k.holders, k.queue, k.deadlines, k.channel} {
 				require.Equal(t, slotHash(k.sem), slotHash(key))
 			}
-			_, err := s.TrySetSize(ctx, 2)
-			require.NoError(t, err)
+			semSized(t, s, 2)
 			l, err := s.Lock(ctx, 2)
 			require.NoError(t, err)
 			require.Equal(t, name, l.Name())
@@ -621,8 +595,7 @@ func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 	e := standaloneEnv(t)
 	ctx := withTimeout(t, time.Minute)
 	s := e.client(t).Semaphore(t.Name())
-	_, err := s.TrySetSize(ctx, 2)
-	require.NoError(t, err)
+	semSized(t, s, 2)
 	held, err := s.Lock(ctx, 1)
 	require.NoError(t, err)
 	// A queue place nobody renews: a waiter for both permits that died.
@@ -648,18 +621,13 @@ func TestSemaphoreDeadWaiterPassedOver(t *testing.T) {
 }
 
 func TestSemaphoreReplicaAck(t *testing.T) {
-	e := ownServer(t)
-	replica := e.replica(t)
+	_, c, replica := ackedClient(t)
 	ctx := context.Background()
-	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	s := c.Semaphore("acked")
-	_, err := s.TrySetSize(ctx, 2)
-	require.NoError(t, err)
+	semSized(t, s, 2)
 	l, err := s.Lock(ctx, 2)
 	require.NoError(t, err)
-	n, err := replica.Do("ZCARD", s.keys.holders)
-	require.NoError(t, err)
-	require.Equal(t, "1", n, "the replica has the holder when Lock returns")
+	requireReply(t, replica, "1", "the replica has the holder when Lock returns", "ZCARD", s.keys.holders)
 	require.NoError(t, l.Unlock(ctx))
 
 	// A replica that does not answer: the acquisition is undone.
@@ -684,8 +652,7 @@ func TestSemaphoreFixedLeaseExpires(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s := e.client(t).Semaphore(t.Name(), WithFixedLease(400*time.Millisecond))
-		_, err := s.TrySetSize(ctx, 1)
-		require.NoError(t, err)
+		semSized(t, s, 1)
 		l, err := s.Lock(ctx, 1)
 		require.NoError(t, err)
 		st := semState(t, s)
@@ -711,8 +678,7 @@ func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t, WithWatchdogLease(300*time.Millisecond))
 		s := c.Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 2)
-		require.NoError(t, err)
+		semSized(t, s, 2)
 		l, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
 		select {
@@ -737,8 +703,7 @@ func TestSemaphoreDeleteAndClose(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
 		s := c.Semaphore(t.Name())
-		_, err := s.TrySetSize(ctx, 2)
-		require.NoError(t, err)
+		semSized(t, s, 2)
 		l, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
 		w := e.client(t).Semaphore(t.Name()).Acquire(ctx, 1)
@@ -887,13 +852,10 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			if persistent {
 				args = []string{"--appendonly", "yes", "--appendfsync", "always"}
 			}
-			e := ownServer(t, args...)
-			noLeak := leakCheck(t)
+			e, holder, waiter, done := restartPair(t, 3*time.Second, args...)
 			ctx := withTimeout(t, time.Minute)
-			holder, waiter := e.client(t, WithWatchdogLease(3*time.Second)), e.client(t, WithWatchdogLease(3*time.Second))
 			s := holder.Semaphore("restart")
-			_, err := s.TrySetSize(ctx, 3)
-			require.NoError(t, err)
+			semSized(t, s, 3)
 			held, err := s.Lock(ctx, 3)
 			require.NoError(t, err)
 			var waiting []<-chan *Lease
@@ -964,8 +926,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			_, err = s.Delete(ctx)
 			require.NoError(t, err)
 			require.Empty(t, e.keys(t, "*"))
-			e.requireNoSubscriptions(t)
-			noLeak([]*Client{holder, waiter}, restartedServer)
+			done()
 		})
 	}
 }

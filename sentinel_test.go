@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,10 +44,7 @@ func TestSentinelFailover(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Locked)
 	require.Equal(t, l.Token(), st.Token)
-	v, err := s.Primary.Do("GET", m.keys.lock)
-	require.NoError(t, err)
-	owner, _, _ := strings.Cut(v, " ")
-	require.Equal(t, l.h.owner, owner, "the new primary has the lock")
+	requireLockOwner(t, s.Primary, m.keys.lock, l.h.owner, "the new primary has the lock")
 	// The waiter's subscription moved too, though its connection to the
 	// old primary, now a replica, may live on.
 	eventually(t, 5*time.Second, func() bool {

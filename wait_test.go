@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,12 +229,7 @@ func waitersFollowAFailover(t *testing.T, killed bool) {
 	} else {
 		mustDo(t, replica, "CLUSTER", "FAILOVER", "TAKEOVER")
 	}
-	var promoted time.Time
-	eventually(t, 30*time.Second, func() bool {
-		role, err := replica.Do("ROLE")
-		promoted = time.Now()
-		return err == nil && strings.HasPrefix(role, "master")
-	}, "replica not promoted")
+	promoted := awaitPromotion(t, replica, 30*time.Second)
 	// The masters now: the promoted replica and the others.
 	now := &env{name: e.name, cluster: &redistest.Cluster{Masters: []*redistest.Server{replica}}}
 	for _, m := range e.cluster.Masters {

@@ -34,56 +34,14 @@ func runE(ctx context.Context, e *env, lib *library) (metrics, error) {
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 
-	var (
-		mu     sync.Mutex
-		order  []int // arrival numbers, in grant order
-		lastAt time.Time
-		errs   []error
-		wg     sync.WaitGroup
-	)
+	q := &eQueue{ctx: ctx, rctx: rctx, name: name, opTimeout: s.opTimeout}
 	for i := range s.eWaiters {
-		c := waiters[i%len(waiters)]
-		before, err := e.commandStats(ctx)
-		if err != nil {
+		if err := q.arrive(e, lib, waiters[i%len(waiters)], i); err != nil {
 			cancel()
-			_ = waitGroup(&wg, limit)
+			_ = waitGroup(&q.wg, limit)
 			_ = unlockSoon(ctx, h0, s.opTimeout)
 			return nil, err
 		}
-		next := time.Now().Add(s.eGap)
-		wg.Go(func() {
-			h, err := c.Lock(rctx, name)
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			err = unlockSoon(ctx, h, s.opTimeout)
-			mu.Lock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("unlock: %w", err))
-			}
-			if now := time.Now(); now.After(lastAt) {
-				lastAt = now
-			}
-			mu.Unlock()
-		})
-		// The next waiter starts once the server saw this one's first
-		// attempt (or a second has passed), and eGap after this one: arrival
-		// order is the order in which the attempts reached Redis, even on a
-		// loaded machine.
-		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-			now, err := e.commandStats(ctx)
-			if err != nil || lib.attempts(delta(before, now), 0) >= 1 {
-				break
-			}
-			_ = sleep(ctx, time.Millisecond)
-		}
-		_ = sleep(ctx, time.Until(next))
 	}
 	_ = sleep(ctx, settle)
 	st0, err := e.commandStats(ctx)
@@ -95,28 +53,94 @@ func runE(ctx context.Context, e *env, lib *library) (metrics, error) {
 	if err := unlockSoon(ctx, h0, s.opTimeout); err != nil {
 		return nil, fmt.Errorf("holder's unlock: %w", err)
 	}
-	if err := waitGroup(&wg, limit+s.opTimeout); err != nil {
+	if err := waitGroup(&q.wg, limit+s.opTimeout); err != nil {
 		return nil, err
 	}
 	st1, err := e.commandStats(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%d of %d waiters failed: %w", len(errs), s.eWaiters, errs[0])
+	if len(q.errs) > 0 {
+		return nil, fmt.Errorf("%d of %d waiters failed: %w", len(q.errs), s.eWaiters, q.errs[0])
 	}
-	grants := int64(len(order))
-	inversions := 0
+	grants := int64(len(q.order))
+	return metrics{
+		"E.total":      ms(q.lastAt.Sub(t0)),
+		"E.attempts":   float64(lib.attempts(delta(st0, st1), grants+1)) / float64(grants),
+		"E.inversions": float64(inversions(q.order)),
+	}, nil
+}
+
+// eQueue is E's waiters: each takes the lock once it is its turn, and
+// unlocks at once.
+type eQueue struct {
+	ctx       context.Context // for unlocking
+	rctx      context.Context // for waiting
+	name      string
+	opTimeout time.Duration
+
+	mu     sync.Mutex
+	order  []int     // arrival numbers, in grant order
+	lastAt time.Time // the last waiter's unlock
+	errs   []error
+	wg     sync.WaitGroup
+}
+
+// arrive starts waiter i on c. It returns once the server saw the waiter's
+// first attempt (or a second has passed), and eGap after it started: arrival
+// order is the order in which the attempts reached Redis, even on a loaded
+// machine.
+func (q *eQueue) arrive(e *env, lib *library, c locker, i int) error {
+	before, err := e.commandStats(q.ctx)
+	if err != nil {
+		return err
+	}
+	next := time.Now().Add(e.size.eGap)
+	q.wg.Go(func() { q.wait(c, i) })
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		now, err := e.commandStats(q.ctx)
+		if err != nil || lib.attempts(delta(before, now), 0) >= 1 {
+			break
+		}
+		_ = sleep(q.ctx, time.Millisecond)
+	}
+	_ = sleep(q.ctx, time.Until(next))
+	return nil
+}
+
+// wait is waiter i: it takes the lock on c and unlocks it at once.
+func (q *eQueue) wait(c locker, i int) {
+	h, err := c.Lock(q.rctx, q.name)
+	if err != nil {
+		q.mu.Lock()
+		q.errs = append(q.errs, err)
+		q.mu.Unlock()
+		return
+	}
+	q.mu.Lock()
+	q.order = append(q.order, i)
+	q.mu.Unlock()
+	err = unlockSoon(q.ctx, h, q.opTimeout)
+	q.mu.Lock()
+	if err != nil {
+		q.errs = append(q.errs, fmt.Errorf("unlock: %w", err))
+	}
+	if now := time.Now(); now.After(q.lastAt) {
+		q.lastAt = now
+	}
+	q.mu.Unlock()
+}
+
+// inversions counts the pairs served in the opposite order of their
+// arrival numbers.
+func inversions(order []int) int {
+	n := 0
 	for a := range order {
 		for b := a + 1; b < len(order); b++ {
 			if order[a] > order[b] {
-				inversions++
+				n++
 			}
 		}
 	}
-	return metrics{
-		"E.total":      ms(lastAt.Sub(t0)),
-		"E.attempts":   float64(lib.attempts(delta(st0, st1), grants+1)) / float64(grants),
-		"E.inversions": float64(inversions),
-	}, nil
+	return n
 }

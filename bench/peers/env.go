@@ -182,6 +182,16 @@ func (e *env) serverCPU(ctx context.Context) (time.Duration, error) {
 	return time.Duration(total * float64(time.Second)), nil
 }
 
+// serverSample reads the server's command counts, then its CPU time.
+func (e *env) serverSample(ctx context.Context) (cmdStats, time.Duration, error) {
+	st, err := e.commandStats(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	cpu, err := e.serverCPU(ctx)
+	return st, cpu, err
+}
+
 // serverVersion is the server's redis_version.
 func (e *env) serverVersion(ctx context.Context) string {
 	info, err := e.obs.Do(ctx, e.obs.B().Info().Section("server").Build()).ToString()

@@ -179,85 +179,113 @@ func handOffCost(ctx context.Context, e *env, lib *library, k int) (rt, cmds flo
 		return 0, 0, err
 	}
 	defer closeAll()
-	const name = "dh"
 	warm := k + 3
 	last := warm + s.dHandoffs
 	limit := time.Duration(last)*(s.dHold+2*lib.poll+50*time.Millisecond) + s.opTimeout
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 
-	var (
-		mu       sync.Mutex
-		grants   int
-		granted  = make(chan struct{}) // closed at the next grant
-		firstErr error
-		calls0   int64
-		calls1   int64
-		st0, st1 cmdStats
-	)
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-		cancel()
+	p := &passing{
+		ctx: ctx, rctx: rctx, cancel: cancel, e: e, calls: &calls,
+		warm: warm, last: last, granted: make(chan struct{}),
 	}
 	var wg sync.WaitGroup
 	for _, c := range cs {
-		wg.Go(func() {
-			for n := 0; n <= last && rctx.Err() == nil; n++ {
-				h, err := c.Lock(rctx, name)
-				if err != nil {
-					if rctx.Err() == nil {
-						fail(err)
-					}
-					return
-				}
-				mu.Lock()
-				grants++
-				g := grants
-				close(granted)
-				granted = make(chan struct{})
-				next := granted
-				mu.Unlock()
-				switch g {
-				case warm:
-					calls0 = calls.Load()
-					if st0, err = e.commandStats(rctx); err != nil {
-						fail(err)
-					}
-				case last:
-					calls1 = calls.Load()
-					if st1, err = e.commandStats(rctx); err != nil {
-						fail(err)
-					}
-					_ = unlockSoon(ctx, h, s.opTimeout)
-					cancel() // the others stop waiting
-					return
-				}
-				_ = sleep(rctx, s.dHold)
-				if err := unlockSoon(ctx, h, s.opTimeout); err != nil {
-					fail(fmt.Errorf("unlock: %w", err))
-					return
-				}
-				select {
-				case <-next:
-				case <-rctx.Done():
-					return
-				}
-			}
-		})
+		wg.Go(func() { p.hold(c) })
 	}
 	if err := waitGroup(&wg, limit+2*s.opTimeout); err != nil {
 		return 0, 0, err
 	}
-	if firstErr != nil {
-		return 0, 0, firstErr
+	if p.firstErr != nil {
+		return 0, 0, p.firstErr
 	}
-	if st0 == nil || st1 == nil {
-		return 0, 0, fmt.Errorf("only %d hand-offs of %d within %v", grants, last, limit)
+	if p.st0 == nil || p.st1 == nil {
+		return 0, 0, fmt.Errorf("only %d hand-offs of %d within %v", p.grants, last, limit)
 	}
 	n := float64(s.dHandoffs)
-	return float64(calls1-calls0) / n, float64(delta(st0, st1).total) / n, nil
+	return float64(p.calls1-p.calls0) / n, float64(delta(p.st0, p.st1).total) / n, nil
+}
+
+// passing is the lock that handOffCost's clients pass around, and what is
+// counted from the warm-th grant to the last.
+type passing struct {
+	ctx    context.Context // for unlocking
+	rctx   context.Context // for the rest; cancelled at the last grant
+	cancel context.CancelFunc
+	e      *env
+	calls  *atomic.Int64 // the clients' round trips
+
+	warm, last int
+
+	mu       sync.Mutex
+	grants   int
+	granted  chan struct{} // closed at the next grant
+	firstErr error
+	// Written by the holder of the warm-th and last grants.
+	calls0, calls1 int64
+	st0, st1       cmdStats
+}
+
+const passingName = "dh"
+
+// hold is one of the clients: it takes the lock, keeps it dHold, unlocks
+// it, and asks again once somebody else has it, until the last grant.
+func (p *passing) hold(c locker) {
+	s := p.e.size
+	for n := 0; n <= p.last && p.rctx.Err() == nil; n++ {
+		h, err := c.Lock(p.rctx, passingName)
+		if err != nil {
+			if p.rctx.Err() == nil {
+				p.fail(err)
+			}
+			return
+		}
+		g, next := p.grant()
+		switch g {
+		case p.warm:
+			p.calls0 = p.calls.Load()
+			if p.st0, err = p.e.commandStats(p.rctx); err != nil {
+				p.fail(err)
+			}
+		case p.last:
+			p.calls1 = p.calls.Load()
+			if p.st1, err = p.e.commandStats(p.rctx); err != nil {
+				p.fail(err)
+			}
+			_ = unlockSoon(p.ctx, h, s.opTimeout)
+			p.cancel() // the others stop waiting
+			return
+		}
+		_ = sleep(p.rctx, s.dHold)
+		if err := unlockSoon(p.ctx, h, s.opTimeout); err != nil {
+			p.fail(fmt.Errorf("unlock: %w", err))
+			return
+		}
+		select {
+		case <-next:
+		case <-p.rctx.Done():
+			return
+		}
+	}
+}
+
+// grant counts a grant: it returns its number, and the channel closed at
+// the next one.
+func (p *passing) grant() (int, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.grants++
+	close(p.granted)
+	p.granted = make(chan struct{})
+	return p.grants, p.granted
+}
+
+// fail keeps the first error and stops every client.
+func (p *passing) fail(err error) {
+	p.mu.Lock()
+	if p.firstErr == nil {
+		p.firstErr = err
+	}
+	p.mu.Unlock()
+	p.cancel()
 }

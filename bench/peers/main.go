@@ -75,25 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep := newReport(libs, scs, *runs, *quick, *addr)
 	started := time.Now()
 	for r := range *runs {
-		for _, sc := range scs {
-			// Rotate the order of the libraries from run to run.
-			for i := range libs {
-				lib := libs[(i+r)%len(libs)]
-				if sc.applies != nil && !sc.applies(lib) {
-					continue
-				}
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				t := time.Now()
-				m, ping, version, warnings, err := runCell(ctx, *addr, size, sc, lib, r)
-				rep.add(r, sc, lib, m, ping, version, warnings, err)
-				status := "ok"
-				if err != nil {
-					status = "error: " + err.Error()
-				}
-				fmt.Fprintf(stderr, "run %d/%d  %s  %-20s %6.1fs  %s\n", r+1, *runs, sc.id, lib.label, time.Since(t).Seconds(), status)
-			}
+		if err := runOnce(ctx, rep, r, size, stderr); err != nil {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,6 +92,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *svgPath != "" {
 		if err := rep.writeSVG(*svgPath); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// runOnce runs every scenario of rep for every library, as run r of them,
+// and reports progress on stderr.
+func runOnce(ctx context.Context, rep *report, r int, size sizes, stderr io.Writer) error {
+	libs := rep.libs
+	for _, sc := range rep.scs {
+		// Rotate the order of the libraries from run to run.
+		for i := range libs {
+			lib := libs[(i+r)%len(libs)]
+			if sc.applies != nil && !sc.applies(lib) {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			t := time.Now()
+			m, ping, version, warnings, err := runCell(ctx, rep.addr, size, sc, lib, r)
+			rep.add(r, sc, lib, m, ping, version, warnings, err)
+			status := "ok"
+			if err != nil {
+				status = "error: " + err.Error()
+			}
+			fmt.Fprintf(stderr, "run %d/%d  %s  %-20s %6.1fs  %s\n", r+1, rep.runs, sc.id, lib.label, time.Since(t).Seconds(), status)
 		}
 	}
 	return nil

@@ -44,17 +44,8 @@ func gWaiters(ctx context.Context, e *env, lib *library, m metrics) error {
 		return err
 	}
 	defer holder.Close()
-	helds := make([]*held, names)
-	defer parallel(names, 32, func(i int) error {
-		if helds[i] != nil {
-			return unlockSoon(ctx, helds[i], e.size.opTimeout)
-		}
-		return nil
-	})
-	err = parallel(names, 32, func(i int) (err error) {
-		helds[i], err = lockRetry(ctx, e, holder, name(i))
-		return err
-	})
+	_, release, err := holdAll(ctx, e, holder, names, name)
+	defer release()
 	if err != nil {
 		return err
 	}
@@ -73,23 +64,7 @@ func gWaiters(ctx context.Context, e *env, lib *library, m metrics) error {
 	var acquired, errs atomic.Int64
 	var wg sync.WaitGroup
 	for i := range waiters {
-		wg.Go(func() {
-			for try := 0; try < 1000 && wctx.Err() == nil; try++ {
-				h, err := w.Lock(wctx, name(i))
-				if err == nil {
-					acquired.Add(1)
-					e.warn(fmt.Errorf("a waiter acquired %s, which should have stayed held", name(i)))
-					_ = unlockSoon(ctx, h, s.opTimeout)
-					return
-				}
-				if wctx.Err() != nil {
-					return
-				}
-				errs.Add(1)
-				e.warn(err)
-				_ = sleep(wctx, 10*time.Millisecond)
-			}
-		})
+		wg.Go(func() { gWait(ctx, wctx, e, w, name(i), &acquired, &errs) })
 	}
 	if err := sleep(ctx, s.gSettle); err != nil {
 		return err
@@ -141,28 +116,15 @@ func gLeases(ctx context.Context, e *env, lib *library, m metrics) error {
 		return err
 	}
 	defer c.Close()
-	helds := make([]*held, n)
-	defer parallel(n, 32, func(i int) error {
-		if helds[i] != nil {
-			return unlockSoon(ctx, helds[i], s.opTimeout)
-		}
-		return nil
-	})
-	err = parallel(n, 32, func(i int) (err error) {
-		helds[i], err = lockRetry(ctx, e, c, "g2:"+strconv.Itoa(i))
-		return err
-	})
+	helds, release, err := holdAll(ctx, e, c, n, func(i int) string { return "g2:" + strconv.Itoa(i) })
+	defer release()
 	if err != nil {
 		return err
 	}
 	if err := sleep(ctx, period); err != nil {
 		return err
 	}
-	st0, err := e.commandStats(ctx)
-	if err != nil {
-		return err
-	}
-	scpu0, err := e.serverCPU(ctx)
+	st0, scpu0, err := e.serverSample(ctx)
 	if err != nil {
 		return err
 	}
@@ -171,11 +133,7 @@ func gLeases(ctx context.Context, e *env, lib *library, m metrics) error {
 		return err
 	}
 	cpu1, el := processCPU(), time.Since(t0)
-	st1, err := e.commandStats(ctx)
-	if err != nil {
-		return err
-	}
-	scpu1, err := e.serverCPU(ctx)
+	st1, scpu1, err := e.serverSample(ctx)
 	if err != nil {
 		return err
 	}
@@ -199,6 +157,46 @@ func gLeases(ctx context.Context, e *env, lib *library, m metrics) error {
 	m["G2.server_cpu"] = 100 * float64(scpu1-scpu0) / float64(el)
 	m["G2.lost"] = float64(lost)
 	return nil
+}
+
+// gWait is one of gWaiters' waiters: it waits for name, held by another
+// client, until wctx ends, and counts an acquisition and the errors as
+// failures.
+func gWait(ctx, wctx context.Context, e *env, w locker, name string, acquired, errs *atomic.Int64) {
+	for try := 0; try < 1000 && wctx.Err() == nil; try++ {
+		h, err := w.Lock(wctx, name)
+		if err == nil {
+			acquired.Add(1)
+			e.warn(fmt.Errorf("a waiter acquired %s, which should have stayed held", name))
+			_ = unlockSoon(ctx, h, e.size.opTimeout)
+			return
+		}
+		if wctx.Err() != nil {
+			return
+		}
+		errs.Add(1)
+		e.warn(err)
+		_ = sleep(wctx, 10*time.Millisecond)
+	}
+}
+
+// holdAll takes n free locks on c, named by name, 32 at a time. Release
+// unlocks those it took, even when it failed to take them all.
+func holdAll(ctx context.Context, e *env, c locker, n int, name func(int) string) (helds []*held, release func(), err error) {
+	helds = make([]*held, n)
+	release = func() {
+		_ = parallel(n, 32, func(i int) error {
+			if helds[i] != nil {
+				return unlockSoon(ctx, helds[i], e.size.opTimeout)
+			}
+			return nil
+		})
+	}
+	err = parallel(n, 32, func(i int) (err error) {
+		helds[i], err = lockRetry(ctx, e, c, name(i))
+		return err
+	})
+	return helds, release, err
 }
 
 // lockRetry takes a free lock, trying three times: under load a library may

@@ -23,15 +23,6 @@ func (r *report) writeSVG(path string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	color := func(id string) string {
-		switch id {
-		case mutexRow, fairRow:
-			return "#c2255c"
-		case "floor":
-			return "#868e96"
-		}
-		return "#1c7ed6"
-	}
 	panel := func(x0 int, title string, val func(lib string) float64, scale func(v float64) float64, label func(v float64) string, ticks []float64, marker float64, markerText string) {
 		fmt.Fprintf(&b, `<text x="%d" y="20" font-weight="bold">%s</text>`+"\n", x0+10, html.EscapeString(title))
 		axisX := x0 + labelW
@@ -54,7 +45,7 @@ func (r *report) writeSVG(path string) error {
 				continue
 			}
 			w := math.Max(1, scale(v)*barW)
-			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", axisX, y+4, w, rowH-8, color(lib.id))
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", axisX, y+4, w, rowH-8, barColor(lib.id))
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(axisX)+w+4, y+16, label(v))
 		}
 	}
@@ -66,18 +57,7 @@ func (r *report) writeSVG(path string) error {
 			maxA = math.Max(maxA, v)
 		}
 	}
-	if maxA == 0 {
-		maxA = 1
-	}
-	step := math.Pow(10, math.Floor(math.Log10(maxA)))
-	if maxA/step < 3 {
-		step /= 2
-	}
-	var ticksA []float64
-	for t := 0.0; t <= maxA*1.05; t += step {
-		ticksA = append(ticksA, t)
-	}
-	end := ticksA[len(ticksA)-1] + step
+	ticksA, end := linearTicks(maxA)
 	panel(0, "A. Uncontended lock+unlock, cycles/s (higher is better)",
 		func(l string) float64 { return r.agg("A.cycles", l, "median") },
 		func(v float64) float64 { return v / end },
@@ -102,4 +82,32 @@ func (r *report) writeSVG(path string) error {
 		html.EscapeString(fmt.Sprintf("Median of %d run(s), redis-server on loopback; see bench/peers/README.md.", r.runs)))
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// barColor is the color of a library's bars: redisync's stand out, the
+// floor is grey.
+func barColor(id string) string {
+	switch id {
+	case mutexRow, fairRow:
+		return "#c2255c"
+	case "floor":
+		return "#868e96"
+	}
+	return "#1c7ed6"
+}
+
+// linearTicks returns the ticks of a linear axis from 0 that shows values
+// up to max, and where the axis ends.
+func linearTicks(max float64) (ticks []float64, end float64) {
+	if max == 0 {
+		max = 1
+	}
+	step := math.Pow(10, math.Floor(math.Log10(max)))
+	if max/step < 3 {
+		step /= 2
+	}
+	for t := 0.0; t <= max*1.05; t += step {
+		ticks = append(ticks, t)
+	}
+	return ticks, ticks[len(ticks)-1] + step
 }

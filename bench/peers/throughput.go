@@ -124,21 +124,11 @@ func runB(ctx context.Context, e *env, lib *library) (metrics, error) {
 	if err := waitGroup(&wg, s.bDur+2*s.opTimeout); err != nil {
 		return nil, err
 	}
-	var total, lo, hi, cycles int64
+	var cycles int64
 	for _, n := range all {
 		cycles += n
 	}
-	for i, n := range counts {
-		total += n
-		if i == 0 || n < lo {
-			lo = n
-		}
-		hi = max(hi, n)
-	}
-	spread := 0.0
-	if hi > 0 {
-		spread = float64(lo) / float64(hi)
-	}
+	total, spread := spreadOf(counts)
 	return metrics{
 		"B.cycles":   float64(total) / s.bDur.Seconds(),
 		"B.overlaps": float64(overlaps.Load()),
@@ -146,4 +136,21 @@ func runB(ctx context.Context, e *env, lib *library) (metrics, error) {
 		"B.spread":   spread,
 		"B.errors":   float64(errs.Load()),
 	}, nil
+}
+
+// spreadOf returns the sum of counts and the ratio of the least to the
+// most (0 when all are 0).
+func spreadOf(counts []int64) (total int64, spread float64) {
+	var lo, hi int64
+	for i, n := range counts {
+		total += n
+		if i == 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
+	}
+	if hi > 0 {
+		spread = float64(lo) / float64(hi)
+	}
+	return total, spread
 }

@@ -410,8 +410,27 @@ func (d *demo) phase2(ctx context.Context, admin, next *demoConn) error {
 	old := lease.Token()
 	d.record(name, old)
 	d.say(name, "acquired", fmt.Sprintf("token=%d  (watchdog lease %v)", old, demoLease))
+	if err := d.loseLease(ctx, admin, name, lease); err != nil {
+		return err
+	}
+	tok, err := d.takeOver(ctx, next)
+	if err != nil {
+		return err
+	}
 
-	// It works for a while; its lease is renewed meanwhile.
+	d.println("")
+	if tok <= old {
+		d.println("token %d of %s is NOT greater than %d of the lost lease", tok, next.name, old)
+		return fmt.Errorf("fencing token %d is not greater than the lost lease's %d", tok, old)
+	}
+	d.println("token %d (%s) > %d (%s, lost): a fenced write with the old token would be rejected", tok, next.name, old, name)
+	return nil
+}
+
+// loseLease has the holder name of lease work for a while, its lease being
+// renewed, then has the operator break the lock by force and waits until
+// the holder is told that it lost it.
+func (d *demo) loseLease(ctx context.Context, admin *demoConn, name string, lease *redisync.Lease) error {
 	if err := sleep(ctx, lease.Lost(), demoLease/2); err != nil {
 		return err
 	}
@@ -443,11 +462,16 @@ func (d *demo) phase2(ctx context.Context, admin, next *demoConn) error {
 	reason := lease.Err()
 	d.say(name, "lost", fmt.Sprintf("reason: %v%s  (detected %s after the force-unlock)", reason, errName(reason), ms(detected)))
 	d.println("%10s%s believed it held the lock for those %s: only a fencing token keeps its writes out", "", name, ms(detected))
+	return nil
+}
 
+// takeOver has next take the lock, hold it a moment and release it, and
+// returns its token.
+func (d *demo) takeOver(ctx context.Context, next *demoConn) (uint64, error) {
 	asked := time.Now()
 	nl, err := next.c.Mutex(demoLock).Lock(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: lock: %w", next.name, err)
+		return 0, fmt.Errorf("%s: lock: %w", next.name, err)
 	}
 	got := time.Now()
 	tok := nl.Token()
@@ -460,19 +484,9 @@ func (d *demo) phase2(ctx context.Context, admin, next *demoConn) error {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), demoCleanup)
 	defer cancel()
 	if err := nl.Unlock(uctx); err != nil && werr == nil {
-		return fmt.Errorf("%s: unlock: %w", next.name, err)
+		return 0, fmt.Errorf("%s: unlock: %w", next.name, err)
 	}
-	if werr != nil {
-		return werr
-	}
-
-	d.println("")
-	if tok <= old {
-		d.println("token %d of %s is NOT greater than %d of the lost lease", tok, next.name, old)
-		return fmt.Errorf("fencing token %d is not greater than the lost lease's %d", tok, old)
-	}
-	d.println("token %d (%s) > %d (%s, lost): a fenced write with the old token would be rejected", tok, next.name, old, name)
-	return nil
+	return tok, werr
 }
 
 // errName names the library's loss reasons.

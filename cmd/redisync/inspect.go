@@ -131,7 +131,11 @@ func holderRefs(h *holderView) []*clientRef {
 	return []*clientRef{&h.clientRef}
 }
 
+// fields describes the holder in role, or says there is none.
 func (h *holderView) fields(role string) []field {
+	if h == nil {
+		return []field{{role, "none"}}
+	}
 	return []field{
 		{role, h.Owner},
 		{"client", h.who()},
@@ -167,13 +171,7 @@ func newQueued(kind string, st redisync.MutexState) queuedView {
 func (v *queuedView) clients() []*clientRef { return holderRefs(v.Holder) }
 
 func (v *queuedView) fields() []field {
-	var fs []field
-	if v.Holder != nil {
-		fs = v.Holder.fields("holder")
-	} else {
-		fs = []field{{"holder", "none"}}
-	}
-	return append(fs, field{"waiters", strconv.Itoa(v.Waiters) + " in the queue"})
+	return append(v.Holder.fields("holder"), field{"waiters", strconv.Itoa(v.Waiters) + " in the queue"})
 }
 
 type rwView struct {
@@ -189,17 +187,11 @@ func (v *rwView) title() string { return "rw mutex" }
 func (v *rwView) clients() []*clientRef { return holderRefs(v.Writer) }
 
 func (v *rwView) fields() []field {
-	var fs []field
-	if v.Writer != nil {
-		fs = v.Writer.fields("writer")
-	} else {
-		fs = []field{{"writer", "none"}}
-	}
 	readers := strconv.Itoa(v.Readers)
 	if v.Readers > 0 {
 		readers += " (last share ends in " + formatTTL(v.ReadTTLms) + ")"
 	}
-	return append(fs,
+	return append(v.Writer.fields("writer"),
 		field{"readers", readers},
 		field{"writers waiting", strconv.Itoa(v.WritersWaiting)})
 }
@@ -263,64 +255,12 @@ func (v *latchView) fields() []field {
 // inspect reads every kind of primitive named name, concurrently, and
 // returns those in use, with the names of their holders' Clients.
 func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		found = make([]kind, 5) // in a fixed order
-		errs  = make([]error, 5)
-	)
-	look := func(i int, f func() (kind, error)) {
-		wg.Go(func() {
-			k, err := f()
-			mu.Lock()
-			defer mu.Unlock()
-			found[i], errs[i] = k, err
-		})
+	found := make([]kind, len(lookups))
+	errs := make([]error, len(lookups))
+	var wg sync.WaitGroup
+	for i, look := range lookups {
+		wg.Go(func() { found[i], errs[i] = look(ctx, c, name) })
 	}
-	look(0, func() (kind, error) {
-		st, err := c.Mutex(name).Inspect(ctx)
-		if err != nil || (!st.Locked && st.Waiters == 0) {
-			return nil, err
-		}
-		return &mutexView{newQueued("mutex", st)}, nil
-	})
-	look(1, func() (kind, error) {
-		st, err := c.FairMutex(name).Inspect(ctx)
-		if err != nil || (!st.Locked && st.Waiters == 0) {
-			return nil, err
-		}
-		return &fairView{newQueued("fair", st.MutexState)}, nil
-	})
-	look(2, func() (kind, error) {
-		st, err := c.RWMutex(name).Inspect(ctx)
-		if err != nil || (st.Free() && st.WritersWaiting == 0) {
-			return nil, err
-		}
-		v := &rwView{Kind: "rw", Readers: st.Readers, ReadTTLms: st.ReadTTL.Milliseconds(), WritersWaiting: st.WritersWaiting}
-		if st.WriteLocked {
-			v.Writer = &holderView{Owner: st.Writer, clientRef: clientRef{ClientID: st.WriterClientID()}, Holds: st.WriteHolds, TTLms: ttlMillis(st.WriteTTL), Token: st.Token}
-		}
-		return v, nil
-	})
-	look(3, func() (kind, error) {
-		st, err := c.Semaphore(name).Inspect(ctx)
-		if err != nil || (st.Size == 0 && st.Acquired == 0 && len(st.Holders) == 0 && st.Waiters == 0) {
-			return nil, err
-		}
-		v := &semaphoreView{Kind: "semaphore", Size: st.Size, Acquired: st.Acquired, Available: st.Available,
-			Holders: []semHolderView{}, Waiters: st.Waiters, WaitingPermits: st.WaitingPermits}
-		for _, h := range st.Holders {
-			v.Holders = append(v.Holders, semHolderView{clientRef: clientRef{ClientID: h.ClientID()}, Permits: h.Permits, TTLms: ttlMillis(h.TTL)})
-		}
-		return v, nil
-	})
-	look(4, func() (kind, error) {
-		n, err := c.Latch(name).Count(ctx)
-		if err != nil || n == 0 {
-			return nil, err
-		}
-		return &latchView{Kind: "latch", Count: n}, nil
-	})
 	wg.Wait()
 
 	snap := &snapshot{Name: name, Time: time.Now(), Kinds: []kind{}}
@@ -335,6 +275,61 @@ func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
 	snap.Free = len(snap.Kinds) == 0
 	c.nameHolders(ctx, snap)
 	return snap, nil
+}
+
+// lookups read, each, one kind of lock that name may be: nil when that
+// lock is free and nobody waits. A snapshot lists the kinds in this order.
+var lookups = []func(ctx context.Context, c *client, name string) (kind, error){
+	lookMutex, lookFair, lookRW, lookSemaphore, lookLatch,
+}
+
+func lookMutex(ctx context.Context, c *client, name string) (kind, error) {
+	st, err := c.Mutex(name).Inspect(ctx)
+	if err != nil || (!st.Locked && st.Waiters == 0) {
+		return nil, err
+	}
+	return &mutexView{newQueued("mutex", st)}, nil
+}
+
+func lookFair(ctx context.Context, c *client, name string) (kind, error) {
+	st, err := c.FairMutex(name).Inspect(ctx)
+	if err != nil || (!st.Locked && st.Waiters == 0) {
+		return nil, err
+	}
+	return &fairView{newQueued("fair", st.MutexState)}, nil
+}
+
+func lookRW(ctx context.Context, c *client, name string) (kind, error) {
+	st, err := c.RWMutex(name).Inspect(ctx)
+	if err != nil || (st.Free() && st.WritersWaiting == 0) {
+		return nil, err
+	}
+	v := &rwView{Kind: "rw", Readers: st.Readers, ReadTTLms: st.ReadTTL.Milliseconds(), WritersWaiting: st.WritersWaiting}
+	if st.WriteLocked {
+		v.Writer = &holderView{Owner: st.Writer, clientRef: clientRef{ClientID: st.WriterClientID()}, Holds: st.WriteHolds, TTLms: ttlMillis(st.WriteTTL), Token: st.Token}
+	}
+	return v, nil
+}
+
+func lookSemaphore(ctx context.Context, c *client, name string) (kind, error) {
+	st, err := c.Semaphore(name).Inspect(ctx)
+	if err != nil || (st.Size == 0 && st.Acquired == 0 && len(st.Holders) == 0 && st.Waiters == 0) {
+		return nil, err
+	}
+	v := &semaphoreView{Kind: "semaphore", Size: st.Size, Acquired: st.Acquired, Available: st.Available,
+		Holders: []semHolderView{}, Waiters: st.Waiters, WaitingPermits: st.WaitingPermits}
+	for _, h := range st.Holders {
+		v.Holders = append(v.Holders, semHolderView{clientRef: clientRef{ClientID: h.ClientID()}, Permits: h.Permits, TTLms: ttlMillis(h.TTL)})
+	}
+	return v, nil
+}
+
+func lookLatch(ctx context.Context, c *client, name string) (kind, error) {
+	n, err := c.Latch(name).Count(ctx)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	return &latchView{Kind: "latch", Count: n}, nil
 }
 
 // writeText prints the snapshot as aligned "key: value" lines, one block

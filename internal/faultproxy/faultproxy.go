@@ -175,24 +175,24 @@ func (p *Proxy) Open() []int {
 // accept order; connections closed by Refuse are numbered too) and reports
 // whether it was still open.
 func (p *Proxy) CutConn(i int) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.conns[i]
-	if ok {
-		p.closeLocked(i, c)
-	}
-	return ok
+	return p.onConn(i, func(c *conn) { p.closeLocked(i, c) })
 }
 
 // BlackholeConn makes the i-th accepted connection (numbered as for CutConn)
 // silent, as Blackhole does for all connections, and reports whether it was
 // still open. Other connections are not affected. Heal closes it.
 func (p *Proxy) BlackholeConn(i int) bool {
+	return p.onConn(i, func(c *conn) { c.blackholed = true })
+}
+
+// onConn runs f, under p.mu, on the i-th accepted connection if it is
+// still open, and reports whether it is.
+func (p *Proxy) onConn(i int, f func(*conn)) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.conns[i]
 	if ok {
-		c.blackholed = true
+		f(c)
 	}
 	return ok
 }

@@ -158,9 +158,12 @@ func infoFields(info string) map[string]string {
 }
 
 // Addrs returns the master addresses, suitable as a client's seed list.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.Masters))
-	for i, s := range c.Masters {
+func (c *Cluster) Addrs() []string { return addrsOf(c.Masters) }
+
+// addrsOf returns the addresses of servers.
+func addrsOf(servers []*Server) []string {
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
 		addrs[i] = s.Addr
 	}
 	return addrs

@@ -192,13 +192,7 @@ func (s *Sentinel) sentinelsReady() error {
 
 // SentinelAddrs returns the Sentinel addresses, suitable as a client's seed
 // list.
-func (s *Sentinel) SentinelAddrs() []string {
-	addrs := make([]string, len(s.Sentinels))
-	for i, sen := range s.Sentinels {
-		addrs[i] = sen.Addr
-	}
-	return addrs
-}
+func (s *Sentinel) SentinelAddrs() []string { return addrsOf(s.Sentinels) }
 
 // Failover sends SENTINEL FAILOVER to a Sentinel (the first that accepts it)
 // and waits (about 30s) until every running Sentinel reports a new primary

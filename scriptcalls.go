@@ -1,0 +1,69 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+)
+
+// The scripts that acquire and release, run the same way by the primitives:
+// an acquisition waits for the replicas WithReplicaAck asks for, a release
+// answers whether it freed the lock, and an operator's command whether it
+// found anything.
+
+// runAcquire runs an acquire script s once on keys with args, and the
+// WAIT that WithReplicaAck asks for: an attempt that took the lock (granted
+// tells from its reply) and that fewer replicas acknowledged is undone, and
+// fails with ErrNotReplicated. undo detaches from ctx itself. op names the
+// operation in errors.
+func (c *Client) runAcquire(ctx context.Context, s script, op string, keys, args []string,
+	granted func([]rueidis.RedisMessage) bool, undo func(context.Context)) ([]rueidis.RedisMessage, error) {
+	actx, done := inflight(ctx)
+	defer done()
+	if c.cfg.ackReplicas == 0 {
+		res, err := s.exec(actx, c.rc, keys, args).ToArray()
+		if err != nil {
+			return nil, redisErr(op, err)
+		}
+		return res, nil
+	}
+	res, acked, err := s.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
+	if err != nil {
+		return nil, redisErr(op, err)
+	}
+	if granted(res) && acked < int64(c.cfg.ackReplicas) {
+		undo(ctx)
+		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, c.cfg.ackReplicas, c.cfg.ackTimeout)
+	}
+	return res, nil
+}
+
+// runRelease runs a release script s on keys with args, which answers 1 when
+// it freed the lock, 2 when the lock is still held (by other holds of the
+// owner) and 0 when the owner held nothing. op names the operation in
+// errors.
+func (c *Client) runRelease(ctx context.Context, s script, op string, keys, args []string) (releaseState, error) {
+	n, err := s.exec(ctx, c.rc, keys, args).AsInt64()
+	if err != nil {
+		return notHeld, redisErr(op, err)
+	}
+	switch n {
+	case 1:
+		return freed, nil
+	case 2:
+		return stillHeld, nil
+	}
+	return notHeld, nil
+}
+
+// runFound runs a script s on keys with args that answers 1 when it found
+// something to act on, and reports whether it did. op names the operation
+// in errors.
+func (c *Client) runFound(ctx context.Context, s script, op string, keys, args []string) (bool, error) {
+	n, err := s.exec(ctx, c.rc, keys, args).AsInt64()
+	if err != nil {
+		return false, redisErr(op, err)
+	}
+	return n == 1, nil
+}
