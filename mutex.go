@@ -202,87 +202,119 @@ type queuedLock struct {
 // acquire runs the acquisition loop.
 func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	c := q.c
-	parent := leaseFrom(ctx, c, q.keys)
-	owner, lease := c.newOwner(), q.cfg.lease(c)
-	if parent != nil {
-		owner, lease = parent.h.owner, parent.h.lease
+	qa := q.newAcquisition(ctx, try)
+	a := acquisition{
+		c: c, primitive: q.kind.primitive, name: q.name,
+		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
+		attempt: qa.attempt,
+		granted: func(ctx context.Context, token string) (*Lease, error) {
+			return c.handedOver(ctx, q.kind, q.name, q.keys, qa.owner, qa.hold, token, qa.lease, qa.short, qa.lastSent)
+		},
+		undo:  func(ctx context.Context) { q.releaseAbandoned(ctx, qa.owner, qa.hold) },
+		leave: qa.leave,
 	}
-	hold := c.newHold()
-	// The waiter's id names its place in the queue; a re-entry, which shares
-	// its owner with the parent, gets one of its own.
-	waiter := owner
-	if parent != nil {
-		waiter = c.newOwner()
+	l, err := a.run(ctx, try)
+	if qa.joined {
+		c.presence.leave(q.keys)
+	}
+	return l, err
+}
+
+// queuedAcquisition is one acquisition of a queuedLock: whose it is, the
+// acquire script's arguments (acquire.lua), and what its attempts learned.
+type queuedAcquisition struct {
+	q      *queuedLock
+	parent *Lease // the lease re-entered, or nil
+	owner  string
+	hold   string
+	// waiter names the place in the queue; a re-entry, which shares its
+	// owner with the parent, gets one of its own.
+	waiter   string
+	lease    time.Duration
+	short    time.Duration // the lease a release hands the lock over with
+	args     []string
+	joined   bool      // counted by the Client's presence in the queue
+	lastSent time.Time // when the last attempt was sent
+}
+
+func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquisition {
+	c := q.c
+	qa := &queuedAcquisition{q: q, parent: leaseFrom(ctx, c, q.keys), owner: c.newOwner(), hold: c.newHold(), lease: q.cfg.lease(c)}
+	qa.waiter = qa.owner
+	if qa.parent != nil {
+		qa.owner, qa.lease, qa.waiter = qa.parent.h.owner, qa.parent.h.lease, c.newOwner()
 	}
 	mode := "first"
 	if try {
 		mode = "try"
 	}
-	short := handOverLease(c, lease, q.cfg, parent)
-	args := []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
-		waiter, strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(short)}
-	joined := false // counted by the Client's presence in the queue
-	var lastSent time.Time
-	a := acquisition{
-		c: c, primitive: q.kind.primitive, name: q.name,
-		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: waiter,
-		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
-			sent := time.Now()
-			lastSent = sent
-			res, err := q.attempt(ctx, args)
-			if err != nil {
-				// The attempt may have queued the waiter.
-				args[6] = "queued"
-				return nil, 0, err
-			}
-			ok, val, err := parseAcquire(res)
-			if err != nil {
-				return nil, 0, err
-			}
-			if !ok {
-				args[6] = "queued"
-				if !joined {
-					joined = true
-					c.presence.join(q.keys, q.cfg.waiterExpiry)
-				}
-				if len(res) > 2 && res[2].IsInt64() {
-					if held, _ := res[2].AsInt64(); held == 0 {
-						// Free, and the head is another live waiter: look
-						// again when its Client's deadline passes.
-						return nil, time.Duration(val)*time.Millisecond + time.Millisecond, nil
-					}
-				}
-				// The place lives as long as the Client renews its deadline
-				// in the queue, and the Client looks at the lock when the
-				// holder's lease runs out (a holder that died publishes
-				// nothing): the waiter sleeps until a message wakes it.
-				c.presence.watch(q.keys, val)
-				return nil, waiterFallback, nil
-			}
-			l, err := c.grant(ctx, q.kind, q.name, q.keys, q.keys.lock, parent, owner, hold, val, lease, q.cfg.fixedLease == 0, sent)
-			if err != nil {
-				q.releaseAbandoned(ctx, owner, hold)
-			}
-			return l, 0, err
-		},
-		granted: func(ctx context.Context, token string) (*Lease, error) {
-			return c.handedOver(ctx, q.kind, q.name, q.keys, owner, hold, token, lease, short, lastSent)
-		},
-		undo: func(ctx context.Context) { q.releaseAbandoned(ctx, owner, hold) },
-		leave: func(ctx context.Context) {
-			if args[6] != "queued" {
-				return
-			}
-			if err := c.leaveQueue(ctx, q.keys, waiter, owner, hold); err != nil {
-				c.presence.orphan(func(ctx context.Context) error { return c.leaveQueue(ctx, q.keys, waiter, owner, hold) })
-			}
-		},
+	qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
+	qa.args = []string{qa.owner, qa.hold, strconv.FormatInt(qa.lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
+		qa.waiter, strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(qa.short)}
+	return qa
+}
+
+// attempt runs the acquire script once: the Lease when it took the lock,
+// or how long to wait for a message before looking again.
+func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration, error) {
+	q, c := qa.q, qa.q.c
+	sent := time.Now()
+	qa.lastSent = sent
+	res, err := q.attempt(ctx, qa.args)
+	if err != nil {
+		// The attempt may have queued the waiter.
+		qa.args[6] = "queued"
+		return nil, 0, err
 	}
-	l, err := a.run(ctx, try)
-	if joined {
-		c.presence.leave(q.keys)
+	ok, val, err := parseAcquire(res)
+	if err != nil {
+		return nil, 0, err
 	}
-	return l, err
+	if !ok {
+		return nil, qa.queued(res, val), nil
+	}
+	l, err := c.grant(ctx, q.kind, q.name, q.keys, q.keys.lock, qa.parent, qa.owner, qa.hold, val, qa.lease, q.cfg.fixedLease == 0, sent)
+	if err != nil {
+		q.releaseAbandoned(ctx, qa.owner, qa.hold)
+	}
+	return l, 0, err
+}
+
+// queued notes that an attempt queued the waiter (or kept its place) and
+// returns how long it waits for a message: val is the holder's remaining
+// lease, or with a FairMutex whose head is another live waiter, the time
+// until that waiter's Client's deadline.
+func (qa *queuedAcquisition) queued(res []rueidis.RedisMessage, val int64) time.Duration {
+	q, c := qa.q, qa.q.c
+	qa.args[6] = "queued"
+	if !qa.joined {
+		qa.joined = true
+		c.presence.join(q.keys, q.cfg.waiterExpiry)
+	}
+	if len(res) > 2 && res[2].IsInt64() {
+		if held, _ := res[2].AsInt64(); held == 0 {
+			// Free, and the head is another live waiter: look again when
+			// its Client's deadline passes.
+			return time.Duration(val)*time.Millisecond + time.Millisecond
+		}
+	}
+	// The place lives as long as the Client renews its deadline in the
+	// queue, and the Client looks at the lock when the holder's lease runs
+	// out (a holder that died publishes nothing): the waiter sleeps until a
+	// message wakes it.
+	c.presence.watch(q.keys, val)
+	return waiterFallback
+}
+
+// leave gives up the waiter's place, if an attempt may have taken one.
+func (qa *queuedAcquisition) leave(ctx context.Context) {
+	if qa.args[6] != "queued" {
+		return
+	}
+	q, c := qa.q, qa.q.c
+	if err := c.leaveQueue(ctx, q.keys, qa.waiter, qa.owner, qa.hold); err != nil {
+		c.presence.orphan(func(ctx context.Context) error { return c.leaveQueue(ctx, q.keys, qa.waiter, qa.owner, qa.hold) })
+	}
 }
 
 // waiterFallback bounds how long a waiter sleeps without a message: its
