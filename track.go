@@ -66,15 +66,15 @@ const (
 	trackCacheTTL = time.Hour
 )
 
-// tracker asks Redis to tell the Client when the key of a held lock
-// changes, and checks such a key at once. It reads each key once with
-// CLIENT CACHING YES and HGET owner (rueidis DoMultiCache): the read both
-// registers the key for invalidation and says whether the holder still
-// owns it. Every invalidation of a held key (the Client's own renewals and
-// releases included: tracking is per connection, and rueidis spreads
-// commands over several) leads to a new read; a read that does not find the
-// holder's owner id leads to the watchdog's check, which decides. One
-// goroutine, running only while something is to be read.
+// tracker asks Redis to tell the Client when the key of a held lock changes,
+// and checks such a key at once. It reads each key once with CLIENT CACHING
+// YES and a GET (HGET owner for an RWMutex writer; rueidis DoMultiCache):
+// the read both registers the key for invalidation and says whether the
+// holder still owns it. Every invalidation of a held key (the Client's own
+// renewals and releases included: tracking is per connection, and rueidis
+// spreads commands over several) leads to a new read; a read that does not
+// find the holder's owner id leads to the watchdog's check, which decides.
+// One goroutine, running only while something is to be read.
 type tracker struct {
 	c    *Client
 	on   bool

@@ -37,36 +37,47 @@ type target struct {
 	format               func(float64) string
 }
 
-func (r *report) evaluate() []targetResult {
-	g := r.get
-	ratio := func(v float64) string { return fSig(v) + "×" }
-	atMost := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
-	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
-	// lossWorst is the slower of the Mutex's and the FairMutex's F figure
-	// key in a run; ∞ when either missed a loss.
-	lossWorst := func(key string, run int) float64 {
-		v := math.NaN()
-		for _, l := range []string{mutexRow, fairRow} {
-			x := g(key, l, run)
-			if g("F.missed", l, run) > 0 {
-				x = math.Inf(1)
-			}
-			if !math.IsNaN(x) && (math.IsNaN(v) || x > v) {
-				v = x
-			}
+func ratio(v float64) string { return fSig(v) + "×" }
+
+func atMost(x float64) func(float64) bool  { return func(v float64) bool { return v <= x } }
+func atLeast(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+
+// lossWorst is the slower of the Mutex's and the FairMutex's F figure key
+// in a run; ∞ when either missed a loss.
+func (r *report) lossWorst(key string, run int) float64 {
+	v := math.NaN()
+	for _, l := range []string{mutexRow, fairRow} {
+		x := r.get(key, l, run)
+		if r.get("F.missed", l, run) > 0 {
+			x = math.Inf(1)
 		}
-		return v
-	}
-	best := func(key string, run int) float64 {
-		b := math.NaN()
-		for _, p := range peerRows {
-			if v := g(key, p, run); !math.IsNaN(v) && (math.IsNaN(b) || v > b) {
-				b = v
-			}
+		if !math.IsNaN(x) && (math.IsNaN(v) || x > v) {
+			v = x
 		}
-		return b
 	}
-	ts := []target{
+	return v
+}
+
+// best is the best peer's figure key in a run.
+func (r *report) best(key string, run int) float64 {
+	b := math.NaN()
+	for _, p := range peerRows {
+		if v := r.get(key, p, run); !math.IsNaN(v) && (math.IsNaN(b) || v > b) {
+			b = v
+		}
+	}
+	return b
+}
+
+// published are redisync's targets: speed (A to D), then order, loss and
+// scale (E to G).
+func (r *report) published() []target {
+	return append(r.speedTargets(), r.behaviourTargets()...)
+}
+
+func (r *report) speedTargets() []target {
+	g, best := r.get, r.best
+	return []target{
 		{scenario: "A", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 0.6×", ok: atLeast(0.6), format: ratio,
 			value: func(run int) float64 { return g("A.cycles", mutexRow, run) / g("A.cycles", "floor", run) }},
 		{scenario: "A", text: "redisync Mutex cycles/s ÷ fastest peer", goal: "≥ 1.3×", ok: atLeast(1.3), format: ratio,
@@ -105,6 +116,12 @@ func (r *report) evaluate() []targetResult {
 		{scenario: "D", text: "redisync Mutex commands per hand-off, 8 waiters ÷ 1 waiter", goal: "≤ 1.25× (independent of the waiters)",
 			ok: atMost(1.25), format: ratio,
 			value: func(run int) float64 { return g("D.cmds_h8", mutexRow, run) / g("D.cmds_h1", mutexRow, run) }},
+	}
+}
+
+func (r *report) behaviourTargets() []target {
+	g, lossWorst := r.get, r.lossWorst
+	return []target{
 		{scenario: "E", text: "redisync Mutex acquire attempts per grant", goal: "≤ 2", ok: atMost(2), format: fSig,
 			value: func(run int) float64 { return g("E.attempts", mutexRow, run) }},
 		{scenario: "E", text: "redisync FairMutex order inversions, worst run", goal: "0", agg: "max", ok: atMost(0), format: fInt,
@@ -119,8 +136,12 @@ func (r *report) evaluate() []targetResult {
 		{scenario: "G", text: "redisync Mutex goroutines with all leases held (client's, not per lease)", goal: "≤ 10",
 			ok: atMost(10), format: fInt, value: func(run int) float64 { return g("G2.goroutines", mutexRow, run) }},
 	}
+}
+
+// evaluate computes every target over the runs.
+func (r *report) evaluate() []targetResult {
 	var out []targetResult
-	for _, t := range ts {
+	for _, t := range r.published() {
 		if !r.hasScenario(t.scenario) {
 			continue
 		}
