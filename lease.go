@@ -623,22 +623,6 @@ const (
 // release runs the release script for one hold ("" for every hold) of an
 // owner.
 func (c *Client) release(ctx context.Context, keys lockKeys, owner, hold string) (releaseState, error) {
-	return releaseResult(releaseScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
-		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel}))
-}
-
-// releaseResult reads a release script's answer: 1 freed, 2 still held,
-// 0 not held.
-func releaseResult(r rueidis.RedisResult) (releaseState, error) {
-	n, err := r.AsInt64()
-	if err != nil {
-		return notHeld, redisErr("release", err)
-	}
-	switch n {
-	case 1:
-		return freed, nil
-	case 2:
-		return stillHeld, nil
-	}
-	return notHeld, nil
+	return c.runRelease(ctx, releaseScript, "release", []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel})
 }

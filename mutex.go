@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -463,12 +462,7 @@ type MutexState struct {
 }
 
 // ClientID returns the id of the Client that holds the mutex ("" when free).
-func (s MutexState) ClientID() string {
-	if i := strings.LastIndexByte(s.Owner, ':'); i >= 0 {
-		return s.Owner[:i]
-	}
-	return s.Owner
-}
+func (s MutexState) ClientID() string { return clientIDOf(s.Owner) }
 
 // Inspect reads the mutex's state in one round trip.
 func (m *Mutex) Inspect(ctx context.Context) (MutexState, error) {
@@ -524,12 +518,8 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 
 // forceUnlock runs the force script of a Mutex or FairMutex.
 func (c *Client) forceUnlock(ctx context.Context, keys lockKeys) (bool, error) {
-	n, err := forceScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
-		[]string{keys.channel, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}).AsInt64()
-	if err != nil {
-		return false, redisErr("force unlock", err)
-	}
-	return n == 1, nil
+	return c.runFound(ctx, forceScript, "force unlock", []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+		[]string{keys.channel, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)})
 }
 
 // Locker returns a sync.Locker backed by the mutex, for code that wants
