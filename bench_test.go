@@ -487,13 +487,13 @@ func scriptCommands(tb testing.TB) map[string]bool {
 // holding costs per lease, in each LossDetection mode:
 //
 //   - track-cmds/lease: commands to register the lease's key for tracking
-//     (CLIENT CACHING and GET; 0 on renewal).
+//     (CLIENT CACHING and HGET; 0 on renewal).
 //   - pass-allcmds/lease: commands the server runs per lease for one
 //     renewal pass: the renewal script's share and what it calls, and with
 //     tracking the read that registers the key again after the renewal
 //     changed it.
 //   - srv-B/lease: the server's memory per held lease (used_memory): the
-//     lock, its fence key, and with tracking its entry in the tracking
+//     lock, its fence hash, and with tracking its entry in the tracking
 //     table.
 //   - heap-B/lease: the Client's heap per held lease.
 //

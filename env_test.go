@@ -247,14 +247,11 @@ func requireReply(t testing.TB, srv *redistest.Server, want, msg string, args ..
 	require.Equal(t, want, got, msg)
 }
 
-// requireLockOwner checks that the lock key (a Mutex's, a FairMutex's)
+// requireLockOwner checks that the lock hash (a Mutex's, a FairMutex's)
 // on srv names want as its owner.
 func requireLockOwner(t testing.TB, srv *redistest.Server, key, want, msg string) {
 	t.Helper()
-	v, err := srv.Do("GET", key)
-	require.NoError(t, err)
-	owner, _, _ := strings.Cut(v, " ")
-	require.Equal(t, want, owner, msg)
+	requireReply(t, srv, want, msg, "HGET", key, "owner")
 }
 
 // keys lists the keys matching pattern on every master of the env.

@@ -782,16 +782,15 @@ func TestQuorumTokensDoNotDependOnClocks(t *testing.T) {
 	// Server 0's counter is far ahead, as if its clock were.
 	ahead := uint64(time.Now().Add(time.Hour).UnixMicro())
 	m0 := clients[0].Mutex("clock")
-	_, err := servers[0].Do("SET", m0.keys.fence, strconv.FormatUint(ahead, 10)+" 0 - -")
+	_, err := servers[0].Do("HSET", m0.keys.fence, "t", strconv.FormatUint(ahead, 10))
 	require.NoError(t, err)
 	l, err := q.Lock(ctx)
 	require.NoError(t, err)
 	require.Greater(t, l.Token(), ahead)
 	for i := 1; i < 3; i++ {
-		v, err := servers[i].Do("GET", m0.keys.fence)
+		v, err := servers[i].Do("HGET", m0.keys.fence, "t")
 		require.NoError(t, err)
-		last, _, _ := strings.Cut(v, " ")
-		raised, err := strconv.ParseUint(last, 10, 64)
+		raised, err := strconv.ParseUint(v, 10, 64)
 		require.NoError(t, err)
 		require.Equal(t, l.Token(), raised, "counter of server %d", i)
 	}

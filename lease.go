@@ -70,13 +70,10 @@ type leaseKind struct {
 	releaseAll func(h *holder) rueidis.LuaExec
 	// unlock releases one hold of a holder ("" for all of them).
 	unlock func(ctx context.Context, h *holder, hold string) (releaseState, error)
-	// tracked marks kinds whose key names the holder's owner id, held by
-	// one holder at a time: Redis can tell the Client when it changes (see
-	// tracker). The owner id is the first word of the key's string value
-	// ("<owner> <token> <hold>...", see lua/prelude.lua), or with
-	// ownerInHash the field "owner" of a hash (RWMutex's writer).
-	tracked     bool
-	ownerInHash bool
+	// tracked marks kinds whose key is a lock hash with the holder's owner
+	// id in its field "owner", held by one holder at a time: Redis can tell
+	// the Client when it changes (see tracker).
+	tracked bool
 	// spansClients marks holders whose locks live on several Clients (the
 	// holders of groups): their unlock deals with closed Clients itself, so
 	// Lease.Unlock does not stop at a closed h.c.

@@ -55,7 +55,7 @@ func TestLostSoonAfterKeyChanges(t *testing.T) {
 		}{
 			{"deleted", func(m *Mutex) error { return admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error() }, ErrExpired},
 			{"overwritten", func(m *Mutex) error {
-				return admin.Do(ctx, admin.B().Set().Key(m.keys.lock).Value("someone:1 1 #1").Build()).Error()
+				return admin.Do(ctx, admin.B().Hset().Key(m.keys.lock).FieldValue().FieldValue("owner", "someone:1").Build()).Error()
 			}, ErrTakenOver},
 			{"force-unlocked", func(m *Mutex) error { _, err := other.Mutex(m.name).ForceUnlock(ctx); return err }, ErrForceUnlocked},
 			{"flushed", func(m *Mutex) error { return admin.Do(ctx, admin.B().Flushall().Build()).Error() }, ErrExpired},

@@ -186,9 +186,9 @@ func (m *Mutex) queued() *queuedLock {
 	return &queuedLock{c: m.c, kind: mutexKind, name: m.name, keys: m.keys, cfg: m.cfg, script: acquireScript}
 }
 
-// queuedLock is what a Mutex and a FairMutex share: a lock key and a
-// fence key, a queue of waiters, and an acquire script with the keys and
-// arguments of acquire.lua.
+// queuedLock is what a Mutex and a FairMutex share: a lock hash, a queue of
+// waiters, and an acquire script with the keys and arguments of
+// acquire.lua.
 type queuedLock struct {
 	c      *Client
 	kind   *leaseKind
@@ -474,7 +474,7 @@ func (m *Mutex) Inspect(ctx context.Context) (MutexState, error) {
 
 // inspect reads the state of a Mutex or FairMutex.
 func (c *Client) inspect(ctx context.Context, keys lockKeys) (MutexState, error) {
-	res, err := inspectScript.exec(ctx, c.rc, []string{keys.lock, keys.queue, keys.fence}, nil).ToArray()
+	res, err := inspectScript.exec(ctx, c.rc, []string{keys.lock, keys.queue}, nil).ToArray()
 	if err != nil {
 		return MutexState{}, redisErr("inspect", err)
 	}

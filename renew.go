@@ -355,15 +355,13 @@ func (w *watchdog) settle(ctx context.Context, h *holder, state int64, sent time
 }
 
 // forced reports whether a lock found gone was force-unlocked while h held
-// it: ForceUnlock leaves the owner it removed in the fence key's last
-// field ("<last> <queued> <released> <forced>").
+// it: ForceUnlock leaves the owner it removed in the fence hash.
 func (w *watchdog) forced(ctx context.Context, h *holder) bool {
 	if h.keys.fence == "" {
 		return false
 	}
-	v, err := w.c.rc.Do(ctx, w.c.rc.B().Get().Key(h.keys.fence).Build()).ToString()
-	f := strings.Fields(v)
-	return err == nil && len(f) == 4 && f[3] == h.owner
+	owner, err := w.c.rc.Do(ctx, w.c.rc.B().Hget().Key(h.keys.fence).Field("f").Build()).ToString()
+	return err == nil && owner == h.owner
 }
 
 // slotHash is the Redis Cluster slot of a key: CRC16 (XMODEM) of its hash

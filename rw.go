@@ -63,14 +63,13 @@ var rwReadKind = &leaseKind{
 	},
 }
 
-// rwWriteKind is the kind of RWMutex writers: a hash with the writer's
-// owner, token and holds.
+// rwWriteKind is the kind of RWMutex writers: the writer hash is laid out
+// as a Mutex lock, so it renews the same way.
 var rwWriteKind = &leaseKind{
-	primitive:   "rwmutex.write",
-	tracked:     true,
-	ownerInHash: true,
-	renew:       rwWriteRenewScript,
-	release:     rwUnlockScript,
+	primitive: "rwmutex.write",
+	tracked:   true,
+	renew:     renewScript,
+	release:   rwUnlockScript,
 	releaseAll: func(h *holder) rueidis.LuaExec {
 		k := h.c.rwKeysFor(h.name)
 		return rueidis.LuaExec{Keys: k.all(), Args: h.c.rwWriteReleaseArgs(k, h.owner, "")}

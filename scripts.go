@@ -37,7 +37,7 @@ var (
 	renewScript    = newScript(renewLua)
 	forceScript    = newScript(preludeLua + forceLua)
 	leaveScript    = newScript(preludeLua + leaveLua)
-	inspectScript  = newScript(preludeLua + inspectLua)
+	inspectScript  = newScript(inspectLua)
 	presenceScript = newScript(preludeLua + presenceLua)
 )
 
@@ -59,19 +59,16 @@ var (
 	rwForceLua string
 	//go:embed lua/rw_inspect.lua
 	rwInspectLua string
-	//go:embed lua/rw_write_renew.lua
-	rwWriteRenewLua string
 )
 
 var (
-	rwRLockScript      = newScript(preludeLua + rwPreludeLua + rwRLockLua)
-	rwRUnlockScript    = newScript(preludeLua + rwPreludeLua + rwRUnlockLua)
-	rwLockScript       = newScript(preludeLua + rwPreludeLua + rwLockLua)
-	rwUnlockScript     = newScript(preludeLua + rwPreludeLua + rwUnlockLua)
-	rwRenewScript      = newScript(preludeLua + rwPreludeLua + rwRenewLua)
-	rwForceScript      = newScript(preludeLua + rwPreludeLua + rwForceLua)
-	rwInspectScript    = newScript(preludeLua + rwPreludeLua + rwInspectLua)
-	rwWriteRenewScript = newScript(rwWriteRenewLua)
+	rwRLockScript   = newScript(preludeLua + rwPreludeLua + rwRLockLua)
+	rwRUnlockScript = newScript(preludeLua + rwPreludeLua + rwRUnlockLua)
+	rwLockScript    = newScript(preludeLua + rwPreludeLua + rwLockLua)
+	rwUnlockScript  = newScript(preludeLua + rwPreludeLua + rwUnlockLua)
+	rwRenewScript   = newScript(preludeLua + rwPreludeLua + rwRenewLua)
+	rwForceScript   = newScript(preludeLua + rwPreludeLua + rwForceLua)
+	rwInspectScript = newScript(preludeLua + rwPreludeLua + rwInspectLua)
 )
 
 // The scripts of Semaphore and Latch.
@@ -123,7 +120,7 @@ var (
 var (
 	groupAcquireScript = newScript(preludeLua + groupAcquireLua)
 	groupReleaseScript = newScript(preludeLua + groupReleaseLua)
-	groupFenceScript   = newScript(preludeLua + groupFenceLua)
+	groupFenceScript   = newScript(groupFenceLua)
 )
 
 // script is a Lua script run as EVALSHA, falling back to EVAL when the

@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -68,11 +67,11 @@ const (
 
 // tracker asks Redis to tell the Client when the key of a held lock changes,
 // and checks such a key at once. It reads each key once with CLIENT CACHING
-// YES and a GET (HGET owner for an RWMutex writer; rueidis DoMultiCache):
-// the read both registers the key for invalidation and says whether the
-// holder still owns it. Every invalidation of a held key (the Client's own
-// renewals and releases included: tracking is per connection, and rueidis
-// spreads commands over several) leads to a new read; a read that does not
+// YES and HGET owner (rueidis DoMultiCache): the read both registers the
+// key for invalidation and says whether the holder still owns it. Every
+// invalidation of a held key (the Client's own renewals and releases
+// included: tracking is per connection, and rueidis spreads commands over
+// several) leads to a new read; a read that does not
 // find the holder's owner id leads to the watchdog's check, which decides.
 // One goroutine, running only while something is to be read.
 type tracker struct {
@@ -293,11 +292,8 @@ func (t *tracker) read(hs []*holder) bool {
 	for i, h := range live {
 		// Pinned: rueidis recycles the commands of a DoMultiCache call that
 		// failed while its connection may still be writing them.
-		cmd := t.c.rc.B().Get().Key(h.key).Cache()
-		if h.kind.ownerInHash {
-			cmd = t.c.rc.B().Hget().Key(h.key).Field("owner").Cache()
-		}
-		cmds[i] = rueidis.CT(cmd.ToStaticTTL().Pin(), trackCacheTTL)
+		cmd := t.c.rc.B().Hget().Key(h.key).Field("owner").Cache().ToStaticTTL().Pin()
+		cmds[i] = rueidis.CT(cmd, trackCacheTTL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(t.c.watchdog.period, time.Second))
 	defer cancel()
@@ -305,9 +301,9 @@ func (t *tracker) read(hs []*holder) bool {
 	var failed []*holder
 	for i, r := range t.c.rc.DoMultiCache(ctx, cmds...) {
 		h := live[i]
-		v, err := r.ToString()
+		owner, err := r.ToString()
 		switch {
-		case err == nil && ownerIn(h, v) == h.owner:
+		case err == nil && owner == h.owner:
 		case err == nil || rueidis.IsRedisNil(err) || isRedisReply(err):
 			check = append(check, h)
 		default:
@@ -395,12 +391,7 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 	ask := func(node rueidis.Client) (owner string, moved string, err error) {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		cmd := node.B().Get().Key(h.key).Build()
-		if h.kind.ownerInHash {
-			cmd = node.B().Hget().Key(h.key).Field("owner").Build()
-		}
-		v, err := node.Do(pctx, cmd).ToString()
-		owner = ownerIn(h, v)
+		owner, err = node.Do(pctx, node.B().Hget().Key(h.key).Field("owner").Build()).ToString()
 		if re, isRedis := rueidis.IsRedisErr(err); isRedis {
 			if addr, ok := re.IsMoved(); ok {
 				return "", addr, err
@@ -427,16 +418,6 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 		}
 	}
 	return 0, false
-}
-
-// ownerIn is the owner id in v, what reading h's key returned (see
-// leaseKind.tracked).
-func ownerIn(h *holder, v string) string {
-	if h.kind.ownerInHash {
-		return v
-	}
-	owner, _, _ := strings.Cut(v, " ")
-	return owner
 }
 
 // isRedisReply reports whether err is a reply from Redis (a key of the

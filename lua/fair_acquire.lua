@@ -1,5 +1,5 @@
 -- Acquire, re-enter or queue for a fair (FIFO) lock.
--- KEYS[1] lock key, KEYS[2] fence key (as for the Mutex),
+-- KEYS[1] lock hash (as for the Mutex), KEYS[2] fence hash,
 -- KEYS[3] queue zset, KEYS[4] waiters hash (see the prelude)
 -- ARGV[1] owner id, ARGV[2] hold field, ARGV[3] lease ms, ARGV[4] fence retention ms,
 -- ARGV[5] waiter id, ARGV[6] waiter expiry ms, ARGV[7] 'try' for a single
@@ -11,40 +11,29 @@
 -- another owner holds the lock (wait is its remaining lease), 0 when it is
 -- free but the queue's head is another live waiter (wait is until its
 -- Client's deadline).
-local l, f = read_lock(KEYS[1], KEYS[2], KEYS[3])
 local t = redis.call('TIME')
-local queue = f[2] == '1'
-if l and l[1] == ARGV[1] then
-  if queue then
-    dequeue(KEYS[3], KEYS[4], f, ARGV[5])
-    write_fence(KEYS[2], f, ARGV[4])
-  end
-  return reenter(KEYS[1], l, ARGV[2], ARGV[3])
+local now = now_ms(t)
+
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner == ARGV[1] then
+  dequeue(KEYS[3], KEYS[4], ARGV[5])
+  return reenter(KEYS[1], ARGV[2], ARGV[3])
 end
--- The queue's head, unless the fence says nobody waits.
-local h, hd
-if queue then
-  h, hd = first_live(KEYS[3], KEYS[4], f, t)
+if owner == false and redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
 end
-if l == nil and (h == nil or h == ARGV[5]) then
-  local token = take(KEYS[1], f, t, ARGV[1], ARGV[2], ARGV[3])
-  if h then
-    dequeue(KEYS[3], KEYS[4], f, ARGV[5])
-  end
-  write_fence(KEYS[2], f, ARGV[4])
+local h, hd = first_live(KEYS[3], KEYS[4], t)
+if owner == false and (h == nil or h == ARGV[5]) then
+  local token = take(KEYS[1], KEYS[2], t, ARGV[4], ARGV[1], ARGV[2], ARGV[3])
+  dequeue(KEYS[3], KEYS[4], ARGV[5])
   return {1, token, 1}
 end
-local wait, held
-if l then
+local wait, held = hd - now, 0
+if owner ~= false then
   wait, held = redis.call('PTTL', KEYS[1]), 1
-else
-  wait, held = hd - now_ms(t), 0
 end
 if ARGV[7] == 'try' then
-  if queue and f[2] == '0' then
-    write_fence(KEYS[2], f, ARGV[4])
-  end
   return {0, wait, held}
 end
-enqueue(KEYS[3], KEYS[4], KEYS[2], f, ARGV[4], ARGV[5], tonumber(ARGV[6]), wait, ARGV[8], ARGV[2], ARGV[1])
+enqueue(KEYS[3], KEYS[4], ARGV[5], tonumber(ARGV[6]), wait, ARGV[8], ARGV[2], ARGV[1])
 return {0, wait, held}

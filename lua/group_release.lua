@@ -1,6 +1,6 @@
 -- Release one hold (or the whole ownership) of each of several locks of one
 -- slot, as release.lua does for one.
--- KEYS[4i-3] lock key of lock i, KEYS[4i-2] its fence key, KEYS[4i-1] its
+-- KEYS[4i-3] lock hash of lock i, KEYS[4i-2] its fence hash, KEYS[4i-1] its
 -- queue, KEYS[4i] its waiters hash.
 -- ARGV[1] fence retention ms; for lock i: ARGV[3i-1] owner id, ARGV[3i] hold
 -- field ("" releases every hold of the owner), ARGV[3i+1] channel.
@@ -12,22 +12,23 @@ for i = 1, #KEYS / 4 do
   local lock, fence = KEYS[4 * i - 3], KEYS[4 * i - 2]
   local owner, hold = ARGV[3 * i - 1], ARGV[3 * i]
   local mark = owner .. hold
-  local ok, l, f = pcall(read_lock, lock, fence, KEYS[4 * i - 1])
-  if not ok then
-    res[i] = 0
-  elseif l and l[1] == owner then
-    if hold ~= '' and not drop_hold(l, hold) then
-      res[i] = 2
-    elseif hold ~= '' and #l > 2 then
-      redis.call('SET', lock, table.concat(l, ' '), 'KEEPTTL')
+  local cur = redis.pcall('HGET', lock, 'owner')
+  if cur == owner then
+    local still = false
+    if hold ~= '' then
+      redis.call('HDEL', lock, hold)
+      still = redis.call('HLEN', lock) > 2
+    end
+    if still then
       res[i] = 2
     else
       redis.call('DEL', lock)
-      f[3] = mark
-      free(lock, fence, KEYS[4 * i - 1], KEYS[4 * i], f, ARGV[3 * i + 1], ARGV[1])
+      redis.call('HSET', fence, 'r', mark)
+      redis.call('PEXPIRE', fence, ARGV[1])
+      wake_head(lock, fence, KEYS[4 * i - 1], KEYS[4 * i], ARGV[3 * i + 1], ARGV[1])
       res[i] = 1
     end
-  elseif f[3] == mark then
+  elseif redis.pcall('HGET', fence, 'r') == mark then
     res[i] = 1
   else
     res[i] = 0

@@ -1,17 +1,17 @@
 -- Renew or check a batch of leases held in one slot.
--- KEYS[i] lock key; ARGV[2i-1] owner id, ARGV[2i] lease ms (0: check only).
+-- KEYS[i] lock hash; ARGV[2i-1] owner id, ARGV[2i] lease ms (0: check only).
 -- Returns, per key: 1 held by the owner (renewed), 0 gone, 2 held by another
 -- owner or overwritten with something else.
 local res = {}
 for i, key in ipairs(KEYS) do
-  local v = redis.pcall('GET', key)
-  if v == false then
-    res[i] = 0
-  elseif type(v) == 'string' and string.match(v, '^(%S+) %d+ ') == ARGV[2 * i - 1] then
+  local o = redis.pcall('HGET', key, 'owner')
+  if o == ARGV[2 * i - 1] then
     if ARGV[2 * i] ~= '0' then
       redis.call('PEXPIRE', key, ARGV[2 * i])
     end
     res[i] = 1
+  elseif o == false and redis.call('EXISTS', key) == 0 then
+    res[i] = 0
   else
     res[i] = 2
   end
