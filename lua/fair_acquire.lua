@@ -25,7 +25,10 @@ end
 local h, hd = first_live(KEYS[3], KEYS[4], t)
 if owner == false and (h == nil or h == ARGV[5]) then
   local token = take(KEYS[1], KEYS[2], t, ARGV[4], ARGV[1], ARGV[2], ARGV[3])
-  dequeue(KEYS[3], KEYS[4], ARGV[5])
+  if h then
+    -- The waiter is the head (nobody waits otherwise: nothing to leave).
+    dequeue(KEYS[3], KEYS[4], ARGV[5])
+  end
   return {1, token, 1}
 end
 local wait, held = hd - now, 0
