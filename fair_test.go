@@ -169,37 +169,15 @@ func TestFairMutexMutualExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const clients, perClient, rounds = 3, 3, 30
 		ctx := withTimeout(t, 2*time.Minute)
-		var inside, overlaps, n atomic.Int32
-		var wg sync.WaitGroup
-		for range clients {
-			m := e.client(t).FairMutex(t.Name())
-			for range perClient {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range rounds {
-						l, err := m.Lock(ctx)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if inside.Add(1) != 1 {
-							overlaps.Add(1)
-						}
-						v := n.Load()
-						time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
-						n.Store(v + 1)
-						inside.Add(-1)
-						if err := l.Unlock(ctx); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}()
-			}
-		}
-		wg.Wait()
-		require.Zero(t, overlaps.Load())
+		var n atomic.Int32
+		overlaps := contend(t, ctx, e, clients, perClient, rounds, func(c *Client) func(context.Context) (*Lease, error) {
+			return c.FairMutex(t.Name()).Lock
+		}, func() {
+			v := n.Load()
+			time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
+			n.Store(v + 1)
+		})
+		require.Zero(t, overlaps)
 		require.EqualValues(t, clients*perClient*rounds, n.Load())
 		e.requireOnlyFences(t, "redisync:")
 	})

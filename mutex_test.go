@@ -273,43 +273,54 @@ func TestMutexMutualExclusion(t *testing.T) {
 		ctx := withTimeout(t, 2*time.Minute)
 		counterKey := "counter:" + t.Name()
 		rc := e.rueidisClient(t)
-		var inside, overlaps atomic.Int32
-		var wg sync.WaitGroup
-		for range clients {
-			c := e.client(t)
-			m := c.Mutex(t.Name())
-			for range perClient {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range rounds {
-						l, err := m.Lock(ctx)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if inside.Add(1) != 1 {
-							overlaps.Add(1)
-						}
-						// A read-modify-write only the lock protects.
-						n, _ := rc.Do(ctx, rc.B().Get().Key(counterKey).Build()).AsInt64()
-						rc.Do(ctx, rc.B().Set().Key(counterKey).Value(strconv.FormatInt(n+1, 10)).Build())
-						inside.Add(-1)
-						if err := l.Unlock(ctx); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}()
-			}
-		}
-		wg.Wait()
+		overlaps := contend(t, ctx, e, clients, perClient, rounds, func(c *Client) func(context.Context) (*Lease, error) {
+			return c.Mutex(t.Name()).Lock
+		}, func() {
+			// A read-modify-write only the lock protects.
+			n, _ := rc.Do(ctx, rc.B().Get().Key(counterKey).Build()).AsInt64()
+			rc.Do(ctx, rc.B().Set().Key(counterKey).Value(strconv.FormatInt(n+1, 10)).Build())
+		})
 		n, err := rc.Do(ctx, rc.B().Get().Key(counterKey).Build()).AsInt64()
 		require.NoError(t, err)
-		require.Zero(t, overlaps.Load(), "overlapping holders")
+		require.Zero(t, overlaps, "overlapping holders")
 		require.EqualValues(t, clients*perClient*rounds, n, "lost updates")
 		rc.Do(ctx, rc.B().Del().Key(counterKey).Build())
 	})
+}
+
+// contend runs perClient goroutines on each of clients Clients of e, each
+// taking the lock that lock makes of its Client rounds times and running
+// critical while it holds it. It returns how many acquisitions found
+// another holder inside.
+func contend(t *testing.T, ctx context.Context, e *env, clients, perClient, rounds int,
+	lock func(c *Client) func(context.Context) (*Lease, error), critical func()) int32 {
+	var inside, overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for range clients {
+		acquire := lock(e.client(t))
+		for range perClient {
+			wg.Go(func() {
+				for range rounds {
+					l, err := acquire(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					critical()
+					inside.Add(-1)
+					if err := l.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return overlaps.Load()
 }
 
 func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
