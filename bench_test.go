@@ -71,16 +71,7 @@ func BenchmarkMutexUncontended(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		m := c.Mutex(prefix + strconv.FormatInt(ids.Add(1), 10))
-		for pb.Next() {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				b.Errorf("Lock: %v", err)
-				return
-			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Errorf("Unlock: %v", err)
-				return
-			}
+		for pb.Next() && benchCycle(b, ctx, m.Lock) {
 		}
 	})
 	b.StopTimer()
@@ -89,6 +80,21 @@ func BenchmarkMutexUncontended(b *testing.B) {
 	}
 	d := commandDelta(b, before, commandCalls(b, e.server))
 	reportCommands(b, d, b.N, "op")
+}
+
+// benchCycle takes a lease with lock and releases it; it reports a failure
+// and returns false when either fails.
+func benchCycle(b *testing.B, ctx context.Context, lock func(context.Context) (*Lease, error)) bool {
+	l, err := lock(ctx)
+	if err != nil {
+		b.Errorf("Lock: %v", err)
+		return false
+	}
+	if err := l.Unlock(ctx); err != nil {
+		b.Errorf("Unlock: %v", err)
+		return false
+	}
+	return true
 }
 
 // BenchmarkMutexContended measures Lock+Unlock of one lock that goroutines

@@ -946,17 +946,9 @@ func BenchmarkSemaphoreAcquireRelease(b *testing.B) {
 	benchSemLockUnlock(b, s, 1)
 	before := commandCalls(b, e.server)
 	b.ResetTimer()
+	lockOne := func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, 1) }
 	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			l, err := s.Lock(ctx, 1)
-			if err != nil {
-				b.Errorf("Lock: %v", err)
-				return
-			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Errorf("Unlock: %v", err)
-				return
-			}
+		for pb.Next() && benchCycle(b, ctx, lockOne) {
 		}
 	})
 	b.StopTimer()
