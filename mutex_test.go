@@ -174,17 +174,25 @@ func TestMutexWatchdogKeepsLeaseAlive(t *testing.T) {
 
 func TestMutexWaiterWakesAtTTLWhenHolderDies(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := context.Background()
-		// A holder that dies publishes nothing: its lease runs out.
-		dead := e.client(t)
-		_, err := dead.Mutex(t.Name(), WithFixedLease(500*time.Millisecond)).Lock(ctx)
-		require.NoError(t, err)
-		start := time.Now()
-		l, err := e.client(t).Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
-		require.Less(t, time.Since(start), 5*time.Second)
-		require.NoError(t, l.Unlock(ctx))
+		takesLockOfDeadHolder(t, e, func(c *Client, opts ...LockOption) func(context.Context) (*Lease, error) {
+			return c.Mutex(t.Name(), opts...).Lock
+		})
 	})
+}
+
+// takesLockOfDeadHolder checks that a waiter gets a lock whose holder died
+// soon after the holder's lease runs out: a holder that dies publishes
+// nothing. lock makes the lock of a Client with opts.
+func takesLockOfDeadHolder(t *testing.T, e *env, lock func(c *Client, opts ...LockOption) func(context.Context) (*Lease, error)) {
+	t.Helper()
+	ctx := withTimeout(t, time.Minute)
+	_, err := lock(e.client(t), WithFixedLease(500*time.Millisecond))(ctx)
+	require.NoError(t, err)
+	start := time.Now()
+	l, err := lock(e.client(t))(ctx)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.NoError(t, l.Unlock(ctx))
 }
 
 func TestMutexRetriedUnlock(t *testing.T) {
