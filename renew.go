@@ -31,6 +31,10 @@ type watchdog struct {
 	holders map[*holder]struct{}
 	running bool
 	soon    bool // a holder with a short first lease waits for a pass
+	// sleepUntil is when the loop wakes next while it sleeps; zero while
+	// it runs, or sleeps with nothing to watch. A new holder wakes it only
+	// when it needs it sooner.
+	sleepUntil time.Time
 
 	kick chan struct{} // wakes the loop to look at a new holder
 	stop chan struct{}
@@ -56,19 +60,23 @@ func newWatchdog(c *Client) *watchdog {
 // add registers a holder. It is called before the acquisition returns, so a
 // lease is never handed out unwatched.
 func (w *watchdog) add(h *holder) {
+	deadline := h.deadline()
 	w.mu.Lock()
 	w.holders[h] = struct{}{}
 	if h.initial > 0 {
 		w.soon = true
 	}
+	wake := h.initial > 0 || w.sleepUntil.IsZero() || deadline.Before(w.sleepUntil)
 	if !w.running {
-		w.running = true
+		w.running, wake = true, false
 		go w.run()
 	}
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 	}
 	w.c.tracker.add(h)
 }
@@ -127,6 +135,9 @@ func (w *watchdog) run() {
 	passed := make(chan result, 1)
 	inflight := false
 	for {
+		w.mu.Lock()
+		w.sleepUntil = time.Time{} // awake: a new holder kicks
+		w.mu.Unlock()
 		now := time.Now()
 		wait, any := w.expire(now)
 		if any && !inflight {
@@ -145,11 +156,16 @@ func (w *watchdog) run() {
 		if any && !inflight {
 			wait = min(wait, next.Sub(now))
 		}
+		w.mu.Lock()
 		if any {
-			timer.Reset(max(wait, time.Millisecond))
+			wait = max(wait, time.Millisecond)
+			timer.Reset(wait)
+			w.sleepUntil = now.Add(wait)
 		} else {
 			timer.Stop()
+			w.sleepUntil = time.Time{}
 		}
+		w.mu.Unlock()
 		select {
 		case <-w.stop:
 			if inflight {

@@ -120,7 +120,10 @@ func (t *tracker) add(h *holder) {
 	}
 	t.keys[h.key] = append(t.keys[h.key], h)
 	t.pending = append(t.pending, pendingTrack{h, time.Now().Add(trackDelay)})
-	t.start()
+	// Reads come due in the order of pending: the loop wakes for the first.
+	if !t.running || len(t.pending) == 1 {
+		t.start()
+	}
 }
 
 // remove stops tracking a holder.
