@@ -52,7 +52,7 @@ func (l *link) run() {
 		// A connection that breaks is dialled again at once (after a short
 		// jittered pause), however many breaks came before: messages are
 		// lost while it is down.
-		retry:    backoff{first: 10 * time.Millisecond, limit: time.Second},
+		retry:    errorBackoff(),
 		failures: retryLog{log: n.c.log, msg: "redisync: subscription broken"},
 	}
 	defer k.hangup()

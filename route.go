@@ -97,7 +97,7 @@ func (n *notifier) reroute(stale bool) {
 // and the map is not stale.
 func (n *notifier) route() {
 	defer n.wg.Done()
-	retry := backoff{first: 10 * time.Millisecond, limit: time.Second}
+	retry := errorBackoff()
 	failures := retryLog{log: n.c.log, msg: "redisync: reading the Cluster's slots failed"}
 	for {
 		n.mu.Lock()
