@@ -488,6 +488,36 @@ func scriptCommands(tb testing.TB) map[string]bool {
 	return names
 }
 
+// BenchmarkMutexWhileHolding10000 measures Lock+Unlock of a free lock, one
+// at a time, by a Client that holds 10 000 other leases: what an
+// acquisition costs must not grow with the leases the Client holds.
+func BenchmarkMutexWhileHolding10000(b *testing.B) {
+	const n = 10000
+	e := standaloneEnv(b)
+	c := e.client(b)
+	ctx := context.Background()
+	leases := make([]*Lease, 0, n)
+	for i := range n {
+		l, err := c.Mutex("bench:holding:" + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			b.Fatalf("Lock: %v", err)
+		}
+		leases = append(leases, l)
+	}
+	defer func() {
+		for _, l := range leases {
+			l.Unlock(ctx)
+		}
+	}()
+	m := c.Mutex("bench:holding")
+	b.ResetTimer()
+	for range b.N {
+		if !benchCycle(b, ctx, m.Lock) {
+			return
+		}
+	}
+}
+
 // BenchmarkHeld10000 holds 10 000 Mutex leases on one Client with the
 // default watchdog lease (a renewal pass every 10 s) and reports what
 // holding costs per lease, in each LossDetection mode:
