@@ -496,14 +496,7 @@ func BenchmarkMutexWhileHolding10000(b *testing.B) {
 	e := standaloneEnv(b)
 	c := e.client(b)
 	ctx := context.Background()
-	leases := make([]*Lease, 0, n)
-	for i := range n {
-		l, err := c.Mutex("bench:holding:" + strconv.Itoa(i)).Lock(ctx)
-		if err != nil {
-			b.Fatalf("Lock: %v", err)
-		}
-		leases = append(leases, l)
-	}
+	leases := benchHold(b, ctx, c, "bench:holding:", n)
 	defer func() {
 		for _, l := range leases {
 			l.Unlock(ctx)
@@ -516,6 +509,20 @@ func BenchmarkMutexWhileHolding10000(b *testing.B) {
 			return
 		}
 	}
+}
+
+// benchHold locks the Mutexes prefix0 to prefix<n-1> and returns their
+// leases.
+func benchHold(b *testing.B, ctx context.Context, c *Client, prefix string, n int) []*Lease {
+	leases := make([]*Lease, 0, n)
+	for i := range n {
+		l, err := c.Mutex(prefix + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			b.Fatalf("Lock: %v", err)
+		}
+		leases = append(leases, l)
+	}
+	return leases
 }
 
 // BenchmarkHeld10000 holds 10 000 Mutex leases on one Client with the
@@ -552,14 +559,7 @@ func BenchmarkHeld10000(b *testing.B) {
 			mem := serverMemory(b, e.server)
 			before := commandCalls(b, e.server)
 			start := time.Now()
-			leases := make([]*Lease, 0, n)
-			for i := range n {
-				l, err := c.Mutex("held:" + strconv.Itoa(i)).Lock(ctx)
-				if err != nil {
-					b.Fatalf("Lock: %v", err)
-				}
-				leases = append(leases, l)
-			}
+			leases := benchHold(b, ctx, c, "held:", n)
 			time.Sleep(200 * time.Millisecond) // every key read for tracking
 			locked := commandDelta(b, before, commandCalls(b, e.server))
 			runtime.GC()
