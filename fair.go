@@ -45,8 +45,6 @@ type FairMutex struct {
 	err  error
 }
 
-var fairAcquireScript = newScript(preludeLua + fairAcquireLua)
-
 // fairKind is the kind of FairMutex holders: renewed and released as Mutex
 // holders are (the keys have the same shapes); only acquisitions differ.
 var fairKind = &leaseKind{

@@ -2,7 +2,6 @@ package redisync
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,11 +11,6 @@ import (
 // fencing token has written to it: the lease that carried the token was
 // lost, and the lock has had another holder since.
 var ErrStaleToken = errors.New("redisync: fencing token older than the resource's")
-
-//go:embed lua/fenced_set.lua
-var fencedSetLua string
-
-var fencedSetScript = newScript(fencedSetLua)
 
 // FencedSet writes value to key unless a newer fencing token has written to
 // key before, in one script: the resource itself refuses the late write of a

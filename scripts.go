@@ -3,124 +3,66 @@ package redisync
 import (
 	"context"
 	"crypto/sha1"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
-var (
-	//go:embed lua/prelude.lua
-	preludeLua string
-	//go:embed lua/acquire.lua
-	acquireLua string
-	//go:embed lua/release.lua
-	releaseLua string
-	//go:embed lua/renew.lua
-	renewLua string
-	//go:embed lua/force.lua
-	forceLua string
-	//go:embed lua/inspect.lua
-	inspectLua string
-	//go:embed lua/leave.lua
-	leaveLua string
-	//go:embed lua/fair_acquire.lua
-	fairAcquireLua string
-	//go:embed lua/presence.lua
-	presenceLua string
-)
+// The scripts, in lua/: each one is sent as its file after the preludes it
+// uses (prelude.lua: publishing, tokens and the waiters' queue; rw_prelude.lua
+// and sem_prelude.lua: the layouts of RWMutex and Semaphore).
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
+// The scripts of Mutex, and those every lock of one key shares.
 var (
-	acquireScript  = newScript(preludeLua + acquireLua)
-	releaseScript  = newScript(preludeLua + releaseLua)
-	renewScript    = newScript(renewLua)
-	forceScript    = newScript(preludeLua + forceLua)
-	leaveScript    = newScript(preludeLua + leaveLua)
-	inspectScript  = newScript(inspectLua)
-	presenceScript = newScript(preludeLua + presenceLua)
-)
-
-// The scripts of RWMutex.
-var (
-	//go:embed lua/rw_prelude.lua
-	rwPreludeLua string
-	//go:embed lua/rw_rlock.lua
-	rwRLockLua string
-	//go:embed lua/rw_runlock.lua
-	rwRUnlockLua string
-	//go:embed lua/rw_lock.lua
-	rwLockLua string
-	//go:embed lua/rw_unlock.lua
-	rwUnlockLua string
-	//go:embed lua/rw_renew.lua
-	rwRenewLua string
-	//go:embed lua/rw_force.lua
-	rwForceLua string
-	//go:embed lua/rw_inspect.lua
-	rwInspectLua string
-)
-
-var (
-	rwRLockScript   = newScript(preludeLua + rwPreludeLua + rwRLockLua)
-	rwRUnlockScript = newScript(preludeLua + rwPreludeLua + rwRUnlockLua)
-	rwLockScript    = newScript(preludeLua + rwPreludeLua + rwLockLua)
-	rwUnlockScript  = newScript(preludeLua + rwPreludeLua + rwUnlockLua)
-	rwRenewScript   = newScript(preludeLua + rwPreludeLua + rwRenewLua)
-	rwForceScript   = newScript(preludeLua + rwPreludeLua + rwForceLua)
-	rwInspectScript = newScript(preludeLua + rwPreludeLua + rwInspectLua)
-)
-
-// The scripts of Semaphore and Latch.
-var (
-	//go:embed lua/sem_prelude.lua
-	semPreludeLua string
-	//go:embed lua/sem_acquire.lua
-	semAcquireLua string
-	//go:embed lua/sem_release.lua
-	semReleaseLua string
-	//go:embed lua/sem_renew.lua
-	semRenewLua string
-	//go:embed lua/sem_size.lua
-	semSizeLua string
-	//go:embed lua/sem_inspect.lua
-	semInspectLua string
-	//go:embed lua/sem_delete.lua
-	semDeleteLua string
-	//go:embed lua/latch_set.lua
-	latchSetLua string
-	//go:embed lua/latch_down.lua
-	latchDownLua string
-	//go:embed lua/latch_get.lua
-	latchGetLua string
-)
-
-var (
-	semAcquireScript = newScript(preludeLua + semPreludeLua + semAcquireLua)
-	semReleaseScript = newScript(preludeLua + semPreludeLua + semReleaseLua)
-	semRenewScript   = newScript(semRenewLua)
-	semSizeScript    = newScript(preludeLua + semPreludeLua + semSizeLua)
-	semInspectScript = newScript(preludeLua + semPreludeLua + semInspectLua)
-	semDeleteScript  = newScript(preludeLua + semPreludeLua + semDeleteLua)
-	latchSetScript   = newScript(preludeLua + latchSetLua)
-	latchDownScript  = newScript(preludeLua + latchDownLua)
-	latchGetScript   = newScript(latchGetLua)
+	acquireScript  = newScript("prelude", "acquire")
+	releaseScript  = newScript("prelude", "release")
+	renewScript    = newScript("renew")
+	forceScript    = newScript("prelude", "force")
+	leaveScript    = newScript("prelude", "leave")
+	inspectScript  = newScript("inspect")
+	presenceScript = newScript("prelude", "presence")
 )
 
 // The scripts of Group and Quorum.
 var (
-	//go:embed lua/group_acquire.lua
-	groupAcquireLua string
-	//go:embed lua/group_release.lua
-	groupReleaseLua string
-	//go:embed lua/group_fence.lua
-	groupFenceLua string
+	groupAcquireScript = newScript("prelude", "group_acquire")
+	groupReleaseScript = newScript("prelude", "group_release")
+	groupFenceScript   = newScript("group_fence")
 )
 
+// The scripts of RWMutex.
 var (
-	groupAcquireScript = newScript(preludeLua + groupAcquireLua)
-	groupReleaseScript = newScript(preludeLua + groupReleaseLua)
-	groupFenceScript   = newScript(groupFenceLua)
+	rwRLockScript   = newScript("prelude", "rw_prelude", "rw_rlock")
+	rwRUnlockScript = newScript("prelude", "rw_prelude", "rw_runlock")
+	rwLockScript    = newScript("prelude", "rw_prelude", "rw_lock")
+	rwUnlockScript  = newScript("prelude", "rw_prelude", "rw_unlock")
+	rwRenewScript   = newScript("prelude", "rw_prelude", "rw_renew")
+	rwForceScript   = newScript("prelude", "rw_prelude", "rw_force")
+	rwInspectScript = newScript("prelude", "rw_prelude", "rw_inspect")
+)
+
+// The scripts of Semaphore and Latch.
+var (
+	semAcquireScript = newScript("prelude", "sem_prelude", "sem_acquire")
+	semReleaseScript = newScript("prelude", "sem_prelude", "sem_release")
+	semRenewScript   = newScript("sem_renew")
+	semSizeScript    = newScript("prelude", "sem_prelude", "sem_size")
+	semInspectScript = newScript("prelude", "sem_prelude", "sem_inspect")
+	semDeleteScript  = newScript("prelude", "sem_prelude", "sem_delete")
+	latchSetScript   = newScript("prelude", "latch_set")
+	latchDownScript  = newScript("prelude", "latch_down")
+	latchGetScript   = newScript("latch_get")
+)
+
+// The scripts of FairMutex and of fenced writes.
+var (
+	fairAcquireScript = newScript("prelude", "fair_acquire")
+	fencedSetScript   = newScript("fenced_set")
 )
 
 // script is a Lua script run as EVALSHA, falling back to EVAL when the
@@ -131,9 +73,18 @@ type script struct {
 	sha string
 }
 
-func newScript(src string) script {
-	sum := sha1.Sum([]byte(src))
-	return script{lua: rueidis.NewLuaScript(src), src: src, sha: hex.EncodeToString(sum[:])}
+// newScript makes the script of the named files of lua/, joined in order.
+func newScript(files ...string) script {
+	var src []byte
+	for _, f := range files {
+		b, err := luaFiles.ReadFile("lua/" + f + ".lua")
+		if err != nil {
+			panic(err) // the files are embedded: only a misspelled name fails
+		}
+		src = append(src, b...)
+	}
+	sum := sha1.Sum(src)
+	return script{lua: rueidis.NewLuaScript(string(src)), src: string(src), sha: hex.EncodeToString(sum[:])}
 }
 
 func (s script) exec(ctx context.Context, rc rueidis.Client, keys, args []string) rueidis.RedisResult {
