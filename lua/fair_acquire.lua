@@ -14,13 +14,13 @@
 local t = redis.call('TIME')
 local now = now_ms(t)
 
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local owner, bad = field_of(KEYS[1], 'owner', 'lock')
+if bad then
+  return bad
+end
 if owner == ARGV[1] then
   dequeue(KEYS[3], KEYS[4], ARGV[5])
   return reenter(KEYS[1], ARGV[2], ARGV[3])
-end
-if owner == false and redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
 end
 local h, hd = first_live(KEYS[3], KEYS[4], t)
 if owner == false and (h == nil or h == ARGV[5]) then

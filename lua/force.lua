@@ -6,12 +6,9 @@
 -- library did not write is left alone. The fence hash keeps the owner it
 -- removed (field 'f'), so that the holder can tell a forced unlock from an
 -- expiry.
-local owner = redis.call('HGET', KEYS[1], 'owner')
+local owner, bad = field_of(KEYS[1], 'owner', 'lock')
 if owner == false then
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
-  end
-  return 0
+  return bad or 0
 end
 redis.call('HSET', KEYS[2], 'f', owner)
 if redis.call('PTTL', KEYS[2]) < 0 then

@@ -14,17 +14,9 @@ for i = 1, #KEYS / 4 do
   local mark = owner .. hold
   local cur = redis.pcall('HGET', lock, 'owner')
   if cur == owner then
-    local still = false
-    if hold ~= '' then
-      redis.call('HDEL', lock, hold)
-      still = redis.call('HLEN', lock) > 2
-    end
-    if still then
+    if drop_hold(lock, fence, hold, mark, ARGV[1]) then
       res[i] = 2
     else
-      redis.call('DEL', lock)
-      redis.call('HSET', fence, 'r', mark)
-      redis.call('PEXPIRE', fence, ARGV[1])
       wake_head(lock, fence, KEYS[4 * i - 1], KEYS[4 * i], ARGV[3 * i + 1], ARGV[1])
       res[i] = 1
     end

@@ -2,12 +2,9 @@
 -- KEYS[1] latch hash (see latch_set.lua); ARGV[1] channel.
 -- Returns the count left. At 0 the key is deleted and every waiter woken;
 -- an open latch stays open (0).
-local c = redis.call('HGET', KEYS[1], 'c')
+local c, bad = field_of(KEYS[1], 'c', 'latch')
 if c == false then
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply('WRONGTYPE latch key holds a hash that is not a latch')
-  end
-  return 0
+  return bad or 0
 end
 local n = redis.call('HINCRBY', KEYS[1], 'c', -1)
 if n <= 0 then

@@ -6,9 +6,9 @@
 -- Returns {1, previous count} when set, {0, count} when "nx" found the
 -- latch closed. A count of 0 opens the latch: the key is deleted and every
 -- waiter woken.
-local c = redis.call('HGET', KEYS[1], 'c')
-if c == false and redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.error_reply('WRONGTYPE latch key holds a hash that is not a latch')
+local c, bad = field_of(KEYS[1], 'c', 'latch')
+if bad then
+  return bad
 end
 local prev = tonumber(c or '0')
 local count = tonumber(ARGV[2])

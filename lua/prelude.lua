@@ -31,6 +31,34 @@ local function now_ms(t)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The field f of the hash at key, false when there is no key. For a key
+-- that holds something else than a what (no such field), false and the
+-- error reply for the script to return.
+local function field_of(key, f, what)
+  local v = redis.call('HGET', key, f)
+  if v == false and redis.call('EXISTS', key) == 1 then
+    return false, redis.error_reply('WRONGTYPE ' .. what .. ' key holds a hash that is not a ' .. what)
+  end
+  return v
+end
+
+-- Drop a hold of a lock's owner (hold '' drops them all). Returns true when
+-- the owner still holds the lock through other holds. Otherwise the lock is
+-- deleted and its fence hash remembers mark (owner and hold) as the release
+-- that freed it, for retention ms, so that a retried release knows.
+local function drop_hold(lock, fence, hold, mark, retention)
+  if hold ~= '' then
+    redis.call('HDEL', lock, hold)
+    if redis.call('HLEN', lock) > 2 then
+      return true
+    end
+  end
+  redis.call('DEL', lock)
+  redis.call('HSET', fence, 'r', mark)
+  redis.call('PEXPIRE', fence, retention)
+  return false
+end
+
 -- A lock's waiters: a queue (zset: waiter id -> arrival number) and a
 -- waiters hash: waiter id -> "lease hold owner" for a waiter the lock may be
 -- handed to as owner with hold, '' for one to wake; "\0n" -> the last arrival

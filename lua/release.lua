@@ -10,15 +10,9 @@
 local owner = redis.call('HGET', KEYS[1], 'owner')
 local mark = ARGV[1] .. ARGV[2]
 if owner == ARGV[1] then
-  if ARGV[2] ~= '' then
-    redis.call('HDEL', KEYS[1], ARGV[2])
-    if redis.call('HLEN', KEYS[1]) > 2 then
-      return 2
-    end
+  if drop_hold(KEYS[1], KEYS[2], ARGV[2], mark, ARGV[3]) then
+    return 2
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[2], 'r', mark)
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3])
   return 1
 end

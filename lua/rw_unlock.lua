@@ -16,15 +16,9 @@ local writers = live(KEYS[3], now)
 local waiting = live(KEYS[4], now)
 local mark = ARGV[1] .. ARGV[2]
 if wo == ARGV[1] then
-  if ARGV[2] ~= '' then
-    redis.call('HDEL', KEYS[1], ARGV[2])
-    if redis.call('HLEN', KEYS[1]) > 2 then
-      return 2
-    end
+  if drop_hold(KEYS[1], KEYS[6], ARGV[2], mark, ARGV[3]) then
+    return 2
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[6], 'r', mark)
-  redis.call('PEXPIRE', KEYS[6], ARGV[3])
   if waiting > 0 then
     if live(KEYS[5], now) > 0 then
       redis.call('ZUNIONSTORE', KEYS[5], 2, KEYS[5], KEYS[4], 'AGGREGATE', 'MAX')
