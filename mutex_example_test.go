@@ -16,13 +16,7 @@ import (
 // bsm/redislock, redsync's expiry). A deadline on ctx bounds the wait
 // (Redisson's waitTime).
 func ExampleWithFixedLease() {
-	ctx := context.Background()
-	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-	m := c.Mutex("example:export", redisync.WithFixedLease(500*time.Millisecond))
+	m := client().Mutex("example:export", redisync.WithFixedLease(500*time.Millisecond))
 
 	l, err := m.Lock(ctx)
 	if err != nil {
@@ -44,12 +38,7 @@ func ExampleWithFixedLease() {
 // how many holds its owner has and how long its lease has left. Whether a
 // lease still holds its lock, it tells itself: Err is nil until then.
 func ExampleMutex_Inspect() {
-	ctx := context.Background()
-	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
+	c := client()
 	m := c.Mutex("example:ledger")
 
 	l, _ := m.Lock(ctx)
@@ -74,7 +63,6 @@ func ExampleMutex_Inspect() {
 // WithReplicaAck waits for replicas to acknowledge each acquisition. The
 // server here has none: the acquisition fails and nothing stays held.
 func ExampleWithReplicaAck() {
-	ctx := context.Background()
 	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}},
 		redisync.WithReplicaAck(1, 100*time.Millisecond))
 	if err != nil {
