@@ -73,13 +73,11 @@ func ExampleMutex_Locker() {
 	counter := 0
 	var wg sync.WaitGroup
 	for range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			mu.Lock()
 			counter++
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	fmt.Println(counter)
@@ -146,16 +144,14 @@ func ExampleFairMutex() {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := 1; i <= 3; i++ {
-		wg.Add(1)
 		waiting := m.Acquire(ctx)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			l := <-waiting
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
 			l.Unlock(ctx)
-		}()
+		})
 		for st, _ := m.Inspect(ctx); st.Waiters < i; st, _ = m.Inspect(ctx) {
 			time.Sleep(time.Millisecond) // until waiter i holds its place
 		}
