@@ -53,20 +53,6 @@ func Example() {
 	// Output: holding example:orders:42
 }
 
-// TryLock tells "somebody else holds it" apart from failures.
-func ExampleMutex_TryLock() {
-	m := client().Mutex("example:report")
-
-	l, err := m.TryLock(ctx)
-	if err != nil {
-		panic(err)
-	}
-	_, err = m.TryLock(ctx) // another worker, in this process or another
-	fmt.Println(errors.Is(err, redisync.ErrLocked))
-	l.Unlock(ctx)
-	// Output: true
-}
-
 // A Locker serves code written against sync.Locker.
 func ExampleMutex_Locker() {
 	var mu sync.Locker = client().Mutex("example:counter").Locker()
@@ -133,33 +119,6 @@ func ExampleLease_Context() {
 	// true true
 	// holds: 2
 	// locked: false
-}
-
-// A FairMutex is granted in the order its waiters arrived, across clients.
-func ExampleFairMutex() {
-	m := client().FairMutex("example:migrations")
-
-	first, _ := m.Lock(ctx)
-	var order []int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 1; i <= 3; i++ {
-		waiting := m.Acquire(ctx)
-		wg.Go(func() {
-			l := <-waiting
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			l.Unlock(ctx)
-		})
-		for st, _ := m.Inspect(ctx); st.Waiters < i; st, _ = m.Inspect(ctx) {
-			time.Sleep(time.Millisecond) // until waiter i holds its place
-		}
-	}
-	first.Unlock(ctx)
-	wg.Wait()
-	fmt.Println(order)
-	// Output: [1 2 3]
 }
 
 // WithClientName lets operators find the process that holds a lock:
