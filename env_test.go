@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	sharedMu.Lock()
+	if exampleClient != nil {
+		exampleClient.Close()
+	}
 	if sharedServer != nil {
 		sharedServer.Stop()
 	}
@@ -374,6 +377,25 @@ func redisAddr() string {
 		sharedServer = s
 	}
 	return sharedServer.Addr
+}
+
+// exampleClient is the Client the examples share: connected by the first
+// that asks for it, closed by TestMain.
+var exampleClient *Client
+
+// clientForExamples connects exampleClient on first use.
+func clientForExamples() *Client {
+	addr := redisAddr()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if exampleClient == nil {
+		c, err := Dial(rueidis.ClientOption{InitAddress: []string{addr}})
+		if err != nil {
+			panic("connecting the examples' Client: " + err.Error())
+		}
+		exampleClient = c
+	}
+	return exampleClient
 }
 
 // restartedServer is the goroutine that waits for a redis-server restarted

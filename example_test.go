@@ -13,19 +13,23 @@ import (
 	"github.com/redisync/redisync"
 )
 
-// redisAddr is the address of a Redis server: here one the tests start.
-var redisAddr = redisync.RedisAddrForExamples
+var (
+	// ctx is the context the examples work under.
+	ctx = context.Background()
+	// client returns the one Client the examples share, connected as
+	// Example shows; examples that show connecting, or options of a
+	// Client, connect their own.
+	client = redisync.ClientForExamples
+	// redisAddr is the address of a Redis server: here one the tests start.
+	redisAddr = redisync.RedisAddrForExamples
+)
 
+// A process connects once and takes all its locks through that Client.
 // Acquire delivers the lease on a channel, so waiting for a lock combines
 // with anything else in a select. Cancelling ctx abandons the wait, and a
 // lock acquired just then is released: nothing stays held.
 func Example() {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer rc.Close()
-	c, err := redisync.New(rc)
+	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
 	if err != nil {
 		panic(err)
 	}
@@ -49,40 +53,17 @@ func Example() {
 	// Output: holding example:orders:42
 }
 
-// TryLock tells "somebody else holds it" apart from failures.
-func ExampleMutex_TryLock() {
-	ctx := context.Background()
-	a, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	defer a.Close()
-	b, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	defer b.Close()
-
-	l, err := a.Mutex("example:report").TryLock(ctx)
-	if err != nil {
-		panic(err)
-	}
-	_, err = b.Mutex("example:report").TryLock(ctx)
-	fmt.Println(errors.Is(err, redisync.ErrLocked))
-	l.Unlock(ctx)
-	// Output: true
-}
-
 // A Locker serves code written against sync.Locker.
 func ExampleMutex_Locker() {
-	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	defer c.Close()
-
-	var mu sync.Locker = c.Mutex("example:counter").Locker()
+	var mu sync.Locker = client().Mutex("example:counter").Locker()
 	counter := 0
 	var wg sync.WaitGroup
 	for range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			mu.Lock()
 			counter++
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	fmt.Println(counter)
@@ -93,7 +74,6 @@ func ExampleMutex_Locker() {
 // the lock), the job stops, and Err says why. The fencing token lets the
 // resources the job writes to refuse a stale holder.
 func ExampleLease_Lost() {
-	ctx := context.Background()
 	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}},
 		redisync.WithWatchdogLease(300*time.Millisecond))
 	defer c.Close()
@@ -124,10 +104,7 @@ func ExampleLease_Lost() {
 // Code that already holds a lock takes it again through the lease's
 // context instead of deadlocking; each Unlock gives one hold back.
 func ExampleLease_Context() {
-	ctx := context.Background()
-	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	defer c.Close()
-	m := c.Mutex("example:account:7")
+	m := client().Mutex("example:account:7")
 
 	outer, _ := m.Lock(ctx)
 	inner, err := m.Lock(outer.Context()) // re-enters
@@ -142,38 +119,6 @@ func ExampleLease_Context() {
 	// true true
 	// holds: 2
 	// locked: false
-}
-
-// A FairMutex is granted in the order its waiters arrived, across clients.
-func ExampleFairMutex() {
-	ctx := context.Background()
-	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	defer c.Close()
-	m := c.FairMutex("example:migrations")
-
-	first, _ := m.Lock(ctx)
-	var order []int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 1; i <= 3; i++ {
-		wg.Add(1)
-		waiting := m.Acquire(ctx)
-		go func() {
-			defer wg.Done()
-			l := <-waiting
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			l.Unlock(ctx)
-		}()
-		for st, _ := m.Inspect(ctx); st.Waiters < i; st, _ = m.Inspect(ctx) {
-			time.Sleep(time.Millisecond) // until waiter i holds its place
-		}
-	}
-	first.Unlock(ctx)
-	wg.Wait()
-	fmt.Println(order)
-	// Output: [1 2 3]
 }
 
 // WithClientName lets operators find the process that holds a lock:

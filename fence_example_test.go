@@ -1,7 +1,6 @@
 package redisync_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -15,7 +14,6 @@ import (
 // that lost its lease, and wakes up after a newer holder wrote, is refused
 // at the key itself.
 func ExampleClient_FencedSet() {
-	ctx := context.Background()
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
 	if err != nil {
 		panic(err)

@@ -36,19 +36,13 @@ func saveReport(ctx context.Context, db *sql.DB, l *redisync.Lease, id int64, bo
 // applies while no newer token has written the row. (Not run here: it
 // needs a database and its driver.)
 func Example_fencedSQL() {
-	ctx := context.Background()
 	db, err := sql.Open("postgres", "postgres://localhost/app") // with a driver such as github.com/lib/pq
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
-	c, err := redisync.DialURL("redis://localhost:6379")
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
 
-	l, err := c.Mutex("reports:42").Lock(ctx)
+	l, err := client().Mutex("reports:42").Lock(ctx)
 	if err != nil {
 		panic(err)
 	}

@@ -1,7 +1,6 @@
 package redisync_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -15,13 +14,7 @@ import (
 // the group is taken by one script, in one round trip. A name held through
 // the group is held for a Mutex of that name.
 func ExampleNewGroup() {
-	ctx := context.Background()
-	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-
+	c := client()
 	from, to := c.Mutex("example:{bank}:account:1"), c.Mutex("example:{bank}:account:2")
 	l, err := redisync.NewGroup(to, from).Lock(ctx)
 	if err != nil {
@@ -44,7 +37,6 @@ func ExampleNewGroup() {
 // itself, and the group's fencing token is newer than any earlier token of
 // its names.
 func ExampleGroup_Lock() {
-	ctx := context.Background()
 	orders, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}}, redisync.WithPrefix("example-orders"))
 	defer orders.Close()
 	stock, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}}, redisync.WithPrefix("example-stock"))
@@ -71,7 +63,6 @@ func ExampleGroup_Lock() {
 // working while a minority of them is down. Here three prefixes of one
 // server stand in for three servers.
 func ExampleNewQuorum() {
-	ctx := context.Background()
 	var clients []*redisync.Client
 	for _, p := range []string{"example-a", "example-b", "example-c"} {
 		c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}}, redisync.WithPrefix(p))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -11,18 +12,26 @@ import (
 	"github.com/redisync/redisync"
 )
 
+// TryLock tells "somebody else holds it" apart from failures.
+func ExampleMutex_TryLock() {
+	m := client().Mutex("example:report")
+
+	l, err := m.TryLock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	_, err = m.TryLock(ctx) // another worker, in this process or another
+	fmt.Println(errors.Is(err, redisync.ErrLocked))
+	l.Unlock(ctx)
+	// Output: true
+}
+
 // WithFixedLease gives a lock a lease the watchdog does not renew: it ends
 // after d unless released first (Redisson's leaseTime, the ttl of
 // bsm/redislock, redsync's expiry). A deadline on ctx bounds the wait
 // (Redisson's waitTime).
 func ExampleWithFixedLease() {
-	ctx := context.Background()
-	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-	m := c.Mutex("example:export", redisync.WithFixedLease(500*time.Millisecond))
+	m := client().Mutex("example:export", redisync.WithFixedLease(500*time.Millisecond))
 
 	l, err := m.Lock(ctx)
 	if err != nil {
@@ -44,12 +53,7 @@ func ExampleWithFixedLease() {
 // how many holds its owner has and how long its lease has left. Whether a
 // lease still holds its lock, it tells itself: Err is nil until then.
 func ExampleMutex_Inspect() {
-	ctx := context.Background()
-	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
+	c := client()
 	m := c.Mutex("example:ledger")
 
 	l, _ := m.Lock(ctx)
@@ -74,7 +78,6 @@ func ExampleMutex_Inspect() {
 // WithReplicaAck waits for replicas to acknowledge each acquisition. The
 // server here has none: the acquisition fails and nothing stays held.
 func ExampleWithReplicaAck() {
-	ctx := context.Background()
 	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}},
 		redisync.WithReplicaAck(1, 100*time.Millisecond))
 	if err != nil {
@@ -90,4 +93,31 @@ func ExampleWithReplicaAck() {
 	// Output:
 	// true
 	// locked: false
+}
+
+// A FairMutex is granted in the order its waiters arrived, across clients.
+func ExampleFairMutex() {
+	m := client().FairMutex("example:migrations")
+
+	first, _ := m.Lock(ctx)
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 1; i <= 3; i++ {
+		waiting := m.Acquire(ctx)
+		wg.Go(func() {
+			l := <-waiting
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			l.Unlock(ctx)
+		})
+		for st, _ := m.Inspect(ctx); st.Waiters < i; st, _ = m.Inspect(ctx) {
+			time.Sleep(time.Millisecond) // until waiter i holds its place
+		}
+	}
+	first.Unlock(ctx)
+	wg.Wait()
+	fmt.Println(order)
+	// Output: [1 2 3]
 }

@@ -33,7 +33,6 @@ func Example_redsyncJob() {
 		panic(err)
 	}
 	defer c.Close()
-	ctx := context.Background()
 
 	l, err := c.Mutex("example:invoices").Lock(ctx)
 	if err != nil {

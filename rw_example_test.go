@@ -1,7 +1,6 @@
 package redisync_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -13,7 +12,6 @@ import (
 // Readers on any number of Clients share the lock; a writer waits until
 // the last of them leaves, and holds it alone.
 func ExampleRWMutex() {
-	ctx := context.Background()
 	a, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
 	defer a.Close()
 	b, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
@@ -47,10 +45,7 @@ func ExampleRWMutex() {
 // lease and goes on reading what it wrote, with no writer in between.
 // Upgrading a read lease is refused instead of deadlocking.
 func ExampleRWMutex_downgrade() {
-	ctx := context.Background()
-	c, _ := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	defer c.Close()
-	m := c.RWMutex("example:config")
+	m := client().RWMutex("example:config")
 
 	w, _ := m.Lock(ctx)
 	// ... write ...

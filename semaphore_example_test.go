@@ -1,12 +1,9 @@
 package redisync_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/redis/rueidis"
 
 	"github.com/redisync/redisync"
 )
@@ -16,14 +13,7 @@ import (
 // and given back by Unlock (or when its holder dies and the lease runs
 // out).
 func ExampleSemaphore() {
-	ctx := context.Background()
-	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-
-	s := c.Semaphore("example:exports")
+	s := client().Semaphore("example:exports")
 	// Every process may run this: the first one sets the size.
 	if _, err := s.TrySetSize(ctx, 3); err != nil {
 		panic(err)
@@ -57,15 +47,8 @@ func ExampleSemaphore() {
 // A latch lets one process wait until others are done: here the workers
 // count it down, and Wait returns once the count reaches zero.
 func ExampleLatch() {
-	ctx := context.Background()
-	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-
 	const workers = 4
-	done := c.Latch("example:batch:7")
+	done := client().Latch("example:batch:7")
 	if _, err := done.TrySetCount(ctx, workers); err != nil {
 		panic(err)
 	}

@@ -1,7 +1,6 @@
 package redisync_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -18,7 +17,6 @@ func ExampleDialURL() {
 	}
 	defer c.Close()
 
-	ctx := context.Background()
 	l, err := c.Mutex("example:url").Lock(ctx)
 	if err != nil {
 		panic(err)
