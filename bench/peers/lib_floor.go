@@ -30,7 +30,7 @@ type floorLocker struct {
 }
 
 func (l *floorLocker) Lock(ctx context.Context, name string) (*held, error) {
-	key := l.pfx + ":" + name
+	key := plainKey(l.pfx, name)
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -59,13 +59,10 @@ func (l *floorLocker) Lock(ctx context.Context, name string) (*held, error) {
 		case <-timer.C:
 		}
 	}
-	return &held{unlock: func(ctx context.Context) error {
+	return releasedBy(func(ctx context.Context) (bool, error) {
 		n, err := floorRelease.Exec(ctx, l.rc, []string{key}, []string{token}).AsInt64()
-		if err == nil && n == 0 {
-			err = errNotHeld
-		}
-		return err
-	}}, nil
+		return n != 0, err
+	}), nil
 }
 
 func (l *floorLocker) Close() { l.rc.Close() }
@@ -84,7 +81,7 @@ func floorLib() *library {
 			}
 			return &floorLocker{rc: rc, pfx: cfg.prefix, lease: cfg.lease}, nil
 		},
-		key:      func(prefix, name string) string { return prefix + ":" + name },
+		key:      plainKey,
 		attempts: sets,
 	}
 }
