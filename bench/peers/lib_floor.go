@@ -22,24 +22,25 @@ const (
 var floorRelease = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 
 // floorLocker is the least a Redis lock can do: SET NX PX to acquire,
-// compare-and-delete to release, a short sleep between attempts.
+// compare-and-delete to release, a short sleep between attempts. It is a
+// rueidis client that takes locks: Close is the client's.
 type floorLocker struct {
-	rc    rueidis.Client
+	rueidis.Client
 	pfx   string
 	lease time.Duration
 }
 
 func (l *floorLocker) Lock(ctx context.Context, name string) (*held, error) {
-	key := l.pfx + ":" + name
+	key := plainKey(l.pfx, name)
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	set := l.rc.B().Set().Key(key).Value(token).Nx().PxMilliseconds(l.lease.Milliseconds()).Build().Pin()
+	set := l.B().Set().Key(key).Value(token).Nx().PxMilliseconds(l.lease.Milliseconds()).Build().Pin()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for try := 1; ; try++ {
-		err := l.rc.Do(ctx, set).Error()
+		err := l.Do(ctx, set).Error()
 		if err == nil {
 			break
 		}
@@ -59,16 +60,11 @@ func (l *floorLocker) Lock(ctx context.Context, name string) (*held, error) {
 		case <-timer.C:
 		}
 	}
-	return &held{unlock: func(ctx context.Context) error {
-		n, err := floorRelease.Exec(ctx, l.rc, []string{key}, []string{token}).AsInt64()
-		if err == nil && n == 0 {
-			err = errNotHeld
-		}
-		return err
-	}}, nil
+	return releasedBy(func(ctx context.Context) (bool, error) {
+		n, err := floorRelease.Exec(ctx, l.Client, []string{key}, []string{token}).AsInt64()
+		return n != 0, err
+	}), nil
 }
-
-func (l *floorLocker) Close() { l.rc.Close() }
 
 func floorLib() *library {
 	return &library{
@@ -82,9 +78,9 @@ func floorLib() *library {
 			if err != nil {
 				return nil, err
 			}
-			return &floorLocker{rc: rc, pfx: cfg.prefix, lease: cfg.lease}, nil
+			return &floorLocker{Client: rc, pfx: cfg.prefix, lease: cfg.lease}, nil
 		},
-		key:      func(prefix, name string) string { return prefix + ":" + name },
+		key:      plainKey,
 		attempts: sets,
 	}
 }

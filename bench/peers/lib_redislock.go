@@ -24,7 +24,7 @@ type redislockLocker struct {
 func (l *redislockLocker) Lock(ctx context.Context, name string) (*held, error) {
 	// Every scenario's ctx has a deadline: without one, Obtain would stop
 	// waiting after the TTL.
-	lock, err := l.c.Obtain(ctx, l.pfx+":"+name, l.lease,
+	lock, err := l.c.Obtain(ctx, plainKey(l.pfx, name), l.lease,
 		&redislock.Options{RetryStrategy: redislock.LinearBackoff(redislockBackoff)})
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func redislockLib() *library {
 			rdb := newGoRedis(cfg)
 			return &redislockLocker{rdb: rdb, c: redislock.New(rdb), pfx: cfg.prefix, lease: cfg.lease}, nil
 		},
-		key:      func(prefix, name string) string { return prefix + ":" + name },
+		key:      plainKey,
 		attempts: sets,
 	}
 }

@@ -21,7 +21,7 @@ type redsyncLocker struct {
 
 func (l *redsyncLocker) Lock(ctx context.Context, name string) (*held, error) {
 	// A redsync Mutex is not safe for concurrent use: one per acquisition.
-	m := l.rs.NewMutex(l.pfx+":"+name,
+	m := l.rs.NewMutex(plainKey(l.pfx, name),
 		redsync.WithExpiry(l.lease),
 		// Wait until ctx ends, not 32 tries (about 5 s).
 		redsync.WithTries(math.MaxInt32))
@@ -31,13 +31,7 @@ func (l *redsyncLocker) Lock(ctx context.Context, name string) (*held, error) {
 		}
 		return nil, err
 	}
-	return &held{unlock: func(ctx context.Context) error {
-		ok, err := m.UnlockContext(ctx)
-		if err == nil && !ok {
-			err = errNotHeld
-		}
-		return err
-	}}, nil
+	return releasedBy(m.UnlockContext), nil
 }
 
 func (l *redsyncLocker) Close() { l.rdb.Close() }
@@ -54,7 +48,7 @@ func redsyncLib() *library {
 			rdb := newGoRedis(cfg)
 			return &redsyncLocker{rdb: rdb, rs: redsync.New(goredis.NewPool(rdb)), pfx: cfg.prefix, lease: cfg.lease}, nil
 		},
-		key:      func(prefix, name string) string { return prefix + ":" + name },
+		key:      plainKey,
 		attempts: sets,
 	}
 }

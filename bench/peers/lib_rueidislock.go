@@ -9,9 +9,9 @@ import (
 )
 
 // rueidislockLocker is one rueidislock Locker (one rueidis client with
-// client-side caching).
+// client-side caching); Close is the Locker's.
 type rueidislockLocker struct {
-	l rueidislock.Locker
+	rueidislock.Locker
 }
 
 func (l *rueidislockLocker) Lock(ctx context.Context, name string) (*held, error) {
@@ -19,7 +19,7 @@ func (l *rueidislockLocker) Lock(ctx context.Context, name string) (*held, error
 	// one that only ctx's end before the acquisition cancels.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	lockCtx, unlock, err := l.l.WithContext(lctx, name)
+	lockCtx, unlock, err := l.WithContext(lctx, name)
 	if !stop() {
 		// ctx ended while waiting: give up what may have been acquired.
 		if err == nil {
@@ -41,8 +41,6 @@ func (l *rueidislockLocker) Lock(ctx context.Context, name string) (*held, error
 		lost: lockCtx.Done(),
 	}, nil
 }
-
-func (l *rueidislockLocker) Close() { l.l.Close() }
 
 func rueidislockLib() *library {
 	return &library{
@@ -67,7 +65,7 @@ func rueidislockLib() *library {
 			if err != nil {
 				return nil, err
 			}
-			return &rueidislockLocker{l: l}, nil
+			return &rueidislockLocker{l}, nil
 		},
 		key:      func(prefix, name string) string { return prefix + ":0:" + name },
 		attempts: sets,

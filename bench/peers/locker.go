@@ -33,6 +33,18 @@ func (h *held) Unlock(ctx context.Context) error { return h.unlock(ctx) }
 
 var errNotHeld = errors.New("lock was not held at unlock")
 
+// releasedBy is a held lock that release unlocks. release reports false
+// when the lock was not held any more, which Unlock returns as errNotHeld.
+func releasedBy(release func(ctx context.Context) (bool, error)) *held {
+	return &held{unlock: func(ctx context.Context) error {
+		ok, err := release(ctx)
+		if err == nil && !ok {
+			err = errNotHeld
+		}
+		return err
+	}}
+}
+
 // clientConfig is what every adapter is given to make one client.
 type clientConfig struct {
 	addr   string
@@ -144,6 +156,10 @@ func newGoRedis(cfg clientConfig) *redis.Client {
 	}
 	return rdb
 }
+
+// plainKey is the key of lock name for the libraries that are given the
+// whole key: the prefix, a colon and the name.
+func plainKey(prefix, name string) string { return prefix + ":" + name }
 
 // sets is the attempts of libraries whose every attempt runs one SET NX
 // (directly or in a script), and nothing else runs SET.
