@@ -254,6 +254,24 @@ func (l *Lease) claim() {
 	}
 }
 
+// ended claims the lease and reports what ended it on this side: the
+// acquisition's error, ErrDetached or ErrReleased; nil otherwise (a loss
+// is the holder's to report).
+func (l *Lease) ended() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claim()
+	switch {
+	case l.failed != nil:
+		return l.failed
+	case l.detached:
+		return ErrDetached
+	case l.released:
+		return ErrReleased
+	}
+	return nil
+}
+
 // unreceived reports whether Acquire offered the lease and nobody used it.
 func (l *Lease) unreceived() bool {
 	l.mu.Lock()
@@ -312,17 +330,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
 	}
-	l.mu.Lock()
-	l.claim()
-	failed, released, detached := l.failed, l.released, l.detached
-	l.mu.Unlock()
-	switch {
-	case failed != nil:
-		return errorf("%w: %w", ErrNotHeld, failed)
-	case detached:
-		return errorf("%w: %w", ErrNotHeld, ErrDetached)
-	case released:
-		return errorf("%w: %w", ErrNotHeld, ErrReleased)
+	if err := l.ended(); err != nil {
+		return errorf("%w: %w", ErrNotHeld, err)
 	}
 	h := l.h
 	if h == nil {
@@ -450,18 +459,10 @@ func (l *Lease) Err() error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
 	}
-	l.mu.Lock()
-	l.claim()
-	failed, released, detached := l.failed, l.released, l.detached
-	l.mu.Unlock()
-	switch {
-	case failed != nil:
-		return failed
-	case detached:
-		return ErrDetached
-	case released:
-		return ErrReleased
-	case l.h == nil:
+	if err := l.ended(); err != nil {
+		return err
+	}
+	if l.h == nil {
 		return fmt.Errorf("%w: not a Lease from a lock", ErrNotHeld)
 	}
 	l.h.mu.Lock()
