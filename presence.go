@@ -25,10 +25,7 @@ type presence struct {
 	locks   map[string]*presenceEntry // by waiters key
 	byChan  map[string]*presenceEntry // the same, by channel
 	orphans []orphanLeave             // leaves that failed, retried at the next passes
-	running bool
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	loop
 }
 
 // presenceEntry is one lock that the Client has waiters on.
@@ -58,7 +55,7 @@ const orphanTries = 3
 func newPresence(c *Client) *presence {
 	return &presence{
 		c: c, locks: make(map[string]*presenceEntry), byChan: make(map[string]*presenceEntry),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		loop: newLoop(),
 	}
 }
 
@@ -75,15 +72,7 @@ func (p *presence) join(keys lockKeys, expiry time.Duration) {
 	}
 	e.expiry = min(e.expiry, expiry)
 	e.waiters++
-	if !p.running {
-		p.running = true
-		go p.run()
-		return
-	}
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
+	p.startOrWake(p.run)
 }
 
 // leave counts a waiter out; once none is left, the deadline is no longer
@@ -135,10 +124,7 @@ func (p *presence) checkBy(m map[string]*presenceEntry, k string, at time.Time) 
 		return
 	}
 	e.checkAt = at
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
+	p.wake()
 }
 
 // orphan records a waiter whose leave failed (the connection broke as it
@@ -150,19 +136,9 @@ func (p *presence) orphan(leave func(ctx context.Context) error) {
 }
 
 // close stops the loop.
-func (p *presence) close() {
-	p.mu.Lock()
-	running := p.running
-	p.running = true // no loop starts from now on
-	p.mu.Unlock()
-	close(p.stop)
-	if running {
-		<-p.done
-	}
-}
+func (p *presence) close() { p.end(&p.mu) }
 
 func (p *presence) run() {
-	defer close(p.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var nextPass time.Time

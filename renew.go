@@ -29,16 +29,13 @@ type watchdog struct {
 
 	mu      sync.Mutex
 	holders map[*holder]struct{}
-	running bool
 	soon    bool // a holder with a short first lease waits for a pass
 	// sleepUntil is when the loop wakes next while it sleeps; zero while
 	// it runs, or sleeps with nothing to watch. A new holder wakes it only
 	// when it needs it sooner.
 	sleepUntil time.Time
 
-	kick chan struct{} // wakes the loop to look at a new holder
-	stop chan struct{}
-	done chan struct{}
+	loop // kicked to look at a new holder
 
 	logMu    sync.Mutex
 	failures retryLog // renewal batches that failed
@@ -49,9 +46,7 @@ func newWatchdog(c *Client) *watchdog {
 		c:       c,
 		period:  c.cfg.watchdogLease / 3,
 		holders: make(map[*holder]struct{}),
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		loop:    newLoop(),
 
 		failures: retryLog{log: c.log, msg: "redisync: lease renewal failed"},
 	}
@@ -66,18 +61,10 @@ func (w *watchdog) add(h *holder) {
 	if h.initial > 0 {
 		w.soon = true
 	}
-	wake := h.initial > 0 || w.sleepUntil.IsZero() || deadline.Before(w.sleepUntil)
-	if !w.running {
-		w.running, wake = true, false
-		go w.run()
+	if !w.running || h.initial > 0 || w.sleepUntil.IsZero() || deadline.Before(w.sleepUntil) {
+		w.startOrWake(w.run)
 	}
 	w.mu.Unlock()
-	if wake {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-	}
 	w.c.tracker.add(h)
 }
 
@@ -92,18 +79,13 @@ func (w *watchdog) remove(h *holder) {
 // close stops the loop, reports every live lease lost with ErrClosed and
 // releases its lock in one pipelined batch.
 func (w *watchdog) close() {
+	w.end(&w.mu)
 	w.mu.Lock()
-	running := w.running
-	w.running = true // no loop starts from now on
 	hs := make([]*holder, 0, len(w.holders))
 	for h := range w.holders {
 		hs = append(hs, h)
 	}
 	w.mu.Unlock()
-	close(w.stop)
-	if running {
-		<-w.done
-	}
 	batches := make(map[*leaseKind][]rueidis.LuaExec)
 	for _, h := range hs {
 		if h.lose(ErrClosed) {
@@ -122,7 +104,6 @@ func (w *watchdog) close() {
 }
 
 func (w *watchdog) run() {
-	defer close(w.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	timer := time.NewTimer(w.period)

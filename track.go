@@ -84,11 +84,8 @@ type tracker struct {
 	pending []pendingTrack       // first reads, in time order
 	dirty   map[string]struct{}  // keys invalidated since their last read
 	all     bool                 // every key invalidated
-	running bool
 	closed  bool
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	loop
 }
 
 type pendingTrack struct {
@@ -101,9 +98,7 @@ func newTracker(c *Client, on bool) *tracker {
 		c: c, on: on,
 		keys:  make(map[string][]*holder),
 		dirty: make(map[string]struct{}),
-		kick:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		loop:  newLoop(),
 	}
 }
 
@@ -184,33 +179,17 @@ func (t *tracker) invalidated(keys []rueidis.RedisMessage) {
 }
 
 // start runs the loop, or wakes it. Call it with t.mu held.
-func (t *tracker) start() {
-	if !t.running {
-		t.running = true
-		go t.run()
-		return
-	}
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
-}
+func (t *tracker) start() { t.startOrWake(t.run) }
 
 // close stops the loop; nothing is tracked afterwards.
 func (t *tracker) close() {
 	t.mu.Lock()
 	t.closed = true
-	running := t.running
-	t.running = true // no loop starts from now on
 	t.mu.Unlock()
-	close(t.stop)
-	if running {
-		<-t.done
-	}
+	t.end(&t.mu)
 }
 
 func (t *tracker) run() {
-	defer close(t.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	retry := backoff{first: trackRetry, limit: trackRetryMax}
