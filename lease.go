@@ -22,7 +22,8 @@ func (c *Client) grant(ctx context.Context, kind *leaseKind, name string, keys l
 
 // grantShort is grant for a lock whose key was given a shorter lease,
 // initial, than the holder's: the lock handed over to a waiter. The watchdog
-// renews it at once, and until then the lease ends as initial does.
+// renews the full lease a third into initial, and until then the lease ends
+// as initial does.
 func (c *Client) grantShort(ctx context.Context, kind *leaseKind, name string, keys lockKeys, key string, parent *Lease,
 	owner, hold string, token int64, lease time.Duration, watchdog bool, sent time.Time, initial time.Duration) (*Lease, error) {
 	if parent != nil && parent.h.owner == owner {

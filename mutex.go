@@ -324,10 +324,11 @@ const waiterFallback = 2 * time.Minute
 // handOverLease is the lease with which a release may hand the lock over to
 // a waiter: the waiter's lease, but no longer than its place in the queue
 // lives, so that a waiter that died meanwhile holds the lock no longer than
-// that; its watchdog renews the full lease at once. Locks with a fixed
-// lease, re-entries, and the locks of a Client that waits for replicas
-// (WithReplicaAck: a lock handed over is not waited for) are not handed
-// over (0): their waiters are woken and take the lock themselves.
+// that; its watchdog renews the full lease a third into that one, unless
+// the holder unlocked before (most hand-overs cost no renewal). Locks with
+// a fixed lease, re-entries, and the locks of a Client that waits for
+// replicas (WithReplicaAck: a lock handed over is not waited for) are not
+// handed over (0): their waiters are woken and take the lock themselves.
 func handOverLease(c *Client, lease time.Duration, cfg lockConfig, parent *Lease) time.Duration {
 	if cfg.fixedLease > 0 || parent != nil || c.cfg.ackReplicas > 0 {
 		return 0

@@ -29,7 +29,9 @@ type watchdog struct {
 
 	mu      sync.Mutex
 	holders map[*holder]struct{}
-	soon    bool // a holder with a short first lease waits for a pass
+	// shortAt, when not zero, is when holders on a short first lease (a
+	// lock handed over) get a pass of their own.
+	shortAt time.Time
 	// sleepUntil is when the loop wakes next while it sleeps; zero while
 	// it runs, or sleeps with nothing to watch. A new holder wakes it only
 	// when it needs it sooner.
@@ -55,13 +57,19 @@ func newWatchdog(c *Client) *watchdog {
 // add registers a holder. It is called before the acquisition returns, so a
 // lease is never handed out unwatched.
 func (w *watchdog) add(h *holder) {
-	deadline := h.deadline()
+	by := h.deadline()
 	w.mu.Lock()
 	w.holders[h] = struct{}{}
 	if h.initial > 0 {
-		w.soon = true
+		// A short first lease gets the full one a third into it, as every
+		// lease is renewed a third into it: a holder that unlocks sooner
+		// costs no renewal.
+		by = h.lastOK.Add(h.initial / 3)
+		if w.shortAt.IsZero() || by.Before(w.shortAt) {
+			w.shortAt = by
+		}
 	}
-	if !w.running || h.initial > 0 || w.sleepUntil.IsZero() || deadline.Before(w.sleepUntil) {
+	if !w.running || w.sleepUntil.IsZero() || by.Before(w.sleepUntil) {
 		w.startOrWake(w.run)
 	}
 	w.mu.Unlock()
@@ -124,20 +132,24 @@ func (w *watchdog) run() {
 		if any && !inflight {
 			due := !now.Before(next)
 			w.mu.Lock()
-			// Holders with a short first lease are renewed at once, in a
-			// pass of their own unless a full one is due.
-			short := w.soon && !due
-			if w.soon || due {
-				w.soon = false
+			// Holders with a short first lease are renewed in a pass of
+			// their own, unless a full one is due.
+			shortDue := !w.shortAt.IsZero() && !now.Before(w.shortAt)
+			short := shortDue && !due
+			if shortDue || due {
+				w.shortAt = time.Time{}
 				inflight = true
 				go func() { passed <- result{w.pass(ctx, now, short), short} }()
 			}
 			w.mu.Unlock()
 		}
+		w.mu.Lock()
 		if any && !inflight {
 			wait = min(wait, next.Sub(now))
+			if !w.shortAt.IsZero() {
+				wait = min(wait, w.shortAt.Sub(now))
+			}
 		}
-		w.mu.Lock()
 		if any {
 			wait = max(wait, time.Millisecond)
 			timer.Reset(wait)
