@@ -16,12 +16,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rwLeft returns the keys of the lock that exist, its fence key aside.
-func rwLeft(t testing.TB, rc rueidis.Client, k rwKeys) []string {
+// rwLeft returns the keys of the lock that exist, its fence key aside,
+// looked up on the connection of the lock's Client.
+func rwLeft(t testing.TB, m *RWMutex) []string {
 	t.Helper()
+	rc := m.c.rc
 	var left []string
-	for _, key := range k.all() {
-		if key == k.fence {
+	for _, key := range m.keys.all() {
+		if key == m.keys.fence {
 			continue
 		}
 		n, err := rc.Do(context.Background(), rc.B().Exists().Key(key).Build()).AsInt64()
@@ -35,13 +37,13 @@ func rwLeft(t testing.TB, rc rueidis.Client, k rwKeys) []string {
 
 // requireRWFree checks that nobody holds the lock and nothing of it but its
 // fence key is left in Redis.
-func requireRWFree(t testing.TB, e *env, rc rueidis.Client, m *RWMutex) {
+func requireRWFree(t testing.TB, m *RWMutex) {
 	t.Helper()
 	st, err := m.Inspect(context.Background())
 	require.NoError(t, err)
 	require.True(t, st.Free(), "lock still held: %+v", st)
 	require.Zero(t, st.WritersWaiting)
-	eventually(t, 5*time.Second, func() bool { return len(rwLeft(t, rc, m.keys)) == 0 }, "keys left: %v", rwLeft(t, rc, m.keys))
+	eventually(t, 5*time.Second, func() bool { return len(rwLeft(t, m)) == 0 }, "keys left: %v", rwLeft(t, m))
 }
 
 // waitState polls Inspect until cond holds.
@@ -59,7 +61,6 @@ func waitState(t testing.TB, m *RWMutex, cond func(RWMutexState) bool, msg strin
 func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		rc := e.rueidisClient(t)
 		a, b := e.client(t), e.client(t)
 		ma, mb := a.RWMutex(t.Name()), b.RWMutex(t.Name())
 		require.Equal(t, t.Name(), ma.Name())
@@ -118,7 +119,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 		require.ErrorIs(t, rl.Err(), ErrReleased)
 
 		requireLaterToken(t, ctx, ma.TryLock, wl)
-		requireRWFree(t, e, rc, ma)
+		requireRWFree(t, ma)
 		e.requireNoSubscriptions(t)
 	})
 }
@@ -206,7 +207,7 @@ func TestRWMutexExclusion(t *testing.T) {
 		require.Greater(t, maxReaders.Load(), int32(1), "readers never shared the lock")
 		t.Logf("at most %d readers at once", maxReaders.Load())
 		rc.Do(ctx, rc.B().Del().Key(counterKey).Build())
-		requireRWFree(t, e, rc, e.client(t).RWMutex(t.Name()))
+		requireRWFree(t, e.client(t).RWMutex(t.Name()))
 	})
 }
 
@@ -357,7 +358,6 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 func TestRWMutexDowngrade(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		rc := e.rueidisClient(t)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
 		other := e.client(t).RWMutex(t.Name())
@@ -405,14 +405,13 @@ func TestRWMutexDowngrade(t *testing.T) {
 		ol := recv(t, ow, 5*time.Second, "waiting writer after the downgraded reader")
 		require.Greater(t, ol.Token(), w.Token())
 		require.NoError(t, ol.Unlock(ctx))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
 func TestRWMutexUpgradeRefused(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
-		rc := e.rueidisClient(t)
 		m := e.client(t).RWMutex(t.Name())
 		r, err := m.RLock(ctx)
 		require.NoError(t, err)
@@ -446,14 +445,13 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 		l, err = m.TryLock(context.WithoutCancel(r.Context()))
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
 func TestRWMutexReentrant(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
-		rc := e.rueidisClient(t)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
 
@@ -501,7 +499,7 @@ func TestRWMutexReentrant(t *testing.T) {
 		_, err = e.client(t).RWMutex(t.Name()).TryRLock(l.Context())
 		require.ErrorIs(t, err, ErrLocked)
 		require.NoError(t, l.Unlock(ctx))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
@@ -663,7 +661,7 @@ func TestRWMutexWaitingWriterDies(t *testing.T) {
 		require.Equal(t, 2, st.Readers)
 		require.NoError(t, r.Unlock(ctx))
 		require.NoError(t, r2.Unlock(ctx))
-		requireRWFree(t, e, e.rueidisClient(t), m)
+		requireRWFree(t, m)
 	})
 }
 
@@ -678,7 +676,6 @@ func TestRWMutexWakeUps(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const readers = 10
 		ctx := withTimeout(t, time.Minute)
-		rc := e.rueidisClient(t)
 		holder := e.client(t)
 		hm := holder.RWMutex(t.Name())
 
@@ -742,7 +739,7 @@ func TestRWMutexWakeUps(t *testing.T) {
 		rl2 := recv(t, r2, 10*time.Second, "reader after the waiting writer gave up")
 		require.NoError(t, rl.Unlock(ctx))
 		require.NoError(t, rl2.Unlock(ctx))
-		requireRWFree(t, e, rc, hm)
+		requireRWFree(t, hm)
 		e.requireNoSubscriptions(t)
 	})
 }
@@ -824,7 +821,7 @@ func TestRWMutexLocker(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, 8, counter)
 		require.NoError(t, wl.(*Locker).Err())
-		requireRWFree(t, e, e.rueidisClient(t), m)
+		requireRWFree(t, m)
 
 		// Bad handles: Lock returns at once, without a lease.
 		type adapter interface {
@@ -863,7 +860,6 @@ func TestRWMutexLocker(t *testing.T) {
 func TestRWMutexBadInput(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		rc := e.rueidisClient(t)
 		c := e.client(t)
 
 		notPanics(t, "nil Client", func() { requireRWMutexFails(t, (*Client)(nil).RWMutex(t.Name()), ErrInvalidArgument) })
@@ -896,7 +892,7 @@ func TestRWMutexBadInput(t *testing.T) {
 		}
 		requireFailedLease(t, delivered(t, m.RAcquire(done)), context.Canceled)
 		requireFailedLease(t, delivered(t, m.Acquire(done)), context.Canceled)
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 
 		// Odd names work and keep their keys in one slot.
 		for i, name := range badInputNames() {
@@ -918,7 +914,7 @@ func TestRWMutexBadInput(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, st.WriteLocked)
 				require.NoError(t, w.Unlock(ctx))
-				requireRWFree(t, e, rc, m)
+				requireRWFree(t, m)
 			})
 		}
 
@@ -940,7 +936,7 @@ func TestRWMutexBadInput(t *testing.T) {
 		<-held.Lost()
 		require.ErrorIs(t, held.Err(), ErrClosed)
 		require.ErrorIs(t, held.Unlock(ctx), ErrNotHeld)
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
@@ -1080,10 +1076,9 @@ func TestRWMutexRedisRestart(t *testing.T) {
 	// The restart took the writers' registrations too: whoever looks
 	// first gets in.
 	unlockAll(t, ctx, append(writers, readers...), 10*time.Second)
-	rc := e.rueidisClient(t)
 	for i := range locks {
 		m := waiter.RWMutex(fmt.Sprintf("rwrestart:%d", i))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	}
 	done()
 }
