@@ -611,8 +611,7 @@ var badInputCases = []biCase{
 
 		// Unlock with an ended context fails and can be retried.
 		ctx := b.ctx(t)
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		err = l.Unlock(done)
 		require.ErrorIs(t, err, context.Canceled)
 		require.NotErrorIs(t, err, ErrNotHeld)
@@ -709,8 +708,7 @@ var badInputCases = []biCase{
 		ctx := b.ctx(t)
 		c := b.client(t, WithWatchdogLease(600*time.Millisecond))
 		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		ok, err := b.client(t).Mutex(t.Name()).ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -796,8 +794,7 @@ var badInputCases = []biCase{
 				})
 				assert.NotEqual(t, ka.fence, kb.lock, "the lock key of %q is the fence key of %q", pair[1], pair[0])
 				assert.NotEqual(t, kb.fence, ka.lock, "the lock key of %q is the fence key of %q", pair[0], pair[1])
-				la, err := ma.TryLock(ctx)
-				require.NoError(t, err)
+				la := mustLock(t, ctx, ma.TryLock)
 				lb, err := mb.TryLock(ctx)
 				if !assert.NoError(t, err, "TryLock %q while %q is held", pair[1], pair[0]) {
 					require.NoError(t, la.Unlock(ctx))
@@ -934,8 +931,7 @@ func FuzzLockName(f *testing.F) {
 		require.Equal(t, slot, slotHash(k.fence), "fence key of %q in another slot", name)
 		require.Equal(t, slot, slotHash(k.channel), "channel of %q in another slot", name)
 
-		l, err := m.TryLock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.TryLock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.True(t, st.Locked)

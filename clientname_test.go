@@ -23,8 +23,7 @@ func TestClientName(t *testing.T) {
 		defer c.Close()
 		_, err = uuid.Parse(c.ID())
 		require.NoError(t, err, "ID is not a UUID: %q", c.ID())
-		l, err := c.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex(t.Name()).Lock)
 		defer l.Unlock(ctx)
 
 		servers := []string{}

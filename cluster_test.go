@@ -83,8 +83,7 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(3*time.Second))
 	m := holder.Mutex("failover")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	next := e.client(t).Mutex("failover").Acquire(ctx)
 	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
 
@@ -124,8 +123,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(10*time.Second))
 	m := holder.Mutex("killed-master")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	master, replica := slotOwner(t, e.cluster, m.keys.lock)
 	require.NoError(t, master.Kill())
 	awaitPromotion(t, replica, 30*time.Second)
@@ -134,8 +132,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	select {
 	case <-l.Lost():
 		t.Logf("lease reported lost: %v", l.Err())
-		nl, err := other.Lock(ctx)
-		require.NoError(t, err)
+		nl := mustLock(t, ctx, other.Lock)
 		require.NoError(t, nl.Unlock(ctx))
 	case <-time.After(5 * time.Second):
 		st, err := m.Inspect(ctx)
@@ -154,8 +151,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrLocked)
 		require.NoError(t, l.Unlock(ctx))
-		nl, err := other.Lock(ctx)
-		require.NoError(t, err)
+		nl := mustLock(t, ctx, other.Lock)
 		require.NoError(t, nl.Unlock(ctx))
 	}
 }

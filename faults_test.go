@@ -36,8 +36,7 @@ func TestMutexRedisRestart(t *testing.T) {
 	var waiting []<-chan *Lease
 	for i := range locks {
 		name := fmt.Sprintf("restart:%d", i)
-		l, err := holder.Mutex(name).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(name).Lock)
 		held = append(held, l)
 		// Two waiting goroutines per lock.
 		waiting = append(waiting, waiter.Mutex(name).Acquire(ctx), waiter.Mutex(name).Acquire(ctx))
@@ -59,8 +58,7 @@ func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
 	ctx := context.Background()
 	const lease = 600 * time.Millisecond
 	c := e.client(t, WithWatchdogLease(lease))
-	l, err := c.Mutex("hang").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, c.Mutex("hang").Lock)
 	time.Sleep(lease / 2)
 	require.NoError(t, e.server.Pause())
 	paused := time.Now()
@@ -211,8 +209,7 @@ func TestMutexUnlockRetryAfterLostReply(t *testing.T) {
 	ctx := context.Background()
 
 	// Load the scripts, so that the release below is one EVALSHA.
-	warm, err := a.Mutex("warm-up").Lock(ctx)
-	require.NoError(t, err)
+	warm := mustLock(t, ctx, a.Mutex("warm-up").Lock)
 	require.NoError(t, warm.Unlock(ctx))
 
 	l, err := a.Mutex("lost-reply").Lock(ctx)
@@ -224,12 +221,10 @@ func TestMutexUnlockRetryAfterLostReply(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the reply is late")
 	// The release reaches Redis; others take the lock and release it.
 	for range 3 {
-		bl, err := b.Mutex("lost-reply").Lock(ctx)
-		require.NoError(t, err)
+		bl := mustLock(t, ctx, b.Mutex("lost-reply").Lock)
 		require.NoError(t, bl.Unlock(ctx))
 	}
-	bl, err := b.Mutex("lost-reply").Lock(ctx)
-	require.NoError(t, err)
+	bl := mustLock(t, ctx, b.Mutex("lost-reply").Lock)
 	p.SetLatency(0)
 	require.NoError(t, l.Unlock(ctx), "the retry must not report a false error")
 	require.ErrorIs(t, l.Err(), ErrReleased)

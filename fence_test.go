@@ -19,8 +19,7 @@ func TestFencedSet(t *testing.T) {
 			return v
 		}
 		m := c.Mutex(t.Name())
-		old, err := m.Lock(ctx)
-		require.NoError(t, err)
+		old := mustLock(t, ctx, m.Lock)
 		require.NoError(t, c.FencedSet(ctx, key, "old", old.Token()))
 		require.NoError(t, old.Unlock(ctx))
 		l, err := m.Lock(ctx)

@@ -187,8 +187,7 @@ func TestGroupOneSlotOneRoundTrip(t *testing.T) {
 	g := NewGroup(c.Mutex("rt:a"), c.Mutex("rt:b"), c.Mutex("rt:c"))
 	require.True(t, g.atomic)
 	// Loads the script into the server.
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 	require.NoError(t, l.Unlock(ctx))
 
 	before := commandCalls(t, e.server)
@@ -243,8 +242,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 		// The group holds x for Mutexes; its Context re-enters x.
 		_, err = a.Mutex(names[0]).TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)
-		inner, err := ms[0].Lock(l.Context())
-		require.NoError(t, err)
+		inner := mustLock(t, l.Context(), ms[0].Lock)
 		st, err := ms[0].Inspect(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, st.Holds)
@@ -254,8 +252,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 
 		// A group acquired with the Context of a Mutex lease of one of
 		// its names re-enters that lock; its Unlock leaves it held.
-		outer, err := ms[2].Lock(ctx)
-		require.NoError(t, err)
+		outer := mustLock(t, ctx, ms[2].Lock)
 		l, err = g.TryLock(outer.Context())
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
@@ -274,8 +271,7 @@ func TestGroupLostWhenAMemberIsLost(t *testing.T) {
 	eachGroupCase(t, []Option{WithPrefix("glost"), WithWatchdogLease(600 * time.Millisecond)}, func(t *testing.T, s groupScenario) {
 		ctx := context.Background()
 		names, g, ms := s.names, s.g, s.ms
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		ok, err := ms[1].ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -295,8 +291,7 @@ func TestGroupFixedLeases(t *testing.T) {
 	c := e.client(t, WithPrefix("gfixed"))
 	const lease = 400 * time.Millisecond
 	g := NewGroup(c.Mutex("a", WithFixedLease(lease)), c.Mutex("b", WithFixedLease(time.Minute)))
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 	start := time.Now()
 	requireLost(t, l, 5*time.Second, ErrExpired)
 	require.Less(t, time.Since(start), lease, "reported lost before the shortest lease ends")
@@ -309,8 +304,7 @@ func TestGroupClientClosed(t *testing.T) {
 	ctx := withTimeout(t, 30*time.Second)
 	a, b, other := e.client(t), e.client(t), e.client(t)
 	g := NewGroup(a.Mutex("x"), b.Mutex("y"))
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 
 	// A group waiting for a lock held elsewhere.
 	held, err := other.Mutex("w").Lock(ctx)
@@ -370,13 +364,11 @@ func TestGroupFencingTokens(t *testing.T) {
 		gc, g, ms := s.gc, s.g, s.ms
 		var before uint64
 		for _, m := range ms {
-			l, err := m.Lock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, m.Lock)
 			before = max(before, l.Token())
 			require.NoError(t, l.Unlock(ctx))
 		}
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		T := l.Token()
 		require.Greater(t, T, before)
 		if !gc.atomic {
@@ -386,8 +378,7 @@ func TestGroupFencingTokens(t *testing.T) {
 		}
 		require.NoError(t, l.Unlock(ctx))
 		for _, m := range ms {
-			ml, err := m.Lock(ctx)
-			require.NoError(t, err)
+			ml := mustLock(t, ctx, m.Lock)
 			require.Greater(t, ml.Token(), T, "later token of %s", m.name)
 			require.NoError(t, ml.Unlock(ctx))
 		}
@@ -537,8 +528,7 @@ func TestGroupBadInput(t *testing.T) {
 	_, err = g.TryLock(nilCtx)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorIs(t, (<-g.Acquire(nilCtx)).Err(), ErrInvalidArgument)
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 	require.ErrorIs(t, l.Unlock(nilCtx), ErrInvalidArgument)
 	require.NoError(t, l.Unlock(ctx))
 
@@ -641,8 +631,7 @@ func TestQuorumLostWhenAMajorityIsLost(t *testing.T) {
 	servers, clients := quorumEnv(t, 5, WithWatchdogLease(lease))
 	ctx := context.Background()
 	q := NewQuorum("lost", clients)
-	l, err := q.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.Lock)
 
 	// One server, then a second, can go: a majority still holds.
 	require.NoError(t, servers[0].Kill())
@@ -742,8 +731,7 @@ func TestQuorumContention(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
 	require.Greater(t, bl.Token(), l.Token())
 	// Re-entry through the lease's Context.
-	inner, err := b.TryLock(bl.Context())
-	require.NoError(t, err)
+	inner := mustLock(t, bl.Context(), b.TryLock)
 	require.NoError(t, inner.Unlock(ctx))
 	require.NoError(t, bl.Unlock(ctx))
 	requireNoLocks(t, servers...)
@@ -755,8 +743,7 @@ func TestQuorumPausedServer(t *testing.T) {
 	servers, clients := quorumEnv(t, 5, WithWatchdogLease(2*time.Second))
 	ctx := context.Background()
 	q := NewQuorum("paused", clients)
-	warm, err := q.Lock(ctx)
-	require.NoError(t, err)
+	warm := mustLock(t, ctx, q.Lock)
 	require.NoError(t, warm.Unlock(ctx))
 
 	require.NoError(t, servers[0].Pause())
@@ -784,8 +771,7 @@ func TestQuorumTokensDoNotDependOnClocks(t *testing.T) {
 	m0 := clients[0].Mutex("clock")
 	_, err := servers[0].Do("HSET", m0.keys.fence, "t", strconv.FormatUint(ahead, 10))
 	require.NoError(t, err)
-	l, err := q.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.Lock)
 	require.Greater(t, l.Token(), ahead)
 	for i := 1; i < 3; i++ {
 		v, err := servers[i].Do("HGET", m0.keys.fence, "t")
@@ -806,8 +792,7 @@ func TestQuorumFixedLeaseExpiry(t *testing.T) {
 	ctx := context.Background()
 	const lease = 300 * time.Millisecond
 	q := NewQuorum("fixed", clients, WithFixedLease(lease))
-	l, err := q.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.Lock)
 	start := time.Now()
 	requireLost(t, l, 5*time.Second, ErrNoQuorum)
 	require.Less(t, time.Since(start), lease)
@@ -905,8 +890,7 @@ func TestQuorumBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorIs(t, (<-q.Acquire(nilCtx)).Err(), ErrInvalidArgument)
 	// Two servers: both are needed.
-	l, err := q.TryLock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.TryLock)
 	require.NoError(t, l.Unlock(ctx))
 }
 
@@ -1000,8 +984,7 @@ func TestGroupMetrics(t *testing.T) {
 		NewGroup(a.Mutex("x"), a.Mutex("y")), // atomic
 		NewGroup(a.Mutex("x"), b.Mutex("y")), // ordered
 	} {
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		require.NoError(t, l.Unlock(ctx))
 	}
 	acquired, released := count("group")

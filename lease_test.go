@@ -88,8 +88,7 @@ func TestLeaseDetach(t *testing.T) {
 		m := Metrics{Lost: func(string, string, error) { lost.Add(1) }, Expired: func(string, string) { expired.Add(1) }}
 		c := e.client(t, WithMetrics(m))
 		slot := c.Mutex(t.Name(), WithFixedLease(time.Second))
-		l, err := slot.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, slot.Lock)
 		require.NoError(t, l.Detach())
 		require.ErrorIs(t, l.Err(), ErrDetached)
 		require.ErrorIs(t, context.Cause(l.Context()), ErrDetached)

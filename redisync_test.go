@@ -68,8 +68,7 @@ func TestCloseLosesAndReleasesLeases(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
-		l, err := a.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
 		held, err := b.Mutex(t.Name() + "/other").Lock(ctx)
 		require.NoError(t, err)
 		defer held.Unlock(ctx)

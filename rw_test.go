@@ -69,8 +69,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 			require.Equal(t, slotHash(k.lock), slotHash(key), "%s in another slot", key)
 		}
 
-		r1, err := ma.RLock(ctx)
-		require.NoError(t, err)
+		r1 := mustLock(t, ctx, ma.RLock)
 		r2, err := mb.TryRLock(ctx)
 		require.NoError(t, err, "readers share")
 		require.Equal(t, t.Name(), r1.Name())
@@ -300,8 +299,7 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 		require.EqualValues(t, 3, inside.Load())
 		for round := range 3 {
 			start := time.Now()
-			l, err := writer.Lock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, writer.Lock)
 			took := time.Since(start)
 			require.Zero(t, inside.Load(), "a reader inside with the writer")
 			require.Less(t, took, 10*time.Second, "writer starved by overlapping readers")
@@ -344,8 +342,7 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 		reader := e.client(t).RWMutex(t.Name())
 		for round := range 5 {
 			start := time.Now()
-			l, err := reader.RLock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, reader.RLock)
 			took := time.Since(start)
 			require.Less(t, took, 10*time.Second, "reader starved by a stream of writers")
 			t.Logf("round %d: reader in after %v", round, took)
@@ -362,15 +359,13 @@ func TestRWMutexDowngrade(t *testing.T) {
 		m := c.RWMutex(t.Name())
 		other := e.client(t).RWMutex(t.Name())
 
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, m.Lock)
 		// Another writer waits; it keeps new readers out, but not the
 		// writer's own.
 		ow := other.Acquire(ctx)
 		waitState(t, m, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "other writer not waiting")
 		start := time.Now()
-		r, err := m.RLock(w.Context())
-		require.NoError(t, err)
+		r := mustLock(t, w.Context(), m.RLock)
 		require.Less(t, time.Since(start), 5*time.Second, "the downgrade waited")
 		require.Equal(t, w.Token(), r.Token(), "the downgraded reader reads the writer's epoch")
 		st, err := m.Inspect(ctx)
@@ -380,8 +375,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 
 		// Still the writer: the read lease's context re-enters the write
 		// lock.
-		w2, err := m.TryLock(r.Context())
-		require.NoError(t, err)
+		w2 := mustLock(t, r.Context(), m.TryLock)
 		require.Equal(t, w.Token(), w2.Token())
 		require.NoError(t, w2.Unlock(ctx))
 
@@ -413,8 +407,7 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		m := e.client(t).RWMutex(t.Name())
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		start := time.Now()
 		l, err := m.Lock(r.Context())
 		require.ErrorIs(t, err, ErrUpgrade)
@@ -436,8 +429,7 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 		require.Equal(t, 1, st.Readers)
 		require.False(t, st.WriteLocked)
 		require.Zero(t, st.WritersWaiting, "a refused upgrade keeps no reader out")
-		r2, err := e.client(t).RWMutex(t.Name()).TryRLock(ctx)
-		require.NoError(t, err)
+		r2 := mustLock(t, ctx, e.client(t).RWMutex(t.Name()).TryRLock)
 		require.NoError(t, r2.Unlock(ctx))
 
 		// Once the read lease ended, its context locks like any other.
@@ -463,10 +455,8 @@ func TestRWMutexReentrant(t *testing.T) {
 		waitState(t, m, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "writer not waiting")
 		_, err = m.TryRLock(ctx)
 		require.ErrorIs(t, err, ErrLocked, "without the lease's context a reader waits")
-		r2, err := m.RLock(r1.Context())
-		require.NoError(t, err)
-		r3, err := m.TryRLock(r2.Context())
-		require.NoError(t, err)
+		r2 := mustLock(t, r1.Context(), m.RLock)
+		r3 := mustLock(t, r2.Context(), m.TryRLock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 3, st.Readers)
@@ -492,8 +482,7 @@ func TestRWMutexReentrant(t *testing.T) {
 			require.Zero(t, st.Readers)
 		}))
 		// Another client's context does not re-enter.
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		_, err = e.client(t).RWMutex(t.Name()).TryLock(l.Context())
 		require.ErrorIs(t, err, ErrLocked)
 		_, err = e.client(t).RWMutex(t.Name()).TryRLock(l.Context())
@@ -510,10 +499,8 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		m := c.RWMutex(t.Name())
 
 		// Readers: ForceUnlock ends every share.
-		r1, err := m.RLock(ctx)
-		require.NoError(t, err)
-		r2, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r1 := mustLock(t, ctx, m.RLock)
+		r2 := mustLock(t, ctx, m.RLock)
 		ok, err := e.client(t).RWMutex(t.Name()).ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -525,8 +512,7 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		}
 
 		// A writer likewise.
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, m.Lock)
 		ok, err = m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -538,8 +524,7 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		// Re-entering a lease whose lock is gone in Redis, before the
 		// watchdog noticed: an error at once, not a wait nor a new lock.
 		slow := e.client(t).RWMutex(t.Name())
-		r, err := slow.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, slow.RLock)
 		w, err = e.client(t).RWMutex(t.Name() + "/w").Lock(ctx)
 		require.NoError(t, err)
 		_, err = slow.ForceUnlock(ctx)
@@ -565,15 +550,13 @@ func TestRWMutexFixedLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		m := e.client(t).RWMutex(t.Name(), WithFixedLease(400*time.Millisecond))
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.LessOrEqual(t, st.ReadTTL, 400*time.Millisecond)
 		requireLost(t, r, 5*time.Second, ErrExpired)
 		// The writer gets in once the share ran out, woken by its timer.
-		w, err := e.client(t).RWMutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, e.client(t).RWMutex(t.Name()).Lock)
 		require.ErrorIs(t, r.Unlock(ctx), ErrNotHeld)
 		require.NoError(t, w.Unlock(ctx))
 
@@ -599,10 +582,8 @@ func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 	const name = "reader-crash"
 	m := healthy.RWMutex(name)
 
-	dead, err := crashing.RWMutex(name).RLock(ctx)
-	require.NoError(t, err)
-	alive, err := m.RLock(ctx)
-	require.NoError(t, err)
+	dead := mustLock(t, ctx, crashing.RWMutex(name).RLock)
+	alive := mustLock(t, ctx, m.RLock)
 	st, err := m.Inspect(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Readers)
@@ -637,8 +618,7 @@ func TestRWMutexWaitingWriterDies(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		// A writer registers as waiting and is never heard of again.
 		dead := c.newOwner()
 		res, err := m.attempt(ctx, rwLockScript, "write lock",
@@ -650,8 +630,7 @@ func TestRWMutexWaitingWriterDies(t *testing.T) {
 		_, err = m.TryRLock(ctx)
 		require.ErrorIs(t, err, ErrLocked, "the waiting writer keeps readers out")
 		start := time.Now()
-		r2, err := e.client(t).RWMutex(t.Name()).RLock(ctx)
-		require.NoError(t, err)
+		r2 := mustLock(t, ctx, e.client(t).RWMutex(t.Name()).RLock)
 		waited := time.Since(start)
 		t.Logf("reader in %v after the writer's last attempt", waited)
 		require.Less(t, waited, 10*time.Second)
@@ -680,8 +659,7 @@ func TestRWMutexWakeUps(t *testing.T) {
 		hm := holder.RWMutex(t.Name())
 
 		// A writer's release wakes every waiting reader of a Client.
-		w, err := hm.Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, hm.Lock)
 		c := e.client(t)
 		waiting := make([]<-chan *Lease, readers)
 		for i := range waiting {
@@ -749,8 +727,7 @@ func TestRWMutexRetriedUnlock(t *testing.T) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
 		m := a.RWMutex(t.Name())
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		// The release reaches Redis, its reply is lost; a writer comes and
 		// goes. The retry reports success.
 		st, err := a.rwReleaseRead(ctx, m.keys, r.h.owner)
@@ -759,17 +736,14 @@ func TestRWMutexRetriedUnlock(t *testing.T) {
 		r.mu.Lock()
 		r.unsure = time.Now()
 		r.mu.Unlock()
-		wl, err := b.RWMutex(t.Name()).TryLock(ctx)
-		require.NoError(t, err)
+		wl := mustLock(t, ctx, b.RWMutex(t.Name()).TryLock)
 		require.NoError(t, wl.Unlock(ctx))
 		require.NoError(t, r.Unlock(ctx))
 		require.ErrorIs(t, r.Err(), ErrReleased)
 
 		// A writer's: the retry neither fails nor frees the next writer.
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
-		inner, err := m.Lock(w.Context())
-		require.NoError(t, err)
+		w := mustLock(t, ctx, m.Lock)
+		inner := mustLock(t, w.Context(), m.Lock)
 		st, err = a.rwReleaseWrite(ctx, m.keys, w.h.owner, inner.hold)
 		require.NoError(t, err)
 		require.Equal(t, stillHeld, st)
@@ -780,8 +754,7 @@ func TestRWMutexRetriedUnlock(t *testing.T) {
 		st, err = a.rwReleaseWrite(ctx, m.keys, w.h.owner, w.hold)
 		require.NoError(t, err)
 		require.Equal(t, freed, st)
-		other, err := b.RWMutex(t.Name()).TryLock(ctx)
-		require.NoError(t, err)
+		other := mustLock(t, ctx, b.RWMutex(t.Name()).TryLock)
 		require.NoError(t, w.Unlock(ctx))
 		s, err = m.Inspect(ctx)
 		require.NoError(t, err)
@@ -838,8 +811,7 @@ func TestRWMutexLocker(t *testing.T) {
 		}
 		// An RLocker waits for the writer.
 		closing := e.client(t)
-		cw, err := closing.RWMutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		cw := mustLock(t, ctx, closing.RWMutex(t.Name()).Lock)
 		blocked := e.client(t).RWMutex(t.Name()).RLocker()
 		returned := make(chan struct{})
 		go func() { blocked.Lock(); close(returned) }()
@@ -902,8 +874,7 @@ func TestRWMutexBadInput(t *testing.T) {
 				for _, key := range append(k.all(), k.channel) {
 					require.Equal(t, slotHash(k.lock), slotHash(key))
 				}
-				r, err := m.TryRLock(ctx)
-				require.NoError(t, err)
+				r := mustLock(t, ctx, m.TryRLock)
 				w, err := m.TryLock(r.Context())
 				require.ErrorIs(t, err, ErrUpgrade)
 				require.Nil(t, w)
@@ -919,18 +890,15 @@ func TestRWMutexBadInput(t *testing.T) {
 		}
 
 		// A Mutex and an RWMutex of one name are different locks.
-		ml, err := c.Mutex(t.Name()).TryLock(ctx)
-		require.NoError(t, err)
-		wl, err := m.TryLock(ml.Context())
-		require.NoError(t, err)
+		ml := mustLock(t, ctx, c.Mutex(t.Name()).TryLock)
+		wl := mustLock(t, ml.Context(), m.TryLock)
 		require.NoError(t, wl.Unlock(ctx))
 		require.NoError(t, ml.Unlock(ctx))
 
 		// Closed Client.
 		closed := e.client(t)
 		cm := closed.RWMutex(t.Name())
-		held, err := cm.RLock(ctx)
-		require.NoError(t, err)
+		held := mustLock(t, ctx, cm.RLock)
 		require.NoError(t, closed.Close())
 		requireRWMutexFails(t, cm, ErrClosed)
 		<-held.Lost()
@@ -1056,8 +1024,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		name := fmt.Sprintf("rwrestart:%d", i)
 		m := holder.RWMutex(name)
 		for range 2 {
-			l, err := m.RLock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, m.RLock)
 			held = append(held, l)
 		}
 		// A writer waits for the readers; a reader waits behind it.
@@ -1102,8 +1069,7 @@ func TestRWMutexReplicaAck(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Free(), "nothing held after a failed acknowledgement")
 	require.NoError(t, replica.Resume())
-	w, err := m.Lock(ctx)
-	require.NoError(t, err)
+	w := mustLock(t, ctx, m.Lock)
 	require.NoError(t, w.Unlock(ctx))
 }
 
@@ -1197,10 +1163,8 @@ func TestRWMutexMetrics(t *testing.T) {
 		var r recorder
 		c := e.client(t, WithMetrics(r.metrics()))
 		m := c.RWMutex(t.Name())
-		r1, err := m.RLock(ctx)
-		require.NoError(t, err)
-		r2, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r1 := mustLock(t, ctx, m.RLock)
+		r2 := mustLock(t, ctx, m.RLock)
 		require.NoError(t, r1.Unlock(ctx))
 		require.NoError(t, r2.Unlock(ctx))
 		w, err := m.Lock(ctx)

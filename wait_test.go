@@ -277,8 +277,7 @@ func TestWaitingAtScale(t *testing.T) {
 	waiting := e.clients(t, clients, WithPrefix(prefix))
 	held := make([]*Lease, names)
 	for i := range names {
-		l, err := holder.Mutex(strconv.Itoa(i)).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(strconv.Itoa(i)).Lock)
 		held[i] = l
 	}
 	runtime.GC()
