@@ -121,8 +121,7 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 func TestClusterMasterKilled(t *testing.T) {
 	e := ownCluster(t)
 	ctx := withTimeout(t, time.Minute)
-	holder := e.client(t, WithWatchdogLease(10*time.Second))
-	m := holder.Mutex("killed-master")
+	m := e.client(t, WithWatchdogLease(10*time.Second)).Mutex("killed-master")
 	l := mustLock(t, ctx, m.Lock)
 	master, replica := slotOwner(t, e.cluster, m.keys.lock)
 	require.NoError(t, master.Kill())

@@ -16,8 +16,7 @@ import (
 func TestFairMutexBasics(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		m := c.FairMutex(t.Name())
+		m := e.client(t).FairMutex(t.Name())
 		l := mustLock(t, ctx, m.Lock)
 		require.NotZero(t, l.Token())
 		inner, err := m.Lock(l.Context())

@@ -22,8 +22,7 @@ func latchOpen(ch <-chan struct{}) bool {
 func TestLatchBasics(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		l := c.Latch(t.Name())
+		l := e.client(t).Latch(t.Name())
 		require.Equal(t, t.Name(), l.Name())
 		require.Equal(t, slotHash(l.key), slotHash(l.channel))
 
@@ -180,8 +179,7 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 func TestLatchWaiterSeesOpeningThatWasReset(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		c := e.client(t)
-		l := c.Latch(t.Name())
+		l := e.client(t).Latch(t.Name())
 		_, err := l.TrySetCount(ctx, 1)
 		require.NoError(t, err)
 		w := make(chan error, 1)
@@ -278,8 +276,7 @@ func TestLatchBadInput(t *testing.T) {
 func TestLatchDoneEnds(t *testing.T) {
 	e := standaloneEnv(t)
 	ctx := context.Background()
-	c := e.client(t)
-	l := c.Latch(t.Name())
+	l := e.client(t).Latch(t.Name())
 	_, err := l.TrySetCount(ctx, 1)
 	require.NoError(t, err)
 	defer l.Reset(ctx, 0)

@@ -80,8 +80,7 @@ func TestMutexHandOff(t *testing.T) {
 func TestMutexLostOnDelete(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		m := c.Mutex(t.Name())
+		m := e.client(t, WithWatchdogLease(600*time.Millisecond)).Mutex(t.Name())
 		l := mustLock(t, ctx, m.Lock)
 		ok, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
@@ -94,8 +93,7 @@ func TestMutexLostOnDelete(t *testing.T) {
 func TestMutexReentrant(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		m := c.Mutex(t.Name())
+		m := e.client(t).Mutex(t.Name())
 		l1 := mustLock(t, ctx, m.Lock)
 		l2 := mustLock(t, l1.Context(), m.Lock)
 		require.Equal(t, l1.Token(), l2.Token())
@@ -115,8 +113,7 @@ func TestMutexReentrant(t *testing.T) {
 func TestMutexFixedLeaseExpires(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		m := c.Mutex(t.Name(), WithFixedLease(400*time.Millisecond))
+		m := e.client(t).Mutex(t.Name(), WithFixedLease(400*time.Millisecond))
 		l := mustLock(t, ctx, m.Lock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
@@ -221,8 +218,7 @@ func TestMutexRetriedUnlock(t *testing.T) {
 
 func TestMutexNestedCodeReenters(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		c := e.client(t)
-		m := c.Mutex(t.Name())
+		m := e.client(t).Mutex(t.Name())
 		ctx := withTimeout(t, 10*time.Second)
 		require.NoError(t, nested(ctx, m.Lock, 5, func() {
 			st, err := m.Inspect(ctx)
@@ -243,8 +239,7 @@ func TestMutexNestedCodeReenters(t *testing.T) {
 func TestMutexReentryLostWithOwner(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		m := c.Mutex(t.Name())
+		m := e.client(t, WithWatchdogLease(600*time.Millisecond)).Mutex(t.Name())
 		outer := mustLock(t, ctx, m.Lock)
 		inner, err := m.Lock(outer.Context())
 		require.NoError(t, err)

@@ -355,8 +355,7 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 func TestRWMutexDowngrade(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		m := c.RWMutex(t.Name())
+		m := e.client(t).RWMutex(t.Name())
 		other := e.client(t).RWMutex(t.Name())
 
 		w := mustLock(t, ctx, m.Lock)
@@ -444,8 +443,7 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 func TestRWMutexReentrant(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
-		c := e.client(t)
-		m := c.RWMutex(t.Name())
+		m := e.client(t).RWMutex(t.Name())
 
 		// Reads: a re-entry does not wait behind a waiting writer, which
 		// would deadlock.
@@ -912,8 +910,7 @@ func TestRWMutexWrongType(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
-		c := e.client(t)
-		m := c.RWMutex(t.Name())
+		m := e.client(t).RWMutex(t.Name())
 		plants := []struct {
 			what string
 			key  string
@@ -1161,8 +1158,7 @@ func TestRWMutexMetrics(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var r recorder
-		c := e.client(t, WithMetrics(r.metrics()))
-		m := c.RWMutex(t.Name())
+		m := e.client(t, WithMetrics(r.metrics())).RWMutex(t.Name())
 		r1 := mustLock(t, ctx, m.RLock)
 		r2 := mustLock(t, ctx, m.RLock)
 		require.NoError(t, r1.Unlock(ctx))

@@ -128,8 +128,7 @@ func TestSemaphoreBasics(t *testing.T) {
 func TestSemaphoreSize(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		s := c.Semaphore(t.Name())
+		s := e.client(t).Semaphore(t.Name())
 
 		// No size: acquisitions fail at once, whatever their form.
 		_, err := s.Lock(ctx, 1)
@@ -701,8 +700,7 @@ func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 func TestSemaphoreDeleteAndClose(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		s := c.Semaphore(t.Name())
+		s := e.client(t, WithWatchdogLease(600*time.Millisecond)).Semaphore(t.Name())
 		semSized(t, s, 2)
 		l, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
