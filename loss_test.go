@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,10 +17,7 @@ func TestLossDetectionMode(t *testing.T) {
 	e := standaloneEnv(t)
 	require.Equal(t, DetectOnChange, e.client(t).LossDetection())
 	require.Equal(t, DetectOnRenewal, e.renewalClient(t).LossDetection())
-	c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithLogger(quietLogger()))
-	require.NoError(t, err)
-	defer c.Close()
-	require.Equal(t, DetectOnRenewal, c.LossDetection())
+	require.Equal(t, DetectOnRenewal, dial(t, e.addrs).LossDetection())
 	require.Equal(t, "on change", DetectOnChange.String())
 	require.Equal(t, DetectOnRenewal, (*Client)(nil).LossDetection())
 }
