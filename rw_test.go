@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -1097,14 +1096,12 @@ func BenchmarkRWMutexReadHeavy(b *testing.B) {
 		}
 	}
 	benchWaitUnsubscribed(b, e, ms[0].keys.channel)
-	b.SetParallelism(max(1, (4*clients+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
-	var next, reads, writes, readers, writers, violations atomic.Int64
+	var reads, writes, readers, writers, violations atomic.Int64
 	before := commandCalls(b, e.server)
 	b.ResetTimer()
 	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		m := ms[int(next.Add(1)-1)%clients]
-		rnd := rand.New(rand.NewPCG(uint64(next.Load()), 7))
+	runOnHandles(b, ms, 4, func(pb *testing.PB, i int, m *RWMutex) {
+		rnd := rand.New(rand.NewPCG(uint64(i+1), 7))
 		for pb.Next() {
 			if rnd.IntN(100) < 5 {
 				l, err := m.Lock(ctx)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -974,12 +973,10 @@ func BenchmarkSemaphoreContended(b *testing.B) {
 	}
 	defer ss[0].Delete(ctx)
 	benchSemLockUnlock(b, ss[0], 1)
-	b.SetParallelism(max(1, (2*clients+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
-	var next, inside, overs atomic.Int64
+	var inside, overs atomic.Int64
 	before := commandCalls(b, e.server)
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		s := ss[int(next.Add(1)-1)%clients]
+	runOnHandles(b, ss, 2, func(pb *testing.PB, _ int, s *Semaphore) {
 		for pb.Next() {
 			n := 1 + rand.IntN(size)
 			l, err := s.Lock(ctx, n)
