@@ -391,10 +391,7 @@ func TestGroupOverlappingNeverDeadlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const prefix = "goverlap"
 		ctx := withTimeout(t, 2*time.Minute)
-		var clients []*Client
-		for range 4 {
-			clients = append(clients, e.client(t, WithPrefix(prefix)))
-		}
+		clients := e.clients(t, 4, WithPrefix(prefix))
 		// In one slot, so that single-Client groups are atomic on Cluster
 		// too; ordered groups mix Clients.
 		names := taggedNames("ov", "a", "b", "c", "d", "e", "f")
@@ -908,10 +905,7 @@ func BenchmarkGroup3Locks(b *testing.B) {
 		clients int
 	}{{"atomic", 1}, {"ordered", 3}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var cs []*Client
-			for range bc.clients {
-				cs = append(cs, e.client(b))
-			}
+			cs := e.clients(b, bc.clients)
 			var ms []*Mutex
 			for i, n := range []string{"bench:group:a", "bench:group:b", "bench:group:c"} {
 				ms = append(ms, cs[i%len(cs)].Mutex(n))

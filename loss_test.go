@@ -162,10 +162,7 @@ func TestNoFalseLoss(t *testing.T) {
 		var counted atomic.Int64
 		log, lines := newRecorder(slog.LevelWarn)
 		metrics := Metrics{Lost: func(string, string, error) { counted.Add(1) }}
-		var clients []*Client
-		for range 8 {
-			clients = append(clients, e.client(t, WithLogger(log), WithMetrics(metrics)))
-		}
+		clients := e.clients(t, 8, WithLogger(log), WithMetrics(metrics))
 		name := t.Name()
 		var left, handed atomic.Int64
 		left.Store(int64(2 * total))
