@@ -107,10 +107,9 @@ func BenchmarkMutexContended(b *testing.B) {
 	e := standaloneEnv(b)
 	ctx := context.Background()
 	const name = "bench:contended"
-	ms := make([]*Mutex, clients)
-	for i := range ms {
-		ms[i] = e.client(b).Mutex(name)
-		benchLockUnlock(b, ms[i])
+	ms := onClients(b, e, clients, func(c *Client) *Mutex { return c.Mutex(name) })
+	for _, m := range ms {
+		benchLockUnlock(b, m)
 	}
 	channel := ms[0].keys.channel
 	benchWaitUnsubscribed(b, e, channel)

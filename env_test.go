@@ -162,6 +162,17 @@ func (e *env) clients(t testing.TB, n int, opts ...Option) []*Client {
 	return cs
 }
 
+// onClients returns n handles that handle makes, each on a Client of the
+// env of its own (see client).
+func onClients[H any](t testing.TB, e *env, n int, handle func(*Client) H) []H {
+	t.Helper()
+	hs := make([]H, n)
+	for i, c := range e.clients(t, n) {
+		hs[i] = handle(c)
+	}
+	return hs
+}
+
 // dial returns a Client that owns its connection to addrs (see Dial),
 // without client-side caching (LossDetection DetectOnRenewal: the fault
 // tests count on renewals); closed at the end of the test unless closed

@@ -1077,9 +1077,8 @@ func BenchmarkRWMutexReadHeavy(b *testing.B) {
 	e := standaloneEnv(b)
 	ctx := context.Background()
 	const name = "bench:rw:readheavy"
-	ms := make([]*RWMutex, clients)
+	ms := onClients(b, e, clients, func(c *Client) *RWMutex { return c.RWMutex(name) })
 	for i := range ms {
-		ms[i] = e.client(b).RWMutex(name)
 		l, err := ms[i].Lock(ctx)
 		if err != nil {
 			b.Fatal(err)

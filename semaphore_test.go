@@ -34,10 +34,7 @@ func semSized(t testing.TB, s *Semaphore, size int) *Semaphore {
 // each on a Client of its own, and sets its size.
 func semOnClients(t testing.TB, e *env, n, size int) []*Semaphore {
 	t.Helper()
-	ss := make([]*Semaphore, n)
-	for i := range ss {
-		ss[i] = e.client(t).Semaphore(t.Name())
-	}
+	ss := onClients(t, e, n, func(c *Client) *Semaphore { return c.Semaphore(t.Name()) })
 	semSized(t, ss[0], size)
 	return ss
 }
@@ -964,10 +961,7 @@ func BenchmarkSemaphoreContended(b *testing.B) {
 	e := standaloneEnv(b)
 	ctx := context.Background()
 	const name = "bench:semaphore-contended"
-	ss := make([]*Semaphore, clients)
-	for i := range ss {
-		ss[i] = e.client(b).Semaphore(name)
-	}
+	ss := onClients(b, e, clients, func(c *Client) *Semaphore { return c.Semaphore(name) })
 	if _, err := ss[0].SetSize(ctx, size); err != nil {
 		b.Fatal(err)
 	}
