@@ -291,8 +291,7 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 
 	m := c.Mutex(name)
 	require.Equal(t, name, m.Name())
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	require.NoError(t, l.Err())
 	require.Equal(t, name, l.Name())
 	require.NotZero(t, l.Token())
@@ -302,7 +301,7 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	require.True(t, b.exists(t, k.lock))
 
 	// Another client sees it held.
-	_, err = other.Mutex(name).TryLock(ctx)
+	_, err := other.Mutex(name).TryLock(ctx)
 	require.ErrorIs(t, err, ErrLocked)
 	// The lease's context re-enters it.
 	inner, err := m.TryLock(l.Context())
@@ -691,10 +690,9 @@ var badInputCases = []biCase{
 	{"Unlock twice", func(t *testing.T, b *bi) {
 		c := b.client(t)
 		ctx := b.ctx(t)
-		l, err := c.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex(t.Name()).Lock)
 		require.NoError(t, l.Unlock(ctx))
-		err = l.Unlock(ctx)
+		err := l.Unlock(ctx)
 		require.ErrorIs(t, err, ErrNotHeld)
 		require.ErrorIs(t, err, ErrReleased)
 		require.ErrorIs(t, l.Err(), ErrReleased)
@@ -824,8 +822,7 @@ var badInputCases = []biCase{
 		ctx := b.ctx(t)
 		c := b.client(t)
 		m := c.Mutex(t.Name())
-		held, err := m.Lock(ctx)
-		require.NoError(t, err)
+		held := mustLock(t, ctx, m.Lock)
 		require.NoError(t, c.Close())
 		require.NoError(t, c.Close())
 		requireAllFail(t, m, ErrClosed)
@@ -834,7 +831,7 @@ var badInputCases = []biCase{
 		requireAllFail(t, c.Mutex(""), ErrInvalidArgument)
 		<-held.Lost()
 		require.ErrorIs(t, held.Err(), ErrClosed)
-		err = held.Unlock(ctx)
+		err := held.Unlock(ctx)
 		require.ErrorIs(t, err, ErrNotHeld)
 		require.ErrorIs(t, err, ErrClosed)
 		lk := m.Locker()

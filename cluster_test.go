@@ -170,8 +170,7 @@ func TestClusterFailoverWithoutTheKeyLosesAtOnce(t *testing.T) {
 	// master dies before the replica resumes.
 	require.NoError(t, replica.Pause())
 	mustDo(t, master, "CLIENT", "KILL", "TYPE", "replica")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	time.Sleep(100 * time.Millisecond) // tracked
 	require.NoError(t, master.Kill())
 	require.NoError(t, replica.Resume())
@@ -184,6 +183,6 @@ func TestClusterFailoverWithoutTheKeyLosesAtOnce(t *testing.T) {
 		t.Fatal("lease not reported lost 5s after the new master took over")
 	}
 	require.ErrorIs(t, l.Err(), ErrExpired)
-	_, err = replica.Do("EXISTS", m.keys.lock)
+	_, err := replica.Do("EXISTS", m.keys.lock)
 	require.NoError(t, err)
 }

@@ -81,14 +81,13 @@ func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 	e := ownServer(t)
 	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t)
-	l, err := holder.Mutex("resub").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, holder.Mutex("resub").Lock)
 	waiter := e.client(t)
 	w := waiter.Mutex("resub").Acquire(ctx)
 	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
 	// Drop the waiter's connections; the release is published while it
 	// resubscribes, or before.
-	_, err = e.server.Do("CLIENT", "KILL", "TYPE", "pubsub")
+	_, err := e.server.Do("CLIENT", "KILL", "TYPE", "pubsub")
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, recv(t, w, 10*time.Second, "waiter after the release").Unlock(ctx))
@@ -143,15 +142,14 @@ func TestMutexReplicaAck(t *testing.T) {
 	e, c, replica := ackedClient(t)
 	ctx := context.Background()
 	m := c.Mutex("acked")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	requireLockOwner(t, replica, m.keys.lock, l.h.owner, "the replica has the lock when Lock returns")
 	require.NoError(t, l.Unlock(ctx))
 
 	// A replica that does not answer: the acquisition is undone.
 	require.NoError(t, replica.Pause())
 	defer replica.Resume()
-	_, err = m.TryLock(ctx)
+	_, err := m.TryLock(ctx)
 	require.ErrorIs(t, err, ErrNotReplicated)
 	st, err := m.Inspect(ctx)
 	require.NoError(t, err)
@@ -212,11 +210,10 @@ func TestMutexUnlockRetryAfterLostReply(t *testing.T) {
 	warm := mustLock(t, ctx, a.Mutex("warm-up").Lock)
 	require.NoError(t, warm.Unlock(ctx))
 
-	l, err := a.Mutex("lost-reply").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, a.Mutex("lost-reply").Lock)
 	p.SetLatency(300 * time.Millisecond)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = l.Unlock(short)
+	err := l.Unlock(short)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the reply is late")
 	// The release reaches Redis; others take the lock and release it.

@@ -108,8 +108,7 @@ func TestGroupLockUnlock(t *testing.T) {
 	eachGroupCase(t, []Option{WithPrefix("glu")}, func(t *testing.T, s groupScenario) {
 		ctx := context.Background()
 		gc, b, names, g, ms := s.gc, s.b, s.names, s.g, s.ms
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		require.NoError(t, l.Err())
 		require.NotZero(t, l.Token())
 		require.Equal(t, fmt.Sprintf("%q", names), l.Name())
@@ -131,7 +130,7 @@ func TestGroupLockUnlock(t *testing.T) {
 		}
 		// Another group over one of the names fails and holds nothing.
 		other := NewGroup(b.Mutex(names[1]), b.Mutex(t.Name()+":free"))
-		_, err = other.TryLock(ctx)
+		_, err := other.TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)
 		require.Contains(t, err.Error(), names[1])
 		requireFree(t, b.Mutex(t.Name()+":free"))
@@ -216,8 +215,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 
 		// A Mutex holds y: the group waits, holding nothing (atomic)
 		// or what comes before y (ordered).
-		held, err := b.Mutex(names[1]).Lock(ctx)
-		require.NoError(t, err)
+		held := mustLock(t, ctx, b.Mutex(names[1]).Lock)
 		got := g.Acquire(ctx)
 		time.Sleep(100 * time.Millisecond)
 		select {
@@ -240,7 +238,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 		require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
 
 		// The group holds x for Mutexes; its Context re-enters x.
-		_, err = a.Mutex(names[0]).TryLock(ctx)
+		_, err := a.Mutex(names[0]).TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)
 		inner := mustLock(t, l.Context(), ms[0].Lock)
 		st, err := ms[0].Inspect(ctx)
@@ -307,8 +305,7 @@ func TestGroupClientClosed(t *testing.T) {
 	l := mustLock(t, ctx, g.Lock)
 
 	// A group waiting for a lock held elsewhere.
-	held, err := other.Mutex("w").Lock(ctx)
-	require.NoError(t, err)
+	held := mustLock(t, ctx, other.Mutex("w").Lock)
 	waiting := NewGroup(a.Mutex("v"), b.Mutex("w")).Acquire(ctx)
 	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "the waiting group did not subscribe")
 
@@ -327,7 +324,7 @@ func TestGroupClientClosed(t *testing.T) {
 	// The member on b is released at once.
 	eventuallyFree(t, 2*time.Second, other.Mutex("x"), other.Mutex("y"), other.Mutex("v"))
 	require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-	_, err = g.Lock(ctx)
+	_, err := g.Lock(ctx)
 	require.ErrorIs(t, err, ErrClosed)
 
 	require.NoError(t, held.Unlock(ctx))
@@ -711,9 +708,8 @@ func TestQuorumContention(t *testing.T) {
 	ctx := withTimeout(t, 30*time.Second)
 	others := clientsOf(t, servers)
 	a, b := NewQuorum("busy", clients), NewQuorum("busy", others)
-	l, err := a.Lock(ctx)
-	require.NoError(t, err)
-	_, err = b.TryLock(ctx)
+	l := mustLock(t, ctx, a.Lock)
+	_, err := b.TryLock(ctx)
 	require.ErrorIs(t, err, ErrNoQuorum)
 	require.ErrorIs(t, err, ErrLocked)
 	// A Mutex of the name on one server waits as well.

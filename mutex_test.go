@@ -29,15 +29,14 @@ func TestMutexLockUnlock(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t)
 		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		require.NoError(t, l.Err())
 		require.NotZero(t, l.Token())
 		st := requireHeld(t, m, l, 1)
 		require.Equal(t, c.ID(), st.ClientID())
 		require.Greater(t, st.TTL, 20*time.Second)
 
-		_, err = c.Mutex(t.Name()).TryLock(ctx)
+		_, err := c.Mutex(t.Name()).TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)
 
 		require.NoError(t, l.Unlock(ctx))
@@ -241,12 +240,11 @@ func TestMutexReentryLostWithOwner(t *testing.T) {
 		ctx := context.Background()
 		m := e.client(t, WithWatchdogLease(600*time.Millisecond)).Mutex(t.Name())
 		outer := mustLock(t, ctx, m.Lock)
-		inner, err := m.Lock(outer.Context())
-		require.NoError(t, err)
+		inner := mustLock(t, outer.Context(), m.Lock)
 		require.NoError(t, outer.Unlock(ctx), "releasing out of order keeps the inner hold")
 		s, _ := m.Inspect(ctx)
 		require.True(t, s.Locked)
-		_, err = m.ForceUnlock(ctx)
+		_, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		select {
 		case <-inner.Lost():

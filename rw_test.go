@@ -446,11 +446,10 @@ func TestRWMutexReentrant(t *testing.T) {
 
 		// Reads: a re-entry does not wait behind a waiting writer, which
 		// would deadlock.
-		r1, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r1 := mustLock(t, ctx, m.RLock)
 		ow := e.client(t).RWMutex(t.Name()).Acquire(ctx)
 		waitState(t, m, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "writer not waiting")
-		_, err = m.TryRLock(ctx)
+		_, err := m.TryRLock(ctx)
 		require.ErrorIs(t, err, ErrLocked, "without the lease's context a reader waits")
 		r2 := mustLock(t, r1.Context(), m.RLock)
 		r3 := mustLock(t, r2.Context(), m.TryRLock)
@@ -1050,14 +1049,13 @@ func TestRWMutexReplicaAck(t *testing.T) {
 	_, c, replica := ackedClient(t)
 	ctx := context.Background()
 	m := c.RWMutex("rwacked")
-	r, err := m.RLock(ctx)
-	require.NoError(t, err)
+	r := mustLock(t, ctx, m.RLock)
 	requireReply(t, replica, "1", "the replica has the share when RLock returns", "ZCARD", m.keys.readers)
 	require.NoError(t, r.Unlock(ctx))
 
 	require.NoError(t, replica.Pause())
 	defer replica.Resume()
-	_, err = m.TryRLock(ctx)
+	_, err := m.TryRLock(ctx)
 	require.ErrorIs(t, err, ErrNotReplicated)
 	_, err = m.TryLock(ctx)
 	require.ErrorIs(t, err, ErrNotReplicated)
@@ -1159,9 +1157,8 @@ func TestRWMutexMetrics(t *testing.T) {
 		r2 := mustLock(t, ctx, m.RLock)
 		require.NoError(t, r1.Unlock(ctx))
 		require.NoError(t, r2.Unlock(ctx))
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
-		_, err = m.ForceUnlock(ctx)
+		w := mustLock(t, ctx, m.Lock)
+		_, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.ErrorIs(t, w.Unlock(ctx), ErrNotHeld)
 
