@@ -137,8 +137,7 @@ func TestLostSoonAfterRestartWithoutData(t *testing.T) {
 func TestRenewalModeFindsLossOnRenewal(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.renewalClient(t, WithWatchdogLease(600*time.Millisecond))
-		m := c.Mutex(t.Name())
+		m := e.renewalClient(t, WithWatchdogLease(600*time.Millisecond)).Mutex(t.Name())
 		l := mustLock(t, ctx, m.Lock)
 		_, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
