@@ -85,7 +85,7 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 	m := holder.Mutex("failover")
 	l := mustLock(t, ctx, m.Lock)
 	next := e.client(t).Mutex("failover").Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+	e.awaitChannels(t, 1, 5*time.Second, "waiter did not subscribe")
 
 	master, replica := slotOwner(t, e.cluster, m.keys.lock)
 	// Once the replica has everything the master wrote, it takes over.

@@ -41,7 +41,7 @@ func TestMutexRedisRestart(t *testing.T) {
 		// Two waiting goroutines per lock.
 		waiting = append(waiting, waiter.Mutex(name).Acquire(ctx), waiter.Mutex(name).Acquire(ctx))
 	}
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == locks }, "waiters did not subscribe")
+	e.awaitChannels(t, locks, 5*time.Second, "waiters did not subscribe")
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {
@@ -84,7 +84,7 @@ func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 	l := mustLock(t, ctx, holder.Mutex("resub").Lock)
 	waiter := e.client(t)
 	w := waiter.Mutex("resub").Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+	e.awaitChannels(t, 1, 5*time.Second, "waiter did not subscribe")
 	// Drop the waiter's connections; the release is published while it
 	// resubscribes, or before.
 	_, err := e.server.Do("CLIENT", "KILL", "TYPE", "pubsub")
@@ -341,5 +341,5 @@ func TestMutexWaitersWithoutShardedPubSub(t *testing.T) {
 		_, err := s.Do("CLIENT", "KILL", "TYPE", "pubsub")
 		require.NoError(t, err)
 	})
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	e.requireNoSubscriptions(t)
 }

@@ -307,7 +307,7 @@ func TestGroupClientClosed(t *testing.T) {
 	// A group waiting for a lock held elsewhere.
 	held := mustLock(t, ctx, other.Mutex("w").Lock)
 	waiting := NewGroup(a.Mutex("v"), b.Mutex("w")).Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "the waiting group did not subscribe")
+	e.awaitChannels(t, 1, 5*time.Second, "the waiting group did not subscribe")
 
 	closed := make(chan struct{})
 	go func() {

@@ -184,7 +184,7 @@ func TestLatchWaiterSeesOpeningThatWasReset(t *testing.T) {
 		require.NoError(t, err)
 		w := make(chan error, 1)
 		go func() { w <- e.client(t).Latch(t.Name()).Wait(ctx) }()
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "the waiter did not subscribe")
+		e.awaitChannels(t, 1, 10*time.Second, "the waiter did not subscribe")
 		time.Sleep(20 * time.Millisecond) // its look after subscribing
 		// Open and close again in one transaction: the waiter can only see
 		// the latch closed, with a new generation.
@@ -282,16 +282,16 @@ func TestLatchDoneEnds(t *testing.T) {
 	defer l.Reset(ctx, 0)
 	dctx, cancel := context.WithCancel(ctx)
 	d := l.Done(dctx)
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "Done did not subscribe")
+	e.awaitChannels(t, 1, 10*time.Second, "Done did not subscribe")
 	cancel()
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "Done's watch outlived its context")
+	e.awaitChannels(t, 0, 10*time.Second, "Done's watch outlived its context")
 	require.False(t, latchOpen(d))
 
 	other := e.client(t)
 	d = other.Latch(t.Name()).Done(ctx)
 	w := make(chan error, 1)
 	go func() { w <- other.Latch(t.Name()).Wait(ctx) }()
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "Done did not subscribe")
+	e.awaitChannels(t, 1, 10*time.Second, "Done did not subscribe")
 	require.NoError(t, other.Close()) // waits for Done's goroutine
 	select {
 	case err := <-w:

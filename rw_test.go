@@ -1028,7 +1028,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		waitState(t, wm, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "writer not waiting")
 		readers = append(readers, waiter.RWMutex(name).RAcquire(ctx))
 	}
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == locks }, "waiters did not subscribe")
+	e.awaitChannels(t, locks, 5*time.Second, "waiters did not subscribe")
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {

@@ -862,7 +862,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			require.NoError(t, err)
 			latchWait := make(chan error, 1)
 			go func() { latchWait <- waiter.Latch("restart").Wait(ctx) }()
-			eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 2 }, "waiters did not subscribe")
+			e.awaitChannels(t, 2, 5*time.Second, "waiters did not subscribe")
 
 			require.NoError(t, e.server.Restart())
 			if !persistent {
