@@ -454,15 +454,7 @@ func TestGroupOverlappingNeverDeadlock(t *testing.T) {
 		t.Logf("%d groups (%d atomic), %d acquisitions in all", groups.Load(), atomics.Load(), 12*iterations)
 		require.NotZero(t, atomics.Load())
 		require.Less(t, atomics.Load(), groups.Load())
-		eventually(t, 10*time.Second, func() bool {
-			for _, k := range e.keys(t, prefix+":*") {
-				if !strings.HasPrefix(k, prefix+":fence:") {
-					return false
-				}
-			}
-			return true
-		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		e.requireNoSubscriptions(t)
+		e.requireNothingLeft(t, prefix+":")
 	})
 }
 
