@@ -828,9 +828,7 @@ func TestQuorumCancellationsLeaveNothing(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	for i, s := range servers[:4] {
-		require.Empty(t, serverLocks(t, s), "locks left on server %d", i)
-	}
+	requireNoLocks(t, servers[:4]...)
 	require.NoError(t, servers[4].Resume())
 	t.Logf("%d attempts, %d acquired, %d releases unconfirmed while a server hung", total, acquired.Load(), unconfirmed.Load())
 	require.NotZero(t, acquired.Load())
