@@ -291,8 +291,7 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 
 	m := c.Mutex(name)
 	require.Equal(t, name, m.Name())
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	require.NoError(t, l.Err())
 	require.Equal(t, name, l.Name())
 	require.NotZero(t, l.Token())
@@ -302,7 +301,7 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	require.True(t, b.exists(t, k.lock))
 
 	// Another client sees it held.
-	_, err = other.Mutex(name).TryLock(ctx)
+	_, err := other.Mutex(name).TryLock(ctx)
 	require.ErrorIs(t, err, ErrLocked)
 	// The lease's context re-enters it.
 	inner, err := m.TryLock(l.Context())
@@ -611,8 +610,7 @@ var badInputCases = []biCase{
 
 		// Unlock with an ended context fails and can be retried.
 		ctx := b.ctx(t)
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		err = l.Unlock(done)
 		require.ErrorIs(t, err, context.Canceled)
 		require.NotErrorIs(t, err, ErrNotHeld)
@@ -692,10 +690,9 @@ var badInputCases = []biCase{
 	{"Unlock twice", func(t *testing.T, b *bi) {
 		c := b.client(t)
 		ctx := b.ctx(t)
-		l, err := c.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex(t.Name()).Lock)
 		require.NoError(t, l.Unlock(ctx))
-		err = l.Unlock(ctx)
+		err := l.Unlock(ctx)
 		require.ErrorIs(t, err, ErrNotHeld)
 		require.ErrorIs(t, err, ErrReleased)
 		require.ErrorIs(t, l.Err(), ErrReleased)
@@ -709,8 +706,7 @@ var badInputCases = []biCase{
 		ctx := b.ctx(t)
 		c := b.client(t, WithWatchdogLease(600*time.Millisecond))
 		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		ok, err := b.client(t).Mutex(t.Name()).ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -796,8 +792,7 @@ var badInputCases = []biCase{
 				})
 				assert.NotEqual(t, ka.fence, kb.lock, "the lock key of %q is the fence key of %q", pair[1], pair[0])
 				assert.NotEqual(t, kb.fence, ka.lock, "the lock key of %q is the fence key of %q", pair[0], pair[1])
-				la, err := ma.TryLock(ctx)
-				require.NoError(t, err)
+				la := mustLock(t, ctx, ma.TryLock)
 				lb, err := mb.TryLock(ctx)
 				if !assert.NoError(t, err, "TryLock %q while %q is held", pair[1], pair[0]) {
 					require.NoError(t, la.Unlock(ctx))
@@ -827,8 +822,7 @@ var badInputCases = []biCase{
 		ctx := b.ctx(t)
 		c := b.client(t)
 		m := c.Mutex(t.Name())
-		held, err := m.Lock(ctx)
-		require.NoError(t, err)
+		held := mustLock(t, ctx, m.Lock)
 		require.NoError(t, c.Close())
 		require.NoError(t, c.Close())
 		requireAllFail(t, m, ErrClosed)
@@ -837,7 +831,7 @@ var badInputCases = []biCase{
 		requireAllFail(t, c.Mutex(""), ErrInvalidArgument)
 		<-held.Lost()
 		require.ErrorIs(t, held.Err(), ErrClosed)
-		err = held.Unlock(ctx)
+		err := held.Unlock(ctx)
 		require.ErrorIs(t, err, ErrNotHeld)
 		require.ErrorIs(t, err, ErrClosed)
 		lk := m.Locker()
@@ -934,8 +928,7 @@ func FuzzLockName(f *testing.F) {
 		require.Equal(t, slot, slotHash(k.fence), "fence key of %q in another slot", name)
 		require.Equal(t, slot, slotHash(k.channel), "channel of %q in another slot", name)
 
-		l, err := m.TryLock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.TryLock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.True(t, st.Locked)

@@ -107,21 +107,17 @@ func BenchmarkMutexContended(b *testing.B) {
 	e := standaloneEnv(b)
 	ctx := context.Background()
 	const name = "bench:contended"
-	ms := make([]*Mutex, clients)
-	for i := range ms {
-		ms[i] = e.client(b).Mutex(name)
-		benchLockUnlock(b, ms[i])
+	ms := onClients(b, e, clients, func(c *Client) *Mutex { return c.Mutex(name) })
+	for _, m := range ms {
+		benchLockUnlock(b, m)
 	}
 	channel := ms[0].keys.channel
 	benchWaitUnsubscribed(b, e, channel)
-	// At least two goroutines per Client.
-	b.SetParallelism(max(1, (2*clients+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
 
-	var next, inside, overlaps atomic.Int64
+	var inside, overlaps atomic.Int64
 	before := commandCalls(b, e.server)
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		m := ms[int(next.Add(1)-1)%clients]
+	runOnHandles(b, ms, 2, func(pb *testing.PB, _ int, m *Mutex) {
 		for pb.Next() {
 			l, err := m.Lock(ctx)
 			if err != nil {
@@ -320,6 +316,19 @@ func benchPercentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 // benchLockUnlock locks and unlocks m once.
+// runOnHandles runs body in b.RunParallel with at least perHandle
+// goroutines for each of handles: goroutine i (from 0) loops with
+// handles[i%len(handles)].
+func runOnHandles[H any](b *testing.B, handles []H, perHandle int, body func(pb *testing.PB, i int, h H)) {
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism(max(1, (perHandle*len(handles)+procs-1)/procs))
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1) - 1)
+		body(pb, i, handles[i%len(handles)])
+	})
+}
+
 func benchLockUnlock(tb testing.TB, m *Mutex) {
 	tb.Helper()
 	ctx := context.Background()

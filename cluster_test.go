@@ -83,10 +83,9 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(3*time.Second))
 	m := holder.Mutex("failover")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	next := e.client(t).Mutex("failover").Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+	e.awaitChannels(t, 1, 5*time.Second, "waiter did not subscribe")
 
 	master, replica := slotOwner(t, e.cluster, m.keys.lock)
 	// Once the replica has everything the master wrote, it takes over.
@@ -122,10 +121,8 @@ func TestClusterFailoverKeepsLock(t *testing.T) {
 func TestClusterMasterKilled(t *testing.T) {
 	e := ownCluster(t)
 	ctx := withTimeout(t, time.Minute)
-	holder := e.client(t, WithWatchdogLease(10*time.Second))
-	m := holder.Mutex("killed-master")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	m := e.client(t, WithWatchdogLease(10*time.Second)).Mutex("killed-master")
+	l := mustLock(t, ctx, m.Lock)
 	master, replica := slotOwner(t, e.cluster, m.keys.lock)
 	require.NoError(t, master.Kill())
 	awaitPromotion(t, replica, 30*time.Second)
@@ -134,8 +131,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	select {
 	case <-l.Lost():
 		t.Logf("lease reported lost: %v", l.Err())
-		nl, err := other.Lock(ctx)
-		require.NoError(t, err)
+		nl := mustLock(t, ctx, other.Lock)
 		require.NoError(t, nl.Unlock(ctx))
 	case <-time.After(5 * time.Second):
 		st, err := m.Inspect(ctx)
@@ -154,8 +150,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrLocked)
 		require.NoError(t, l.Unlock(ctx))
-		nl, err := other.Lock(ctx)
-		require.NoError(t, err)
+		nl := mustLock(t, ctx, other.Lock)
 		require.NoError(t, nl.Unlock(ctx))
 	}
 }
@@ -175,8 +170,7 @@ func TestClusterFailoverWithoutTheKeyLosesAtOnce(t *testing.T) {
 	// master dies before the replica resumes.
 	require.NoError(t, replica.Pause())
 	mustDo(t, master, "CLIENT", "KILL", "TYPE", "replica")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	time.Sleep(100 * time.Millisecond) // tracked
 	require.NoError(t, master.Kill())
 	require.NoError(t, replica.Resume())
@@ -189,6 +183,6 @@ func TestClusterFailoverWithoutTheKeyLosesAtOnce(t *testing.T) {
 		t.Fatal("lease not reported lost 5s after the new master took over")
 	}
 	require.ErrorIs(t, l.Err(), ErrExpired)
-	_, err = replica.Do("EXISTS", m.keys.lock)
+	_, err := replica.Do("EXISTS", m.keys.lock)
 	require.NoError(t, err)
 }

@@ -165,6 +165,17 @@ func (e *env) clients(t testing.TB, n int, opts ...Option) []*Client {
 	return cs
 }
 
+// onClients returns n handles that handle makes, each on a Client of the
+// env of its own (see client).
+func onClients[H any](t testing.TB, e *env, n int, handle func(*Client) H) []H {
+	t.Helper()
+	hs := make([]H, n)
+	for i, c := range e.clients(t, n) {
+		hs[i] = handle(c)
+	}
+	return hs
+}
+
 // dial returns a Client that owns its connection to addrs (see Dial),
 // without client-side caching (LossDetection DetectOnRenewal: the fault
 // tests count on renewals); closed at the end of the test unless closed
@@ -295,11 +306,18 @@ func lines(t testing.TB, s *redistest.Server, args ...string) []string {
 	return out
 }
 
+// awaitChannels waits, at most within, until exactly n channels of the env
+// have subscribers.
+func (e *env) awaitChannels(t testing.TB, n int, within time.Duration, msg string, args ...any) {
+	t.Helper()
+	eventually(t, within, func() bool { return len(e.channels(t)) == n }, msg, args...)
+}
+
 // requireNoSubscriptions waits until no Client subscribes to any channel of
 // the env.
 func (e *env) requireNoSubscriptions(t testing.TB) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	e.awaitChannels(t, 0, 10*time.Second, "subscriptions left: %v", e.channels(t))
 }
 
 // requireOnlyFences waits until the keys under prefix ("redisync:" for the

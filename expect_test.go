@@ -12,6 +12,15 @@ import (
 
 // What the tests expect of leases and of the channels Acquire returns.
 
+// mustLock takes a lease with lock (a handle's Lock, TryLock, RLock or
+// TryRLock) and fails the test if it cannot.
+func mustLock(t testing.TB, ctx context.Context, lock func(context.Context) (*Lease, error)) *Lease {
+	t.Helper()
+	l, err := lock(ctx)
+	require.NoError(t, err)
+	return l
+}
+
 // recv waits for the Lease an Acquire delivers, at most within, and
 // requires it to hold.
 func recv(t testing.TB, ch <-chan *Lease, within time.Duration, what string) *Lease {

@@ -16,10 +16,8 @@ import (
 func TestFairMutexBasics(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		m := c.FairMutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		m := e.client(t).FairMutex(t.Name())
+		l := mustLock(t, ctx, m.Lock)
 		require.NotZero(t, l.Token())
 		inner, err := m.Lock(l.Context())
 		require.NoError(t, err, "re-entry")
@@ -38,8 +36,7 @@ func TestFairMutexBasics(t *testing.T) {
 		require.NoError(t, inner.Unlock(ctx))
 		require.NoError(t, l.Unlock(ctx))
 		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-		l2, err := m.TryLock(ctx)
-		require.NoError(t, err)
+		l2 := mustLock(t, ctx, m.TryLock)
 		require.Greater(t, l2.Token(), l.Token())
 		require.NoError(t, l2.Unlock(ctx))
 		e.requireOnlyFences(t, "redisync:")
@@ -67,8 +64,7 @@ func TestFairMutexStrictFIFO(t *testing.T) {
 		const waiters = 24
 		ctx := withTimeout(t, time.Minute)
 		clients := e.clients(t, 4)
-		first, err := clients[0].FairMutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		first := mustLock(t, ctx, clients[0].FairMutex(t.Name()).Lock)
 		queue := queueUp(t, ctx, clients, t.Name(), waiters)
 
 		var mu sync.Mutex
@@ -116,8 +112,7 @@ func TestFairMutexCancelledWaiterLeavesAtOnce(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
-		held, err := a.FairMutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		held := mustLock(t, ctx, a.FairMutex(t.Name()).Lock)
 		wctx, cancel := context.WithCancel(ctx)
 		q := queueUp(t, wctx, []*Client{b}, t.Name(), 1)
 		cancel()
@@ -139,8 +134,7 @@ func TestFairMutexDeadWaiterPassedOver(t *testing.T) {
 	dead, p := e.proxied(t)
 	holder, next := e.client(t), e.client(t)
 
-	l, err := holder.FairMutex("dead-waiter").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, holder.FairMutex("dead-waiter").Lock)
 	q := queueUp(t, ctx, []*Client{dead, next}, "dead-waiter", 2, WithWaiterExpiry(expiry))
 	p.Blackhole() // the first waiter is gone
 	require.NoError(t, l.Unlock(ctx))
@@ -191,8 +185,7 @@ func TestFairMutexRedisRestart(t *testing.T) {
 	e := ownServer(t)
 	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t, WithWatchdogLease(time.Second))
-	l, err := holder.FairMutex("restart").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, holder.FairMutex("restart").Lock)
 	q := queueUp(t, ctx, []*Client{e.client(t), e.client(t)}, "restart", 4)
 	require.NoError(t, e.server.Restart())
 	<-l.Lost()

@@ -36,13 +36,12 @@ func TestMutexRedisRestart(t *testing.T) {
 	var waiting []<-chan *Lease
 	for i := range locks {
 		name := fmt.Sprintf("restart:%d", i)
-		l, err := holder.Mutex(name).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(name).Lock)
 		held = append(held, l)
 		// Two waiting goroutines per lock.
 		waiting = append(waiting, waiter.Mutex(name).Acquire(ctx), waiter.Mutex(name).Acquire(ctx))
 	}
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == locks }, "waiters did not subscribe")
+	e.awaitChannels(t, locks, 5*time.Second, "waiters did not subscribe")
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {
@@ -59,8 +58,7 @@ func TestMutexLostBeforeExpiryWhenRedisHangs(t *testing.T) {
 	ctx := context.Background()
 	const lease = 600 * time.Millisecond
 	c := e.client(t, WithWatchdogLease(lease))
-	l, err := c.Mutex("hang").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, c.Mutex("hang").Lock)
 	time.Sleep(lease / 2)
 	require.NoError(t, e.server.Pause())
 	paused := time.Now()
@@ -83,14 +81,13 @@ func TestMutexWaitersAfterSubscriptionBreaks(t *testing.T) {
 	e := ownServer(t)
 	ctx := withTimeout(t, time.Minute)
 	holder := e.client(t)
-	l, err := holder.Mutex("resub").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, holder.Mutex("resub").Lock)
 	waiter := e.client(t)
 	w := waiter.Mutex("resub").Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "waiter did not subscribe")
+	e.awaitChannels(t, 1, 5*time.Second, "waiter did not subscribe")
 	// Drop the waiter's connections; the release is published while it
 	// resubscribes, or before.
-	_, err = e.server.Do("CLIENT", "KILL", "TYPE", "pubsub")
+	_, err := e.server.Do("CLIENT", "KILL", "TYPE", "pubsub")
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, recv(t, w, 10*time.Second, "waiter after the release").Unlock(ctx))
@@ -145,15 +142,14 @@ func TestMutexReplicaAck(t *testing.T) {
 	e, c, replica := ackedClient(t)
 	ctx := context.Background()
 	m := c.Mutex("acked")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	requireLockOwner(t, replica, m.keys.lock, l.h.owner, "the replica has the lock when Lock returns")
 	require.NoError(t, l.Unlock(ctx))
 
 	// A replica that does not answer: the acquisition is undone.
 	require.NoError(t, replica.Pause())
 	defer replica.Resume()
-	_, err = m.TryLock(ctx)
+	_, err := m.TryLock(ctx)
 	require.ErrorIs(t, err, ErrNotReplicated)
 	st, err := m.Inspect(ctx)
 	require.NoError(t, err)
@@ -211,25 +207,21 @@ func TestMutexUnlockRetryAfterLostReply(t *testing.T) {
 	ctx := context.Background()
 
 	// Load the scripts, so that the release below is one EVALSHA.
-	warm, err := a.Mutex("warm-up").Lock(ctx)
-	require.NoError(t, err)
+	warm := mustLock(t, ctx, a.Mutex("warm-up").Lock)
 	require.NoError(t, warm.Unlock(ctx))
 
-	l, err := a.Mutex("lost-reply").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, a.Mutex("lost-reply").Lock)
 	p.SetLatency(300 * time.Millisecond)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	err = l.Unlock(short)
+	err := l.Unlock(short)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the reply is late")
 	// The release reaches Redis; others take the lock and release it.
 	for range 3 {
-		bl, err := b.Mutex("lost-reply").Lock(ctx)
-		require.NoError(t, err)
+		bl := mustLock(t, ctx, b.Mutex("lost-reply").Lock)
 		require.NoError(t, bl.Unlock(ctx))
 	}
-	bl, err := b.Mutex("lost-reply").Lock(ctx)
-	require.NoError(t, err)
+	bl := mustLock(t, ctx, b.Mutex("lost-reply").Lock)
 	p.SetLatency(0)
 	require.NoError(t, l.Unlock(ctx), "the retry must not report a false error")
 	require.ErrorIs(t, l.Err(), ErrReleased)
@@ -349,5 +341,5 @@ func TestMutexWaitersWithoutShardedPubSub(t *testing.T) {
 		_, err := s.Do("CLIENT", "KILL", "TYPE", "pubsub")
 		require.NoError(t, err)
 	})
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "subscriptions left: %v", e.channels(t))
+	e.requireNoSubscriptions(t)
 }

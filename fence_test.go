@@ -19,17 +19,15 @@ func TestFencedSet(t *testing.T) {
 			return v
 		}
 		m := c.Mutex(t.Name())
-		old, err := m.Lock(ctx)
-		require.NoError(t, err)
+		old := mustLock(t, ctx, m.Lock)
 		require.NoError(t, c.FencedSet(ctx, key, "old", old.Token()))
 		require.NoError(t, old.Unlock(ctx))
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		defer l.Unlock(ctx)
 
 		require.NoError(t, c.FencedSet(ctx, key, "new", l.Token()))
 		require.NoError(t, c.FencedSet(ctx, key, "newer", l.Token()), "the same token writes again")
-		err = c.FencedSet(ctx, key, "late", old.Token())
+		err := c.FencedSet(ctx, key, "late", old.Token())
 		require.ErrorIs(t, err, ErrStaleToken)
 		require.Equal(t, "newer", value())
 

@@ -108,8 +108,7 @@ func TestGroupLockUnlock(t *testing.T) {
 	eachGroupCase(t, []Option{WithPrefix("glu")}, func(t *testing.T, s groupScenario) {
 		ctx := context.Background()
 		gc, b, names, g, ms := s.gc, s.b, s.names, s.g, s.ms
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		require.NoError(t, l.Err())
 		require.NotZero(t, l.Token())
 		require.Equal(t, fmt.Sprintf("%q", names), l.Name())
@@ -131,7 +130,7 @@ func TestGroupLockUnlock(t *testing.T) {
 		}
 		// Another group over one of the names fails and holds nothing.
 		other := NewGroup(b.Mutex(names[1]), b.Mutex(t.Name()+":free"))
-		_, err = other.TryLock(ctx)
+		_, err := other.TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)
 		require.Contains(t, err.Error(), names[1])
 		requireFree(t, b.Mutex(t.Name()+":free"))
@@ -187,8 +186,7 @@ func TestGroupOneSlotOneRoundTrip(t *testing.T) {
 	g := NewGroup(c.Mutex("rt:a"), c.Mutex("rt:b"), c.Mutex("rt:c"))
 	require.True(t, g.atomic)
 	// Loads the script into the server.
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 	require.NoError(t, l.Unlock(ctx))
 
 	before := commandCalls(t, e.server)
@@ -217,8 +215,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 
 		// A Mutex holds y: the group waits, holding nothing (atomic)
 		// or what comes before y (ordered).
-		held, err := b.Mutex(names[1]).Lock(ctx)
-		require.NoError(t, err)
+		held := mustLock(t, ctx, b.Mutex(names[1]).Lock)
 		got := g.Acquire(ctx)
 		time.Sleep(100 * time.Millisecond)
 		select {
@@ -241,10 +238,9 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 		require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
 
 		// The group holds x for Mutexes; its Context re-enters x.
-		_, err = a.Mutex(names[0]).TryLock(ctx)
+		_, err := a.Mutex(names[0]).TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)
-		inner, err := ms[0].Lock(l.Context())
-		require.NoError(t, err)
+		inner := mustLock(t, l.Context(), ms[0].Lock)
 		st, err := ms[0].Inspect(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, st.Holds)
@@ -254,8 +250,7 @@ func TestGroupWaitsForMutexAndReenters(t *testing.T) {
 
 		// A group acquired with the Context of a Mutex lease of one of
 		// its names re-enters that lock; its Unlock leaves it held.
-		outer, err := ms[2].Lock(ctx)
-		require.NoError(t, err)
+		outer := mustLock(t, ctx, ms[2].Lock)
 		l, err = g.TryLock(outer.Context())
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
@@ -274,8 +269,7 @@ func TestGroupLostWhenAMemberIsLost(t *testing.T) {
 	eachGroupCase(t, []Option{WithPrefix("glost"), WithWatchdogLease(600 * time.Millisecond)}, func(t *testing.T, s groupScenario) {
 		ctx := context.Background()
 		names, g, ms := s.names, s.g, s.ms
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		ok, err := ms[1].ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -295,8 +289,7 @@ func TestGroupFixedLeases(t *testing.T) {
 	c := e.client(t, WithPrefix("gfixed"))
 	const lease = 400 * time.Millisecond
 	g := NewGroup(c.Mutex("a", WithFixedLease(lease)), c.Mutex("b", WithFixedLease(time.Minute)))
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 	start := time.Now()
 	requireLost(t, l, 5*time.Second, ErrExpired)
 	require.Less(t, time.Since(start), lease, "reported lost before the shortest lease ends")
@@ -309,14 +302,12 @@ func TestGroupClientClosed(t *testing.T) {
 	ctx := withTimeout(t, 30*time.Second)
 	a, b, other := e.client(t), e.client(t), e.client(t)
 	g := NewGroup(a.Mutex("x"), b.Mutex("y"))
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 
 	// A group waiting for a lock held elsewhere.
-	held, err := other.Mutex("w").Lock(ctx)
-	require.NoError(t, err)
+	held := mustLock(t, ctx, other.Mutex("w").Lock)
 	waiting := NewGroup(a.Mutex("v"), b.Mutex("w")).Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 1 }, "the waiting group did not subscribe")
+	e.awaitChannels(t, 1, 5*time.Second, "the waiting group did not subscribe")
 
 	closed := make(chan struct{})
 	go func() {
@@ -333,7 +324,7 @@ func TestGroupClientClosed(t *testing.T) {
 	// The member on b is released at once.
 	eventuallyFree(t, 2*time.Second, other.Mutex("x"), other.Mutex("y"), other.Mutex("v"))
 	require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-	_, err = g.Lock(ctx)
+	_, err := g.Lock(ctx)
 	require.ErrorIs(t, err, ErrClosed)
 
 	require.NoError(t, held.Unlock(ctx))
@@ -370,13 +361,11 @@ func TestGroupFencingTokens(t *testing.T) {
 		gc, g, ms := s.gc, s.g, s.ms
 		var before uint64
 		for _, m := range ms {
-			l, err := m.Lock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, m.Lock)
 			before = max(before, l.Token())
 			require.NoError(t, l.Unlock(ctx))
 		}
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		T := l.Token()
 		require.Greater(t, T, before)
 		if !gc.atomic {
@@ -386,8 +375,7 @@ func TestGroupFencingTokens(t *testing.T) {
 		}
 		require.NoError(t, l.Unlock(ctx))
 		for _, m := range ms {
-			ml, err := m.Lock(ctx)
-			require.NoError(t, err)
+			ml := mustLock(t, ctx, m.Lock)
 			require.Greater(t, ml.Token(), T, "later token of %s", m.name)
 			require.NoError(t, ml.Unlock(ctx))
 		}
@@ -400,10 +388,7 @@ func TestGroupOverlappingNeverDeadlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const prefix = "goverlap"
 		ctx := withTimeout(t, 2*time.Minute)
-		var clients []*Client
-		for range 4 {
-			clients = append(clients, e.client(t, WithPrefix(prefix)))
-		}
+		clients := e.clients(t, 4, WithPrefix(prefix))
 		// In one slot, so that single-Client groups are atomic on Cluster
 		// too; ordered groups mix Clients.
 		names := taggedNames("ov", "a", "b", "c", "d", "e", "f")
@@ -469,15 +454,7 @@ func TestGroupOverlappingNeverDeadlock(t *testing.T) {
 		t.Logf("%d groups (%d atomic), %d acquisitions in all", groups.Load(), atomics.Load(), 12*iterations)
 		require.NotZero(t, atomics.Load())
 		require.Less(t, atomics.Load(), groups.Load())
-		eventually(t, 10*time.Second, func() bool {
-			for _, k := range e.keys(t, prefix+":*") {
-				if !strings.HasPrefix(k, prefix+":fence:") {
-					return false
-				}
-			}
-			return true
-		}, "lock keys left: %v", e.keys(t, prefix+":*"))
-		e.requireNoSubscriptions(t)
+		e.requireNothingLeft(t, prefix+":")
 	})
 }
 
@@ -537,8 +514,7 @@ func TestGroupBadInput(t *testing.T) {
 	_, err = g.TryLock(nilCtx)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorIs(t, (<-g.Acquire(nilCtx)).Err(), ErrInvalidArgument)
-	l, err := g.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, g.Lock)
 	require.ErrorIs(t, l.Unlock(nilCtx), ErrInvalidArgument)
 	require.NoError(t, l.Unlock(ctx))
 
@@ -641,8 +617,7 @@ func TestQuorumLostWhenAMajorityIsLost(t *testing.T) {
 	servers, clients := quorumEnv(t, 5, WithWatchdogLease(lease))
 	ctx := context.Background()
 	q := NewQuorum("lost", clients)
-	l, err := q.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.Lock)
 
 	// One server, then a second, can go: a majority still holds.
 	require.NoError(t, servers[0].Kill())
@@ -725,9 +700,8 @@ func TestQuorumContention(t *testing.T) {
 	ctx := withTimeout(t, 30*time.Second)
 	others := clientsOf(t, servers)
 	a, b := NewQuorum("busy", clients), NewQuorum("busy", others)
-	l, err := a.Lock(ctx)
-	require.NoError(t, err)
-	_, err = b.TryLock(ctx)
+	l := mustLock(t, ctx, a.Lock)
+	_, err := b.TryLock(ctx)
 	require.ErrorIs(t, err, ErrNoQuorum)
 	require.ErrorIs(t, err, ErrLocked)
 	// A Mutex of the name on one server waits as well.
@@ -742,8 +716,7 @@ func TestQuorumContention(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by the lease")
 	require.Greater(t, bl.Token(), l.Token())
 	// Re-entry through the lease's Context.
-	inner, err := b.TryLock(bl.Context())
-	require.NoError(t, err)
+	inner := mustLock(t, bl.Context(), b.TryLock)
 	require.NoError(t, inner.Unlock(ctx))
 	require.NoError(t, bl.Unlock(ctx))
 	requireNoLocks(t, servers...)
@@ -755,8 +728,7 @@ func TestQuorumPausedServer(t *testing.T) {
 	servers, clients := quorumEnv(t, 5, WithWatchdogLease(2*time.Second))
 	ctx := context.Background()
 	q := NewQuorum("paused", clients)
-	warm, err := q.Lock(ctx)
-	require.NoError(t, err)
+	warm := mustLock(t, ctx, q.Lock)
 	require.NoError(t, warm.Unlock(ctx))
 
 	require.NoError(t, servers[0].Pause())
@@ -784,8 +756,7 @@ func TestQuorumTokensDoNotDependOnClocks(t *testing.T) {
 	m0 := clients[0].Mutex("clock")
 	_, err := servers[0].Do("HSET", m0.keys.fence, "t", strconv.FormatUint(ahead, 10))
 	require.NoError(t, err)
-	l, err := q.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.Lock)
 	require.Greater(t, l.Token(), ahead)
 	for i := 1; i < 3; i++ {
 		v, err := servers[i].Do("HGET", m0.keys.fence, "t")
@@ -806,8 +777,7 @@ func TestQuorumFixedLeaseExpiry(t *testing.T) {
 	ctx := context.Background()
 	const lease = 300 * time.Millisecond
 	q := NewQuorum("fixed", clients, WithFixedLease(lease))
-	l, err := q.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.Lock)
 	start := time.Now()
 	requireLost(t, l, 5*time.Second, ErrNoQuorum)
 	require.Less(t, time.Since(start), lease)
@@ -858,9 +828,7 @@ func TestQuorumCancellationsLeaveNothing(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	for i, s := range servers[:4] {
-		require.Empty(t, serverLocks(t, s), "locks left on server %d", i)
-	}
+	requireNoLocks(t, servers[:4]...)
 	require.NoError(t, servers[4].Resume())
 	t.Logf("%d attempts, %d acquired, %d releases unconfirmed while a server hung", total, acquired.Load(), unconfirmed.Load())
 	require.NotZero(t, acquired.Load())
@@ -905,8 +873,7 @@ func TestQuorumBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorIs(t, (<-q.Acquire(nilCtx)).Err(), ErrInvalidArgument)
 	// Two servers: both are needed.
-	l, err := q.TryLock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, q.TryLock)
 	require.NoError(t, l.Unlock(ctx))
 }
 
@@ -924,10 +891,7 @@ func BenchmarkGroup3Locks(b *testing.B) {
 		clients int
 	}{{"atomic", 1}, {"ordered", 3}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var cs []*Client
-			for range bc.clients {
-				cs = append(cs, e.client(b))
-			}
+			cs := e.clients(b, bc.clients)
 			var ms []*Mutex
 			for i, n := range []string{"bench:group:a", "bench:group:b", "bench:group:c"} {
 				ms = append(ms, cs[i%len(cs)].Mutex(n))
@@ -1000,8 +964,7 @@ func TestGroupMetrics(t *testing.T) {
 		NewGroup(a.Mutex("x"), a.Mutex("y")), // atomic
 		NewGroup(a.Mutex("x"), b.Mutex("y")), // ordered
 	} {
-		l, err := g.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, g.Lock)
 		require.NoError(t, l.Unlock(ctx))
 	}
 	acquired, released := count("group")

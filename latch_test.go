@@ -22,8 +22,7 @@ func latchOpen(ch <-chan struct{}) bool {
 func TestLatchBasics(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		l := c.Latch(t.Name())
+		l := e.client(t).Latch(t.Name())
 		require.Equal(t, t.Name(), l.Name())
 		require.Equal(t, slotHash(l.key), slotHash(l.channel))
 
@@ -180,13 +179,12 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 func TestLatchWaiterSeesOpeningThatWasReset(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		c := e.client(t)
-		l := c.Latch(t.Name())
+		l := e.client(t).Latch(t.Name())
 		_, err := l.TrySetCount(ctx, 1)
 		require.NoError(t, err)
 		w := make(chan error, 1)
 		go func() { w <- e.client(t).Latch(t.Name()).Wait(ctx) }()
-		eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "the waiter did not subscribe")
+		e.awaitChannels(t, 1, 10*time.Second, "the waiter did not subscribe")
 		time.Sleep(20 * time.Millisecond) // its look after subscribing
 		// Open and close again in one transaction: the waiter can only see
 		// the latch closed, with a new generation.
@@ -278,23 +276,22 @@ func TestLatchBadInput(t *testing.T) {
 func TestLatchDoneEnds(t *testing.T) {
 	e := standaloneEnv(t)
 	ctx := context.Background()
-	c := e.client(t)
-	l := c.Latch(t.Name())
+	l := e.client(t).Latch(t.Name())
 	_, err := l.TrySetCount(ctx, 1)
 	require.NoError(t, err)
 	defer l.Reset(ctx, 0)
 	dctx, cancel := context.WithCancel(ctx)
 	d := l.Done(dctx)
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "Done did not subscribe")
+	e.awaitChannels(t, 1, 10*time.Second, "Done did not subscribe")
 	cancel()
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 0 }, "Done's watch outlived its context")
+	e.awaitChannels(t, 0, 10*time.Second, "Done's watch outlived its context")
 	require.False(t, latchOpen(d))
 
 	other := e.client(t)
 	d = other.Latch(t.Name()).Done(ctx)
 	w := make(chan error, 1)
 	go func() { w <- other.Latch(t.Name()).Wait(ctx) }()
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == 1 }, "Done did not subscribe")
+	e.awaitChannels(t, 1, 10*time.Second, "Done did not subscribe")
 	require.NoError(t, other.Close()) // waits for Done's goroutine
 	select {
 	case err := <-w:

@@ -88,8 +88,7 @@ func TestLeaseDetach(t *testing.T) {
 		m := Metrics{Lost: func(string, string, error) { lost.Add(1) }, Expired: func(string, string) { expired.Add(1) }}
 		c := e.client(t, WithMetrics(m))
 		slot := c.Mutex(t.Name(), WithFixedLease(time.Second))
-		l, err := slot.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, slot.Lock)
 		require.NoError(t, l.Detach())
 		require.ErrorIs(t, l.Err(), ErrDetached)
 		require.ErrorIs(t, context.Cause(l.Context()), ErrDetached)
@@ -157,8 +156,7 @@ func TestFixedLeaseRunsOutQuietly(t *testing.T) {
 func TestUnreceivedAcquireIsLogged(t *testing.T) {
 	e := standaloneEnv(t)
 	log, lines := newRecorder(slog.LevelWarn)
-	c := e.client(t, WithLogger(log))
-	m := c.Mutex(t.Name())
+	m := e.client(t, WithLogger(log)).Mutex(t.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
 	defer cancel()
 	m.Acquire(ctx) // the mistake: a statement
@@ -175,8 +173,7 @@ func TestUnreceivedAcquireIsLogged(t *testing.T) {
 // before its context ends stays held after the context ended.
 func TestAcquireClaimedLeaseIsKept(t *testing.T) {
 	e := standaloneEnv(t)
-	c := e.client(t)
-	m := c.Mutex(t.Name())
+	m := e.client(t).Mutex(t.Name())
 	ctx, cancel := context.WithCancel(context.Background())
 	l := <-m.Acquire(ctx)
 	require.NoError(t, l.Err())
@@ -193,8 +190,7 @@ func TestAcquireClaimedLeaseIsKept(t *testing.T) {
 // used before its context ended is released, and says so.
 func TestAcquireUnclaimedLeaseIsReleased(t *testing.T) {
 	e := standaloneEnv(t)
-	c := e.client(t)
-	m := c.Mutex(t.Name())
+	m := e.client(t).Mutex(t.Name())
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := m.Acquire(ctx)
 	eventually(t, 5*time.Second, func() bool { return len(ch) == 1 }, "no lease delivered")

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,10 +17,7 @@ func TestLossDetectionMode(t *testing.T) {
 	e := standaloneEnv(t)
 	require.Equal(t, DetectOnChange, e.client(t).LossDetection())
 	require.Equal(t, DetectOnRenewal, e.renewalClient(t).LossDetection())
-	c, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithLogger(quietLogger()))
-	require.NoError(t, err)
-	defer c.Close()
-	require.Equal(t, DetectOnRenewal, c.LossDetection())
+	require.Equal(t, DetectOnRenewal, dial(t, e.addrs).LossDetection())
 	require.Equal(t, "on change", DetectOnChange.String())
 	require.Equal(t, DetectOnRenewal, (*Client)(nil).LossDetection())
 }
@@ -111,8 +107,7 @@ func TestLostSoonAfterChangeInFirstMoments(t *testing.T) {
 		c := e.client(t)
 		admin := e.rueidisClient(t)
 		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		start := time.Now()
 		require.NoError(t, admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error())
 		took := lostWithin(t, l, start, 2*time.Second)
@@ -128,8 +123,7 @@ func TestLostSoonAfterRestartWithoutData(t *testing.T) {
 	e := ownServer(t)
 	ctx := context.Background()
 	c := e.client(t)
-	l, err := c.Mutex(t.Name()).Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, c.Mutex(t.Name()).Lock)
 	time.Sleep(50 * time.Millisecond)
 	require.NoError(t, e.server.Restart())
 	up := time.Now()
@@ -143,11 +137,9 @@ func TestLostSoonAfterRestartWithoutData(t *testing.T) {
 func TestRenewalModeFindsLossOnRenewal(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.renewalClient(t, WithWatchdogLease(600*time.Millisecond))
-		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
-		_, err = m.ForceUnlock(ctx)
+		m := e.renewalClient(t, WithWatchdogLease(600*time.Millisecond)).Mutex(t.Name())
+		l := mustLock(t, ctx, m.Lock)
+		_, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		lostWithin(t, l, time.Now(), 5*time.Second)
 		require.ErrorIs(t, l.Err(), ErrForceUnlocked)
@@ -168,10 +160,7 @@ func TestNoFalseLoss(t *testing.T) {
 		var counted atomic.Int64
 		log, lines := newRecorder(slog.LevelWarn)
 		metrics := Metrics{Lost: func(string, string, error) { counted.Add(1) }}
-		var clients []*Client
-		for range 8 {
-			clients = append(clients, e.client(t, WithLogger(log), WithMetrics(metrics)))
-		}
+		clients := e.clients(t, 8, WithLogger(log), WithMetrics(metrics))
 		name := t.Name()
 		var left, handed atomic.Int64
 		left.Store(int64(2 * total))

@@ -49,13 +49,11 @@ func TestMetrics(t *testing.T) {
 		c := e.client(t, WithMetrics(r.metrics()), WithWatchdogLease(2*time.Second))
 		other := e.client(t)
 
-		l, err := c.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex(t.Name()).Lock)
 		eventually(t, 5*time.Second, func() bool { return r.get(func() int { return r.renewed }) > 0 }, "no renewal reported")
 		require.NoError(t, l.Unlock(ctx))
 
-		f, err := c.FairMutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		f := mustLock(t, ctx, c.FairMutex(t.Name()).Lock)
 		require.NoError(t, f.Unlock(ctx))
 
 		// A wait: one subscription, made and dropped.
@@ -70,8 +68,7 @@ func TestMetrics(t *testing.T) {
 		eventually(t, 5*time.Second, func() bool { return r.get(func() int { return r.subscriptions }) == 0 }, "unsubscription not reported")
 
 		m := c.Mutex(t.Name() + "/lost")
-		ll, err := m.Lock(ctx)
-		require.NoError(t, err)
+		ll := mustLock(t, ctx, m.Lock)
 		_, err = m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		<-ll.Lost()

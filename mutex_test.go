@@ -29,15 +29,14 @@ func TestMutexLockUnlock(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t)
 		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		require.NoError(t, l.Err())
 		require.NotZero(t, l.Token())
 		st := requireHeld(t, m, l, 1)
 		require.Equal(t, c.ID(), st.ClientID())
 		require.Greater(t, st.TTL, 20*time.Second)
 
-		_, err = c.Mutex(t.Name()).TryLock(ctx)
+		_, err := c.Mutex(t.Name()).TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)
 
 		require.NoError(t, l.Unlock(ctx))
@@ -48,8 +47,7 @@ func TestMutexLockUnlock(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, st.Locked)
 
-		l2, err := m.TryLock(ctx)
-		require.NoError(t, err)
+		l2 := mustLock(t, ctx, m.TryLock)
 		require.Greater(t, l2.Token(), l.Token())
 		require.NoError(t, l2.Unlock(ctx))
 	})
@@ -59,8 +57,7 @@ func TestMutexHandOff(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
-		l, err := a.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
 		got := b.Mutex(t.Name()).Acquire(ctx)
 		time.Sleep(50 * time.Millisecond)
 		select {
@@ -82,10 +79,8 @@ func TestMutexHandOff(t *testing.T) {
 func TestMutexLostOnDelete(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		m := e.client(t, WithWatchdogLease(600*time.Millisecond)).Mutex(t.Name())
+		l := mustLock(t, ctx, m.Lock)
 		ok, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -97,12 +92,9 @@ func TestMutexLostOnDelete(t *testing.T) {
 func TestMutexReentrant(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		m := c.Mutex(t.Name())
-		l1, err := m.Lock(ctx)
-		require.NoError(t, err)
-		l2, err := m.Lock(l1.Context())
-		require.NoError(t, err)
+		m := e.client(t).Mutex(t.Name())
+		l1 := mustLock(t, ctx, m.Lock)
+		l2 := mustLock(t, l1.Context(), m.Lock)
 		require.Equal(t, l1.Token(), l2.Token())
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
@@ -120,10 +112,8 @@ func TestMutexReentrant(t *testing.T) {
 func TestMutexFixedLeaseExpires(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		m := c.Mutex(t.Name(), WithFixedLease(400*time.Millisecond))
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		m := e.client(t).Mutex(t.Name(), WithFixedLease(400*time.Millisecond))
+		l := mustLock(t, ctx, m.Lock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.LessOrEqual(t, st.TTL, 400*time.Millisecond)
@@ -149,8 +139,7 @@ func TestMutexWatchdogKeepsLeaseAlive(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t, WithWatchdogLease(300*time.Millisecond))
 		m := c.Mutex(t.Name())
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		select {
 		case <-l.Lost():
 			t.Fatalf("lost: %v", l.Err())
@@ -200,10 +189,8 @@ func TestMutexRetriedUnlock(t *testing.T) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
 		m := a.Mutex(t.Name())
-		outer, err := m.Lock(ctx)
-		require.NoError(t, err)
-		inner, err := m.Lock(outer.Context())
-		require.NoError(t, err)
+		outer := mustLock(t, ctx, m.Lock)
+		inner := mustLock(t, outer.Context(), m.Lock)
 
 		// The inner release reaches Redis but its reply is lost; the retry
 		// must not take a second hold.
@@ -219,8 +206,7 @@ func TestMutexRetriedUnlock(t *testing.T) {
 		st, err = a.release(ctx, m.keys, outer.h.owner, outer.hold)
 		require.NoError(t, err)
 		require.Equal(t, freed, st)
-		lb, err := b.Mutex(t.Name()).TryLock(ctx)
-		require.NoError(t, err)
+		lb := mustLock(t, ctx, b.Mutex(t.Name()).TryLock)
 		require.NoError(t, outer.Unlock(ctx))
 		s, _ = m.Inspect(ctx)
 		require.True(t, s.Locked)
@@ -231,8 +217,7 @@ func TestMutexRetriedUnlock(t *testing.T) {
 
 func TestMutexNestedCodeReenters(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		c := e.client(t)
-		m := c.Mutex(t.Name())
+		m := e.client(t).Mutex(t.Name())
 		ctx := withTimeout(t, 10*time.Second)
 		require.NoError(t, nested(ctx, m.Lock, 5, func() {
 			st, err := m.Inspect(ctx)
@@ -243,8 +228,7 @@ func TestMutexNestedCodeReenters(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, st.Locked)
 		// Another client's context does not re-enter.
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		_, err = e.client(t).Mutex(t.Name()).TryLock(l.Context())
 		require.ErrorIs(t, err, ErrLocked)
 		require.NoError(t, l.Unlock(ctx))
@@ -254,16 +238,13 @@ func TestMutexNestedCodeReenters(t *testing.T) {
 func TestMutexReentryLostWithOwner(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		m := c.Mutex(t.Name())
-		outer, err := m.Lock(ctx)
-		require.NoError(t, err)
-		inner, err := m.Lock(outer.Context())
-		require.NoError(t, err)
+		m := e.client(t, WithWatchdogLease(600*time.Millisecond)).Mutex(t.Name())
+		outer := mustLock(t, ctx, m.Lock)
+		inner := mustLock(t, outer.Context(), m.Lock)
 		require.NoError(t, outer.Unlock(ctx), "releasing out of order keeps the inner hold")
 		s, _ := m.Inspect(ctx)
 		require.True(t, s.Locked)
-		_, err = m.ForceUnlock(ctx)
+		_, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		select {
 		case <-inner.Lost():
@@ -336,8 +317,7 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 		const waiters = 20
 		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
-		l, err := holder.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
 		c := e.client(t)
 		m := c.Mutex(t.Name())
 		results := make([]<-chan *Lease, waiters)
@@ -391,8 +371,7 @@ func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 		const clients, perClient = 8, 2
 		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
-		l, err := holder.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
 		var results []<-chan *Lease
 		for range clients {
 			c := e.client(t)
@@ -431,8 +410,7 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 	dead, p := e.proxied(t)
 	holder, next := e.client(t), e.client(t)
 
-	l, err := holder.Mutex("dead-waiter").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, holder.Mutex("dead-waiter").Lock)
 	first := dead.Mutex("dead-waiter", WithWaiterExpiry(expiry)).Acquire(ctx)
 	eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, "dead-waiter") == 1 }, "first waiter did not queue")
 	second := next.Mutex("dead-waiter", WithWaiterExpiry(expiry)).Acquire(ctx)
@@ -460,8 +438,7 @@ func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 		const expiry = time.Second
 		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
-		l, err := holder.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
 		c := e.client(t, WithWatchdogLease(30*time.Second))
 		w := c.Mutex(t.Name(), WithWaiterExpiry(expiry)).Acquire(ctx)
 		eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
@@ -492,8 +469,7 @@ func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
 		defer l.Unlock(ctx)
 	}
 	holder := e.client(t)
-	l, err := holder.Mutex("handed").Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, holder.Mutex("handed").Lock)
 	w := c.Mutex("handed", WithWaiterExpiry(time.Second)).Acquire(ctx)
 	eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, "handed") == 1 }, "waiter did not queue")
 	time.Sleep(100 * time.Millisecond)
@@ -517,8 +493,7 @@ func TestMutexFixedLeaseWaiterTakesItsOwnLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
 		holder := e.client(t)
-		l, err := holder.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
 		w := e.client(t).Mutex(t.Name(), WithFixedLease(20*time.Second), WithWaiterExpiry(time.Second)).Acquire(ctx)
 		eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
 		require.NoError(t, l.Unlock(ctx))

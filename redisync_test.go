@@ -2,11 +2,13 @@ package redisync
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,8 +70,7 @@ func TestCloseLosesAndReleasesLeases(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
-		l, err := a.Mutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
 		held, err := b.Mutex(t.Name() + "/other").Lock(ctx)
 		require.NoError(t, err)
 		defer held.Unlock(ctx)
@@ -91,4 +92,61 @@ func TestCloseLosesAndReleasesLeases(t *testing.T) {
 		_, err = a.Mutex(t.Name()).Lock(ctx)
 		require.ErrorIs(t, err, ErrClosed)
 	})
+}
+
+// TestClientName: a dialed Client names its connections after its id and
+// WithClientName, on every node it talks to; its id stays a UUID.
+func TestClientName(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		logs := &logBuffer{}
+		c := dial(t, e.addrs, WithClientName("billing@host-7/pid-42"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		_, err := uuid.Parse(c.ID())
+		require.NoError(t, err, "ID is not a UUID: %q", c.ID())
+		l := mustLock(t, ctx, c.Mutex(t.Name()).Lock)
+		defer l.Unlock(ctx)
+
+		var servers []string
+		for _, m := range e.masters() {
+			servers = append(servers, m.Addr)
+		}
+		want := "name=redisync:" + c.ID() + ":billing@host-7/pid-42 "
+		rc := e.rueidisClient(t)
+		nodes := rc.Nodes()
+		for _, addr := range servers {
+			// The node that holds the lock knows the name, and so does
+			// every node the Client is connected to.
+			list, err := nodes[addr].Do(ctx, rc.B().ClientList().Build()).ToString()
+			require.NoError(t, err)
+			if strings.Contains(list, "name=redisync:"+c.ID()) {
+				require.Contains(t, list, want, addr)
+			}
+		}
+		holder := servers[0]
+		if e.cluster != nil {
+			m, _ := slotOwner(t, e.cluster, c.keysFor(t.Name()).lock)
+			holder = m.Addr
+		}
+		list, err := nodes[holder].Do(ctx, rc.B().ClientList().Build()).ToString()
+		require.NoError(t, err)
+		require.Contains(t, list, want, "the node holding the lock")
+
+		// The name labels the log lines too.
+		c.Mutex(t.Name()).Locker().Unlock()
+		require.Contains(t, logs.String(), "redisync.client_name=billing@host-7/pid-42")
+	})
+}
+
+// TestClientNameWithNew: a Client on the caller's connections leaves their
+// name alone and labels its log lines.
+func TestClientNameWithNew(t *testing.T) {
+	e := standaloneEnv(t)
+	logs := &logBuffer{}
+	c := e.renewalClient(t, WithClientName("svc"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	c.Mutex(t.Name()).Locker().Unlock()
+	require.Contains(t, logs.String(), "redisync.client_name=svc")
+	rc := e.rueidisClient(t)
+	list, err := rc.Do(context.Background(), rc.B().ClientList().Build()).ToString()
+	require.NoError(t, err)
+	require.NotContains(t, list, "name=redisync:"+c.ID())
 }

@@ -32,8 +32,7 @@ func TestBackoffJitters(t *testing.T) {
 func TestWaiterWarnsOnceWhileRedisIsDown(t *testing.T) {
 	e := ownServer(t)
 	log, lines := newRecorder(slog.LevelInfo)
-	c := e.client(t, WithLogger(log))
-	m := c.Mutex(t.Name())
+	m := e.client(t, WithLogger(log)).Mutex(t.Name())
 	l, err := m.Lock(context.Background()) // connected, scripts loaded
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(context.Background()))

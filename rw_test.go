@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,12 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rwLeft returns the keys of the lock that exist, its fence key aside.
-func rwLeft(t testing.TB, rc rueidis.Client, k rwKeys) []string {
+// rwLeft returns the keys of the lock that exist, its fence key aside,
+// looked up on the connection of the lock's Client.
+func rwLeft(t testing.TB, m *RWMutex) []string {
 	t.Helper()
+	rc := m.c.rc
 	var left []string
-	for _, key := range k.all() {
-		if key == k.fence {
+	for _, key := range m.keys.all() {
+		if key == m.keys.fence {
 			continue
 		}
 		n, err := rc.Do(context.Background(), rc.B().Exists().Key(key).Build()).AsInt64()
@@ -35,13 +36,13 @@ func rwLeft(t testing.TB, rc rueidis.Client, k rwKeys) []string {
 
 // requireRWFree checks that nobody holds the lock and nothing of it but its
 // fence key is left in Redis.
-func requireRWFree(t testing.TB, e *env, rc rueidis.Client, m *RWMutex) {
+func requireRWFree(t testing.TB, m *RWMutex) {
 	t.Helper()
 	st, err := m.Inspect(context.Background())
 	require.NoError(t, err)
 	require.True(t, st.Free(), "lock still held: %+v", st)
 	require.Zero(t, st.WritersWaiting)
-	eventually(t, 5*time.Second, func() bool { return len(rwLeft(t, rc, m.keys)) == 0 }, "keys left: %v", rwLeft(t, rc, m.keys))
+	eventually(t, 5*time.Second, func() bool { return len(rwLeft(t, m)) == 0 }, "keys left: %v", rwLeft(t, m))
 }
 
 // waitState polls Inspect until cond holds.
@@ -59,7 +60,6 @@ func waitState(t testing.TB, m *RWMutex, cond func(RWMutexState) bool, msg strin
 func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		rc := e.rueidisClient(t)
 		a, b := e.client(t), e.client(t)
 		ma, mb := a.RWMutex(t.Name()), b.RWMutex(t.Name())
 		require.Equal(t, t.Name(), ma.Name())
@@ -68,8 +68,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 			require.Equal(t, slotHash(k.lock), slotHash(key), "%s in another slot", key)
 		}
 
-		r1, err := ma.RLock(ctx)
-		require.NoError(t, err)
+		r1 := mustLock(t, ctx, ma.RLock)
 		r2, err := mb.TryRLock(ctx)
 		require.NoError(t, err, "readers share")
 		require.Equal(t, t.Name(), r1.Name())
@@ -118,7 +117,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 		require.ErrorIs(t, rl.Err(), ErrReleased)
 
 		requireLaterToken(t, ctx, ma.TryLock, wl)
-		requireRWFree(t, e, rc, ma)
+		requireRWFree(t, ma)
 		e.requireNoSubscriptions(t)
 	})
 }
@@ -206,7 +205,7 @@ func TestRWMutexExclusion(t *testing.T) {
 		require.Greater(t, maxReaders.Load(), int32(1), "readers never shared the lock")
 		t.Logf("at most %d readers at once", maxReaders.Load())
 		rc.Do(ctx, rc.B().Del().Key(counterKey).Build())
-		requireRWFree(t, e, rc, e.client(t).RWMutex(t.Name()))
+		requireRWFree(t, e.client(t).RWMutex(t.Name()))
 	})
 }
 
@@ -299,8 +298,7 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 		require.EqualValues(t, 3, inside.Load())
 		for round := range 3 {
 			start := time.Now()
-			l, err := writer.Lock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, writer.Lock)
 			took := time.Since(start)
 			require.Zero(t, inside.Load(), "a reader inside with the writer")
 			require.Less(t, took, 10*time.Second, "writer starved by overlapping readers")
@@ -343,8 +341,7 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 		reader := e.client(t).RWMutex(t.Name())
 		for round := range 5 {
 			start := time.Now()
-			l, err := reader.RLock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, reader.RLock)
 			took := time.Since(start)
 			require.Less(t, took, 10*time.Second, "reader starved by a stream of writers")
 			t.Logf("round %d: reader in after %v", round, took)
@@ -357,20 +354,16 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 func TestRWMutexDowngrade(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		rc := e.rueidisClient(t)
-		c := e.client(t)
-		m := c.RWMutex(t.Name())
+		m := e.client(t).RWMutex(t.Name())
 		other := e.client(t).RWMutex(t.Name())
 
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, m.Lock)
 		// Another writer waits; it keeps new readers out, but not the
 		// writer's own.
 		ow := other.Acquire(ctx)
 		waitState(t, m, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "other writer not waiting")
 		start := time.Now()
-		r, err := m.RLock(w.Context())
-		require.NoError(t, err)
+		r := mustLock(t, w.Context(), m.RLock)
 		require.Less(t, time.Since(start), 5*time.Second, "the downgrade waited")
 		require.Equal(t, w.Token(), r.Token(), "the downgraded reader reads the writer's epoch")
 		st, err := m.Inspect(ctx)
@@ -380,8 +373,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 
 		// Still the writer: the read lease's context re-enters the write
 		// lock.
-		w2, err := m.TryLock(r.Context())
-		require.NoError(t, err)
+		w2 := mustLock(t, r.Context(), m.TryLock)
 		require.Equal(t, w.Token(), w2.Token())
 		require.NoError(t, w2.Unlock(ctx))
 
@@ -405,17 +397,15 @@ func TestRWMutexDowngrade(t *testing.T) {
 		ol := recv(t, ow, 5*time.Second, "waiting writer after the downgraded reader")
 		require.Greater(t, ol.Token(), w.Token())
 		require.NoError(t, ol.Unlock(ctx))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
 func TestRWMutexUpgradeRefused(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
-		rc := e.rueidisClient(t)
 		m := e.client(t).RWMutex(t.Name())
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		start := time.Now()
 		l, err := m.Lock(r.Context())
 		require.ErrorIs(t, err, ErrUpgrade)
@@ -437,8 +427,7 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 		require.Equal(t, 1, st.Readers)
 		require.False(t, st.WriteLocked)
 		require.Zero(t, st.WritersWaiting, "a refused upgrade keeps no reader out")
-		r2, err := e.client(t).RWMutex(t.Name()).TryRLock(ctx)
-		require.NoError(t, err)
+		r2 := mustLock(t, ctx, e.client(t).RWMutex(t.Name()).TryRLock)
 		require.NoError(t, r2.Unlock(ctx))
 
 		// Once the read lease ended, its context locks like any other.
@@ -446,29 +435,24 @@ func TestRWMutexUpgradeRefused(t *testing.T) {
 		l, err = m.TryLock(context.WithoutCancel(r.Context()))
 		require.NoError(t, err)
 		require.NoError(t, l.Unlock(ctx))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
 func TestRWMutexReentrant(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
-		rc := e.rueidisClient(t)
-		c := e.client(t)
-		m := c.RWMutex(t.Name())
+		m := e.client(t).RWMutex(t.Name())
 
 		// Reads: a re-entry does not wait behind a waiting writer, which
 		// would deadlock.
-		r1, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r1 := mustLock(t, ctx, m.RLock)
 		ow := e.client(t).RWMutex(t.Name()).Acquire(ctx)
 		waitState(t, m, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "writer not waiting")
-		_, err = m.TryRLock(ctx)
+		_, err := m.TryRLock(ctx)
 		require.ErrorIs(t, err, ErrLocked, "without the lease's context a reader waits")
-		r2, err := m.RLock(r1.Context())
-		require.NoError(t, err)
-		r3, err := m.TryRLock(r2.Context())
-		require.NoError(t, err)
+		r2 := mustLock(t, r1.Context(), m.RLock)
+		r3 := mustLock(t, r2.Context(), m.TryRLock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 3, st.Readers)
@@ -494,14 +478,13 @@ func TestRWMutexReentrant(t *testing.T) {
 			require.Zero(t, st.Readers)
 		}))
 		// Another client's context does not re-enter.
-		l, err := m.Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, m.Lock)
 		_, err = e.client(t).RWMutex(t.Name()).TryLock(l.Context())
 		require.ErrorIs(t, err, ErrLocked)
 		_, err = e.client(t).RWMutex(t.Name()).TryRLock(l.Context())
 		require.ErrorIs(t, err, ErrLocked)
 		require.NoError(t, l.Unlock(ctx))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
@@ -512,10 +495,8 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		m := c.RWMutex(t.Name())
 
 		// Readers: ForceUnlock ends every share.
-		r1, err := m.RLock(ctx)
-		require.NoError(t, err)
-		r2, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r1 := mustLock(t, ctx, m.RLock)
+		r2 := mustLock(t, ctx, m.RLock)
 		ok, err := e.client(t).RWMutex(t.Name()).ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -527,8 +508,7 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		}
 
 		// A writer likewise.
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, m.Lock)
 		ok, err = m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -540,8 +520,7 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		// Re-entering a lease whose lock is gone in Redis, before the
 		// watchdog noticed: an error at once, not a wait nor a new lock.
 		slow := e.client(t).RWMutex(t.Name())
-		r, err := slow.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, slow.RLock)
 		w, err = e.client(t).RWMutex(t.Name() + "/w").Lock(ctx)
 		require.NoError(t, err)
 		_, err = slow.ForceUnlock(ctx)
@@ -567,15 +546,13 @@ func TestRWMutexFixedLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		m := e.client(t).RWMutex(t.Name(), WithFixedLease(400*time.Millisecond))
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.LessOrEqual(t, st.ReadTTL, 400*time.Millisecond)
 		requireLost(t, r, 5*time.Second, ErrExpired)
 		// The writer gets in once the share ran out, woken by its timer.
-		w, err := e.client(t).RWMutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, e.client(t).RWMutex(t.Name()).Lock)
 		require.ErrorIs(t, r.Unlock(ctx), ErrNotHeld)
 		require.NoError(t, w.Unlock(ctx))
 
@@ -601,10 +578,8 @@ func TestRWMutexReaderCrashWhileOthersRenew(t *testing.T) {
 	const name = "reader-crash"
 	m := healthy.RWMutex(name)
 
-	dead, err := crashing.RWMutex(name).RLock(ctx)
-	require.NoError(t, err)
-	alive, err := m.RLock(ctx)
-	require.NoError(t, err)
+	dead := mustLock(t, ctx, crashing.RWMutex(name).RLock)
+	alive := mustLock(t, ctx, m.RLock)
 	st, err := m.Inspect(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Readers)
@@ -639,8 +614,7 @@ func TestRWMutexWaitingWriterDies(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		c := e.client(t)
 		m := c.RWMutex(t.Name())
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		// A writer registers as waiting and is never heard of again.
 		dead := c.newOwner()
 		res, err := m.attempt(ctx, rwLockScript, "write lock",
@@ -652,8 +626,7 @@ func TestRWMutexWaitingWriterDies(t *testing.T) {
 		_, err = m.TryRLock(ctx)
 		require.ErrorIs(t, err, ErrLocked, "the waiting writer keeps readers out")
 		start := time.Now()
-		r2, err := e.client(t).RWMutex(t.Name()).RLock(ctx)
-		require.NoError(t, err)
+		r2 := mustLock(t, ctx, e.client(t).RWMutex(t.Name()).RLock)
 		waited := time.Since(start)
 		t.Logf("reader in %v after the writer's last attempt", waited)
 		require.Less(t, waited, 10*time.Second)
@@ -663,7 +636,7 @@ func TestRWMutexWaitingWriterDies(t *testing.T) {
 		require.Equal(t, 2, st.Readers)
 		require.NoError(t, r.Unlock(ctx))
 		require.NoError(t, r2.Unlock(ctx))
-		requireRWFree(t, e, e.rueidisClient(t), m)
+		requireRWFree(t, m)
 	})
 }
 
@@ -678,13 +651,11 @@ func TestRWMutexWakeUps(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const readers = 10
 		ctx := withTimeout(t, time.Minute)
-		rc := e.rueidisClient(t)
 		holder := e.client(t)
 		hm := holder.RWMutex(t.Name())
 
 		// A writer's release wakes every waiting reader of a Client.
-		w, err := hm.Lock(ctx)
-		require.NoError(t, err)
+		w := mustLock(t, ctx, hm.Lock)
 		c := e.client(t)
 		waiting := make([]<-chan *Lease, readers)
 		for i := range waiting {
@@ -742,7 +713,7 @@ func TestRWMutexWakeUps(t *testing.T) {
 		rl2 := recv(t, r2, 10*time.Second, "reader after the waiting writer gave up")
 		require.NoError(t, rl.Unlock(ctx))
 		require.NoError(t, rl2.Unlock(ctx))
-		requireRWFree(t, e, rc, hm)
+		requireRWFree(t, hm)
 		e.requireNoSubscriptions(t)
 	})
 }
@@ -752,8 +723,7 @@ func TestRWMutexRetriedUnlock(t *testing.T) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
 		m := a.RWMutex(t.Name())
-		r, err := m.RLock(ctx)
-		require.NoError(t, err)
+		r := mustLock(t, ctx, m.RLock)
 		// The release reaches Redis, its reply is lost; a writer comes and
 		// goes. The retry reports success.
 		st, err := a.rwReleaseRead(ctx, m.keys, r.h.owner)
@@ -762,17 +732,14 @@ func TestRWMutexRetriedUnlock(t *testing.T) {
 		r.mu.Lock()
 		r.unsure = time.Now()
 		r.mu.Unlock()
-		wl, err := b.RWMutex(t.Name()).TryLock(ctx)
-		require.NoError(t, err)
+		wl := mustLock(t, ctx, b.RWMutex(t.Name()).TryLock)
 		require.NoError(t, wl.Unlock(ctx))
 		require.NoError(t, r.Unlock(ctx))
 		require.ErrorIs(t, r.Err(), ErrReleased)
 
 		// A writer's: the retry neither fails nor frees the next writer.
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
-		inner, err := m.Lock(w.Context())
-		require.NoError(t, err)
+		w := mustLock(t, ctx, m.Lock)
+		inner := mustLock(t, w.Context(), m.Lock)
 		st, err = a.rwReleaseWrite(ctx, m.keys, w.h.owner, inner.hold)
 		require.NoError(t, err)
 		require.Equal(t, stillHeld, st)
@@ -783,8 +750,7 @@ func TestRWMutexRetriedUnlock(t *testing.T) {
 		st, err = a.rwReleaseWrite(ctx, m.keys, w.h.owner, w.hold)
 		require.NoError(t, err)
 		require.Equal(t, freed, st)
-		other, err := b.RWMutex(t.Name()).TryLock(ctx)
-		require.NoError(t, err)
+		other := mustLock(t, ctx, b.RWMutex(t.Name()).TryLock)
 		require.NoError(t, w.Unlock(ctx))
 		s, err = m.Inspect(ctx)
 		require.NoError(t, err)
@@ -824,7 +790,7 @@ func TestRWMutexLocker(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, 8, counter)
 		require.NoError(t, wl.(*Locker).Err())
-		requireRWFree(t, e, e.rueidisClient(t), m)
+		requireRWFree(t, m)
 
 		// Bad handles: Lock returns at once, without a lease.
 		type adapter interface {
@@ -841,8 +807,7 @@ func TestRWMutexLocker(t *testing.T) {
 		}
 		// An RLocker waits for the writer.
 		closing := e.client(t)
-		cw, err := closing.RWMutex(t.Name()).Lock(ctx)
-		require.NoError(t, err)
+		cw := mustLock(t, ctx, closing.RWMutex(t.Name()).Lock)
 		blocked := e.client(t).RWMutex(t.Name()).RLocker()
 		returned := make(chan struct{})
 		go func() { blocked.Lock(); close(returned) }()
@@ -863,7 +828,6 @@ func TestRWMutexLocker(t *testing.T) {
 func TestRWMutexBadInput(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		rc := e.rueidisClient(t)
 		c := e.client(t)
 
 		notPanics(t, "nil Client", func() { requireRWMutexFails(t, (*Client)(nil).RWMutex(t.Name()), ErrInvalidArgument) })
@@ -896,7 +860,7 @@ func TestRWMutexBadInput(t *testing.T) {
 		}
 		requireFailedLease(t, delivered(t, m.RAcquire(done)), context.Canceled)
 		requireFailedLease(t, delivered(t, m.Acquire(done)), context.Canceled)
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 
 		// Odd names work and keep their keys in one slot.
 		for i, name := range badInputNames() {
@@ -906,8 +870,7 @@ func TestRWMutexBadInput(t *testing.T) {
 				for _, key := range append(k.all(), k.channel) {
 					require.Equal(t, slotHash(k.lock), slotHash(key))
 				}
-				r, err := m.TryRLock(ctx)
-				require.NoError(t, err)
+				r := mustLock(t, ctx, m.TryRLock)
 				w, err := m.TryLock(r.Context())
 				require.ErrorIs(t, err, ErrUpgrade)
 				require.Nil(t, w)
@@ -918,29 +881,26 @@ func TestRWMutexBadInput(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, st.WriteLocked)
 				require.NoError(t, w.Unlock(ctx))
-				requireRWFree(t, e, rc, m)
+				requireRWFree(t, m)
 			})
 		}
 
 		// A Mutex and an RWMutex of one name are different locks.
-		ml, err := c.Mutex(t.Name()).TryLock(ctx)
-		require.NoError(t, err)
-		wl, err := m.TryLock(ml.Context())
-		require.NoError(t, err)
+		ml := mustLock(t, ctx, c.Mutex(t.Name()).TryLock)
+		wl := mustLock(t, ml.Context(), m.TryLock)
 		require.NoError(t, wl.Unlock(ctx))
 		require.NoError(t, ml.Unlock(ctx))
 
 		// Closed Client.
 		closed := e.client(t)
 		cm := closed.RWMutex(t.Name())
-		held, err := cm.RLock(ctx)
-		require.NoError(t, err)
+		held := mustLock(t, ctx, cm.RLock)
 		require.NoError(t, closed.Close())
 		requireRWMutexFails(t, cm, ErrClosed)
 		<-held.Lost()
 		require.ErrorIs(t, held.Err(), ErrClosed)
 		require.ErrorIs(t, held.Unlock(ctx), ErrNotHeld)
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	})
 }
 
@@ -948,8 +908,7 @@ func TestRWMutexWrongType(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
-		c := e.client(t)
-		m := c.RWMutex(t.Name())
+		m := e.client(t).RWMutex(t.Name())
 		plants := []struct {
 			what string
 			key  string
@@ -1060,8 +1019,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		name := fmt.Sprintf("rwrestart:%d", i)
 		m := holder.RWMutex(name)
 		for range 2 {
-			l, err := m.RLock(ctx)
-			require.NoError(t, err)
+			l := mustLock(t, ctx, m.RLock)
 			held = append(held, l)
 		}
 		// A writer waits for the readers; a reader waits behind it.
@@ -1070,7 +1028,7 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		waitState(t, wm, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "writer not waiting")
 		readers = append(readers, waiter.RWMutex(name).RAcquire(ctx))
 	}
-	eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == locks }, "waiters did not subscribe")
+	e.awaitChannels(t, locks, 5*time.Second, "waiters did not subscribe")
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {
@@ -1080,10 +1038,9 @@ func TestRWMutexRedisRestart(t *testing.T) {
 	// The restart took the writers' registrations too: whoever looks
 	// first gets in.
 	unlockAll(t, ctx, append(writers, readers...), 10*time.Second)
-	rc := e.rueidisClient(t)
 	for i := range locks {
 		m := waiter.RWMutex(fmt.Sprintf("rwrestart:%d", i))
-		requireRWFree(t, e, rc, m)
+		requireRWFree(t, m)
 	}
 	done()
 }
@@ -1092,14 +1049,13 @@ func TestRWMutexReplicaAck(t *testing.T) {
 	_, c, replica := ackedClient(t)
 	ctx := context.Background()
 	m := c.RWMutex("rwacked")
-	r, err := m.RLock(ctx)
-	require.NoError(t, err)
+	r := mustLock(t, ctx, m.RLock)
 	requireReply(t, replica, "1", "the replica has the share when RLock returns", "ZCARD", m.keys.readers)
 	require.NoError(t, r.Unlock(ctx))
 
 	require.NoError(t, replica.Pause())
 	defer replica.Resume()
-	_, err = m.TryRLock(ctx)
+	_, err := m.TryRLock(ctx)
 	require.ErrorIs(t, err, ErrNotReplicated)
 	_, err = m.TryLock(ctx)
 	require.ErrorIs(t, err, ErrNotReplicated)
@@ -1107,8 +1063,7 @@ func TestRWMutexReplicaAck(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Free(), "nothing held after a failed acknowledgement")
 	require.NoError(t, replica.Resume())
-	w, err := m.Lock(ctx)
-	require.NoError(t, err)
+	w := mustLock(t, ctx, m.Lock)
 	require.NoError(t, w.Unlock(ctx))
 }
 
@@ -1120,9 +1075,8 @@ func BenchmarkRWMutexReadHeavy(b *testing.B) {
 	e := standaloneEnv(b)
 	ctx := context.Background()
 	const name = "bench:rw:readheavy"
-	ms := make([]*RWMutex, clients)
+	ms := onClients(b, e, clients, func(c *Client) *RWMutex { return c.RWMutex(name) })
 	for i := range ms {
-		ms[i] = e.client(b).RWMutex(name)
 		l, err := ms[i].Lock(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -1139,14 +1093,12 @@ func BenchmarkRWMutexReadHeavy(b *testing.B) {
 		}
 	}
 	benchWaitUnsubscribed(b, e, ms[0].keys.channel)
-	b.SetParallelism(max(1, (4*clients+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
-	var next, reads, writes, readers, writers, violations atomic.Int64
+	var reads, writes, readers, writers, violations atomic.Int64
 	before := commandCalls(b, e.server)
 	b.ResetTimer()
 	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		m := ms[int(next.Add(1)-1)%clients]
-		rnd := rand.New(rand.NewPCG(uint64(next.Load()), 7))
+	runOnHandles(b, ms, 4, func(pb *testing.PB, i int, m *RWMutex) {
+		rnd := rand.New(rand.NewPCG(uint64(i+1), 7))
 		for pb.Next() {
 			if rnd.IntN(100) < 5 {
 				l, err := m.Lock(ctx)
@@ -1200,17 +1152,13 @@ func TestRWMutexMetrics(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var r recorder
-		c := e.client(t, WithMetrics(r.metrics()))
-		m := c.RWMutex(t.Name())
-		r1, err := m.RLock(ctx)
-		require.NoError(t, err)
-		r2, err := m.RLock(ctx)
-		require.NoError(t, err)
+		m := e.client(t, WithMetrics(r.metrics())).RWMutex(t.Name())
+		r1 := mustLock(t, ctx, m.RLock)
+		r2 := mustLock(t, ctx, m.RLock)
 		require.NoError(t, r1.Unlock(ctx))
 		require.NoError(t, r2.Unlock(ctx))
-		w, err := m.Lock(ctx)
-		require.NoError(t, err)
-		_, err = m.ForceUnlock(ctx)
+		w := mustLock(t, ctx, m.Lock)
+		_, err := m.ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.ErrorIs(t, w.Unlock(ctx), ErrNotHeld)
 

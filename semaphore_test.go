@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,10 +34,7 @@ func semSized(t testing.TB, s *Semaphore, size int) *Semaphore {
 // each on a Client of its own, and sets its size.
 func semOnClients(t testing.TB, e *env, n, size int) []*Semaphore {
 	t.Helper()
-	ss := make([]*Semaphore, n)
-	for i := range ss {
-		ss[i] = e.client(t).Semaphore(t.Name())
-	}
+	ss := onClients(t, e, n, func(c *Client) *Semaphore { return c.Semaphore(t.Name()) })
 	semSized(t, ss[0], size)
 	return ss
 }
@@ -128,8 +124,7 @@ func TestSemaphoreBasics(t *testing.T) {
 func TestSemaphoreSize(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c := e.client(t)
-		s := c.Semaphore(t.Name())
+		s := e.client(t).Semaphore(t.Name())
 
 		// No size: acquisitions fail at once, whatever their form.
 		_, err := s.Lock(ctx, 1)
@@ -701,8 +696,7 @@ func TestSemaphoreWatchdogKeepsPermits(t *testing.T) {
 func TestSemaphoreDeleteAndClose(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		s := c.Semaphore(t.Name())
+		s := e.client(t, WithWatchdogLease(600*time.Millisecond)).Semaphore(t.Name())
 		semSized(t, s, 2)
 		l, err := s.Lock(ctx, 2)
 		require.NoError(t, err)
@@ -868,7 +862,7 @@ func TestSemaphoreRedisRestart(t *testing.T) {
 			require.NoError(t, err)
 			latchWait := make(chan error, 1)
 			go func() { latchWait <- waiter.Latch("restart").Wait(ctx) }()
-			eventually(t, 5*time.Second, func() bool { return len(e.channels(t)) == 2 }, "waiters did not subscribe")
+			e.awaitChannels(t, 2, 5*time.Second, "waiters did not subscribe")
 
 			require.NoError(t, e.server.Restart())
 			if !persistent {
@@ -967,21 +961,16 @@ func BenchmarkSemaphoreContended(b *testing.B) {
 	e := standaloneEnv(b)
 	ctx := context.Background()
 	const name = "bench:semaphore-contended"
-	ss := make([]*Semaphore, clients)
-	for i := range ss {
-		ss[i] = e.client(b).Semaphore(name)
-	}
+	ss := onClients(b, e, clients, func(c *Client) *Semaphore { return c.Semaphore(name) })
 	if _, err := ss[0].SetSize(ctx, size); err != nil {
 		b.Fatal(err)
 	}
 	defer ss[0].Delete(ctx)
 	benchSemLockUnlock(b, ss[0], 1)
-	b.SetParallelism(max(1, (2*clients+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
-	var next, inside, overs atomic.Int64
+	var inside, overs atomic.Int64
 	before := commandCalls(b, e.server)
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		s := ss[int(next.Add(1)-1)%clients]
+	runOnHandles(b, ss, 2, func(pb *testing.PB, _ int, s *Semaphore) {
 		for pb.Next() {
 			n := 1 + rand.IntN(size)
 			l, err := s.Lock(ctx, n)

@@ -29,8 +29,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	holder := dial(WithWatchdogLease(3*time.Second), WithReplicaAck(1, time.Second))
 	m := holder.Mutex("sentinel")
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	next := dial().Mutex("sentinel").Acquire(ctx)
 	time.Sleep(100 * time.Millisecond) // the waiter subscribes
 
@@ -71,8 +70,7 @@ func TestSentinelLostSoonAfterDelete(t *testing.T) {
 	defer c.Close()
 	require.Equal(t, DetectOnChange, c.LossDetection())
 	m := c.Mutex(t.Name())
-	l, err := m.Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, m.Lock)
 	time.Sleep(50 * time.Millisecond) // tracked
 	start := time.Now()
 	_, err = s.Primary.Do("DEL", m.keys.lock)

@@ -18,8 +18,7 @@ func dialURL(t *testing.T, url, name string) (*Client, *Lease) {
 	c, err := DialURL(url, WithLogger(quietLogger()))
 	require.NoError(t, err, url)
 	t.Cleanup(func() { c.Close() })
-	l, err := c.Mutex(name).Lock(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, c.Mutex(name).Lock)
 	t.Cleanup(func() { l.Unlock(ctx) })
 	return c, l
 }

@@ -134,7 +134,7 @@ func waitOnMany(t *testing.T, ctx context.Context, e *env, prefix string, n int)
 	for i := range n {
 		w.waiting = append(w.waiting, w.waiter.Mutex(fmt.Sprint(prefix, ":", i)).Acquire(ctx))
 	}
-	eventually(t, 20*time.Second, func() bool { return len(e.channels(t)) == n }, "waiters did not subscribe")
+	e.awaitChannels(t, n, 20*time.Second, "waiters did not subscribe")
 	time.Sleep(200 * time.Millisecond) // every waiter settled
 	w.extra = runtime.NumGoroutine() - goroutines - n
 	return w
@@ -178,7 +178,7 @@ func handOverAcrossBreak(t *testing.T, ctx context.Context, e *env, w manyWaiter
 	half := len(w.held) / 2
 	kill()
 	handOver(t, ctx, w.held[:half], w.waiting[:half], 20*time.Second)
-	eventually(t, 10*time.Second, func() bool { return len(e.channels(t)) == len(w.held)-half }, "channels not subscribed again: %v", e.channels(t))
+	e.awaitChannels(t, len(w.held)-half, 10*time.Second, "channels not subscribed again: %v", e.channels(t))
 	handOver(t, ctx, w.held[half:], w.waiting[half:], 20*time.Second)
 }
 
@@ -277,8 +277,7 @@ func TestWaitingAtScale(t *testing.T) {
 	waiting := e.clients(t, clients, WithPrefix(prefix))
 	held := make([]*Lease, names)
 	for i := range names {
-		l, err := holder.Mutex(strconv.Itoa(i)).Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, holder.Mutex(strconv.Itoa(i)).Lock)
 		held[i] = l
 	}
 	runtime.GC()

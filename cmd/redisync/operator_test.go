@@ -38,10 +38,8 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("inspect mutex", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr)
-		l, err := c.Mutex("op:mutex").Lock(ctx)
-		require.NoError(t, err)
-		_, err = c.Mutex("op:mutex").Lock(l.Context()) // a re-entry
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex("op:mutex").Lock)
+		mustLock(t, l.Context(), c.Mutex("op:mutex").Lock) // a re-entry
 
 		stdout, stderr, code := cli(t, "inspect", "op:mutex")
 		require.Equal(t, 0, code, stderr)
@@ -58,10 +56,8 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("inspect json", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr)
-		l, err := c.Mutex("op:json").Lock(ctx)
-		require.NoError(t, err)
-		r, err := c.RWMutex("op:json").RLock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex("op:json").Lock)
+		r := mustLock(t, ctx, c.RWMutex("op:json").RLock)
 
 		// Flags after the name work too.
 		stdout, stderr, code := cli(t, "inspect", "op:json", "--json")
@@ -145,8 +141,7 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("inspect rw mutex with two readers", func(t *testing.T) {
 		t.Parallel()
 		for range 2 {
-			_, err := dialT(t, srv.Addr).RWMutex("op:rw").RLock(ctx)
-			require.NoError(t, err)
+			mustLock(t, ctx, dialT(t, srv.Addr).RWMutex("op:rw").RLock)
 		}
 		stdout, stderr, code := cli(t, "inspect", "op:rw")
 		require.Equal(t, 0, code, stderr)
@@ -196,8 +191,7 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("inspect with another prefix", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr, redisync.WithPrefix("other"))
-		_, err := c.Mutex("op:prefix").Lock(ctx)
-		require.NoError(t, err)
+		mustLock(t, ctx, c.Mutex("op:prefix").Lock)
 		stdout, _, code := cli(t, "inspect", "op:prefix")
 		require.Equal(t, 0, code)
 		require.Contains(t, stdout, "free")
@@ -209,8 +203,7 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("REDIS_URL", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr)
-		_, err := c.Mutex("op:url").Lock(ctx)
-		require.NoError(t, err)
+		mustLock(t, ctx, c.Mutex("op:url").Lock)
 		cmd := exec.Command(bin, "inspect", "op:url")
 		cmd.Env = append(demoEnv(), "REDIS_URL=redis://"+srv.Addr+"/0")
 		out, err := cmd.Output()
@@ -221,8 +214,7 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("force unlock makes the holder's Lost fire", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr, redisync.WithWatchdogLease(600*time.Millisecond))
-		l, err := c.Mutex("op:force").Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex("op:force").Lock)
 
 		stdout, stderr, code := cli(t, "unlock", "--force", "--yes", "op:force")
 		require.Equal(t, 0, code, stderr)
@@ -243,10 +235,8 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("force unlock of one kind", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr, redisync.WithWatchdogLease(600*time.Millisecond))
-		m, err := c.Mutex("op:kinds").Lock(ctx)
-		require.NoError(t, err)
-		w, err := c.RWMutex("op:kinds").Lock(ctx)
-		require.NoError(t, err)
+		m := mustLock(t, ctx, c.Mutex("op:kinds").Lock)
+		w := mustLock(t, ctx, c.RWMutex("op:kinds").Lock)
 
 		stdout, stderr, code := cli(t, "unlock", "--force", "--yes", "--kind", "rw", "op:kinds")
 		require.Equal(t, 0, code, stderr)
@@ -268,8 +258,7 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("unlock needs --yes without a terminal", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr)
-		l, err := c.Mutex("op:noyes").Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex("op:noyes").Lock)
 		stdout, stderr, code := cli(t, "unlock", "--force", "op:noyes") // stdin is /dev/null
 		require.Equal(t, 2, code)
 		require.Empty(t, stdout)
@@ -291,8 +280,7 @@ func TestOperatorCommands(t *testing.T) {
 	t.Run("watch", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr)
-		l, err := c.Mutex("op:watch").Lock(ctx)
-		require.NoError(t, err)
+		l := mustLock(t, ctx, c.Mutex("op:watch").Lock)
 		stdout, stderr, code := cli(t, "watch", "--count", "2", "--interval", "50ms", "op:watch", "op:watch-free")
 		require.Equal(t, 0, code, stderr)
 		require.Empty(t, stderr)
@@ -418,4 +406,13 @@ func dialT(t *testing.T, addr string, opts ...redisync.Option) *redisync.Client 
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
+}
+
+// mustLock takes a lease with lock (a handle's Lock or RLock) and fails the
+// test if it cannot.
+func mustLock(t *testing.T, ctx context.Context, lock func(context.Context) (*redisync.Lease, error)) *redisync.Lease {
+	t.Helper()
+	l, err := lock(ctx)
+	require.NoError(t, err)
+	return l
 }
