@@ -19,7 +19,8 @@ import (
 // sema.Sema: a release message ("1") wakes one local waiter, a "*" message
 // wakes all of them, "w:ID" wakes the waiter that expects ID (locks with a
 // queue name the waiter at its head) and "g:ID TOKEN" tells it that the lock
-// was handed to it with that token. When a subscription is re-established
+// was handed to it with that token. A Mutex or FairMutex sends these two to
+// the waiter's Client alone, on a channel of its own (waiterChannel). When a subscription is re-established
 // after the connection broke (messages sent meanwhile are lost), every
 // waiter of it looks again.
 //
@@ -233,6 +234,12 @@ func (n *notifier) wakeAll(channel string) {
 	}
 }
 
+// waiterChannel is where the releases of a Mutex or FairMutex named channel
+// name the waiters of the Client clientID, handing the lock over or waking
+// them (waiter_channel in the scripts): a Client hears its own waiters'
+// messages only, however many Clients wait.
+func waiterChannel(channel, clientID string) string { return channel + ":" + clientID }
+
 // message hands a message to the channel's subscription. It runs in a
 // connection's reader: it must not block.
 func (n *notifier) message(m rueidis.PubSubMessage) {
@@ -260,19 +267,14 @@ func (s *subscription) message(m rueidis.PubSubMessage) {
 }
 
 // target signals the waiter id with v: "" wakes it, a token tells it that
-// the lock is its own. A waiter of another Client now holds the lock, or is
-// about to take it: if it died meanwhile, the lock is free again within its
-// waiter expiry, and the Client looks then. It must not block.
+// the lock is its own. A waiter that is gone has left the queue, giving
+// back what was handed to it. It must not block.
 func (s *subscription) target(id, v string) {
 	s.tmu.Lock()
-	ch := s.targets[id]
-	if ch != nil {
+	if ch := s.targets[id]; ch != nil {
 		signal(ch, v)
 	}
 	s.tmu.Unlock()
-	if ch == nil {
-		s.n.c.presence.changedHands(s.channel)
-	}
 }
 
 // expect returns the channel that "w:id" and "g:id TOKEN" messages signal:

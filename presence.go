@@ -23,7 +23,6 @@ type presence struct {
 
 	mu      sync.Mutex
 	locks   map[string]*presenceEntry // by waiters key
-	byChan  map[string]*presenceEntry // the same, by channel
 	orphans []orphanLeave             // leaves that failed, retried at the next passes
 	loop
 }
@@ -54,7 +53,7 @@ const orphanTries = 3
 
 func newPresence(c *Client) *presence {
 	return &presence{
-		c: c, locks: make(map[string]*presenceEntry), byChan: make(map[string]*presenceEntry),
+		c: c, locks: make(map[string]*presenceEntry),
 		loop: newLoop(),
 	}
 }
@@ -68,7 +67,6 @@ func (p *presence) join(keys lockKeys, expiry time.Duration) {
 	if e == nil {
 		e = &presenceEntry{keys: keys, expiry: expiry, touched: time.Now()}
 		p.locks[keys.waiters] = e
-		p.byChan[keys.channel] = e
 	}
 	e.expiry = min(e.expiry, expiry)
 	e.waiters++
@@ -84,7 +82,6 @@ func (p *presence) leave(keys lockKeys) {
 		e.waiters--
 		if e.waiters == 0 {
 			delete(p.locks, keys.waiters)
-			delete(p.byChan, keys.channel)
 		}
 	}
 }
@@ -96,30 +93,15 @@ func (p *presence) watch(keys lockKeys, pttl int64) {
 	if pttl < 0 { // a key without expiry: not the library's
 		at = time.Now().Add(defaultWaiterExpiry)
 	}
-	p.checkBy(p.locks, keys.waiters, at)
+	p.checkBy(keys.waiters, at)
 }
 
-// changedHands has the lock checked a waiter expiry from now: a release
-// handed it to, or woke, a waiter of another Client (channel's message),
-// which holds it for that long at most if it died meanwhile.
-func (p *presence) changedHands(channel string) {
-	p.mu.Lock()
-	e := p.byChan[channel]
-	var expiry time.Duration
-	if e != nil {
-		expiry = e.expiry
-	}
-	p.mu.Unlock()
-	if e != nil {
-		p.checkBy(p.byChan, channel, time.Now().Add(expiry))
-	}
-}
-
-// checkBy moves the check of the entry m[k] to at, if that is sooner.
-func (p *presence) checkBy(m map[string]*presenceEntry, k string, at time.Time) {
+// checkBy moves the check of the lock whose waiters key is k to at, if that
+// is sooner.
+func (p *presence) checkBy(k string, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := m[k]
+	e := p.locks[k]
 	if e == nil || (!e.checkAt.IsZero() && !at.Before(e.checkAt)) {
 		return
 	}
@@ -223,11 +205,11 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 		switch {
 		case err != nil:
 			// Look again soon; waiters also look again once resubscribed.
-			p.checkBy(p.locks, keys.waiters, time.Now().Add(renewRetry))
+			p.checkBy(keys.waiters, time.Now().Add(renewRetry))
 		case pttl == -2:
-			p.c.notify.wakeAll(keys.channel)
+			p.c.notify.wakeAll(waiterChannel(keys.channel, p.c.id))
 			// If nobody takes it, look again.
-			p.checkBy(p.locks, keys.waiters, time.Now().Add(expiries[i]))
+			p.checkBy(keys.waiters, time.Now().Add(expiries[i]))
 		default:
 			p.watch(keys, pttl)
 		}
@@ -237,18 +219,20 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 // pass renews the Client's deadline on every lock it has waiters on, in one
 // script per slot and renewBatch locks, all in one pipeline, and retries the
 // leaves that failed. Waiters of a lock where the Client had no deadline
-// any more look again.
+// any more look again, and so do those of a lock found free: the lock went
+// to a waiter of another Client that died before taking it, and nothing
+// told this Client (a release names its waiters only to them).
 func (p *presence) pass(timeout time.Duration) {
 	batch, channels, orphans := p.batch(time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
 	defer cancel()
 	for i, r := range presenceScript.batch(ctx, p.c.rc, batch) {
-		gone, err := r.AsIntSlice()
-		if err != nil || len(gone) != len(channels[i]) {
+		look, err := r.AsIntSlice()
+		if err != nil || len(look) != len(channels[i]) {
 			continue // the places expire; the waiters look again once resubscribed
 		}
 		for j, ch := range channels[i] {
-			if gone[j] == 1 {
+			if look[j] != 0 {
 				p.c.notify.wakeAll(ch)
 			}
 		}
@@ -282,7 +266,7 @@ func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, channels [][]s
 		for len(es) > 0 {
 			chunk := es[:min(len(es), renewBatch)]
 			es = es[len(chunk):]
-			b := rueidis.LuaExec{Keys: make([]string, 0, 2*len(chunk)), Args: make([]string, 1, 1+2*len(chunk))}
+			b := rueidis.LuaExec{Keys: make([]string, 0, 3*len(chunk)), Args: make([]string, 1, 1+2*len(chunk))}
 			b.Args[0] = field
 			chs := make([]string, len(chunk))
 			for i, e := range chunk {
@@ -290,9 +274,9 @@ func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, channels [][]s
 				if now.Sub(e.touched) >= 3*e.expiry {
 					touch, e.touched = "1", now
 				}
-				b.Keys = append(b.Keys, e.keys.waiters, e.keys.queue)
+				b.Keys = append(b.Keys, e.keys.waiters, e.keys.queue, e.keys.lock)
 				b.Args = append(b.Args, strconv.FormatInt(e.expiry.Milliseconds(), 10), touch)
-				chs[i] = e.keys.channel
+				chs[i] = waiterChannel(e.keys.channel, p.c.id)
 			}
 			batch = append(batch, b)
 			channels = append(channels, chs)

@@ -68,8 +68,19 @@ end
 -- deadline per lock for all its waiters, whatever their number. The member
 -- '*' of the queue stands for the waiters that wait for a '1' message,
 -- because they wait for several locks at once.
+local function client_of(id)
+  return string.match(id, '^(.*):') or id
+end
+
 local function client_field(id)
-  return '\0c' .. (string.match(id, '^(.*):') or id)
+  return '\0c' .. client_of(id)
+end
+
+-- The channel on which a release names a waiter (see wake_head): the lock's
+-- channel, ':' and the waiter's Client id. Only that Client hears it,
+-- however many others wait.
+local function waiter_channel(channel, id)
+  return channel .. ':' .. client_of(id)
 end
 
 -- The fields of a waiter's entry: lease, hold, owner (nil for a waiter to
@@ -180,8 +191,9 @@ end
 -- dropping the dead ones ahead of it: the lock becomes the waiter's, with
 -- the lease it asked for, and 'g:<id> <token>' tells it. A waiter that did
 -- not ask for that (fixed leases), or that follows '*', is woken with
--- 'w:<id>' instead and takes the lock itself. '*' is consumed and
--- announced with '1'.
+-- 'w:<id>' instead and takes the lock itself. Both go to the waiter's
+-- Client alone (waiter_channel). '*' is consumed and announced with '1' on
+-- the lock's channel.
 local function wake_head(lock, fence, queue, waiters, channel, retention)
   local h, d, lease, hold, owner, t = first_live(queue, waiters, nil)
   local shared = h == '*'
@@ -196,8 +208,8 @@ local function wake_head(lock, fence, queue, waiters, channel, retention)
   if lease and not shared then
     local token = take(lock, fence, t, retention, owner, hold, lease)
     dequeue(queue, waiters, h)
-    publish(channel, 'g:' .. h .. ' ' .. token)
+    publish(waiter_channel(channel, h), 'g:' .. h .. ' ' .. token)
   else
-    publish(channel, 'w:' .. h)
+    publish(waiter_channel(channel, h), 'w:' .. h)
   end
 end
