@@ -324,7 +324,7 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 		for i := range results {
 			results[i] = m.Acquire(ctx)
 		}
-		channel := m.keys.channel
+		channel := waiterChannel(m.keys.channel, c.id)
 		eventually(t, 5*time.Second, func() bool {
 			c.notify.mu.Lock()
 			defer c.notify.mu.Unlock()
@@ -432,7 +432,7 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 
 // A release hands the lock to the first waiter with a lease no longer than
 // the waiter's place lives; the new holder's watchdog renews the full lease
-// at once, so the lease outlives that.
+// a third into that one, so the lease outlives it.
 func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const expiry = time.Second
@@ -456,7 +456,7 @@ func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 	})
 }
 
-// The renewal that a lock handed over needs at once renews that lease
+// The renewal that a lock handed over needs renews that lease
 // only, not every lease its Client holds.
 func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
 	e := ownServer(t)

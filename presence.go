@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -219,21 +220,24 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 // pass renews the Client's deadline on every lock it has waiters on, in one
 // script per slot and renewBatch locks, all in one pipeline, and retries the
 // leaves that failed. Waiters of a lock where the Client had no deadline
-// any more look again, and so do those of a lock found free: the lock went
-// to a waiter of another Client that died before taking it, and nothing
-// told this Client (a release names its waiters only to them).
+// any more look again, and so do those of a lock found free; the others
+// look when its lease runs out. That is how a Client learns that the lock
+// went to a waiter of another Client that died before taking it: a release
+// names a waiter to its own Client only.
 func (p *presence) pass(timeout time.Duration) {
-	batch, channels, orphans := p.batch(time.Now())
+	batch, entries, orphans := p.batch(time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
 	defer cancel()
 	for i, r := range presenceScript.batch(ctx, p.c.rc, batch) {
-		look, err := r.AsIntSlice()
-		if err != nil || len(look) != len(channels[i]) {
+		gone, pttl, err := presenceReply(r, len(entries[i]))
+		if err != nil {
 			continue // the places expire; the waiters look again once resubscribed
 		}
-		for j, ch := range channels[i] {
-			if look[j] != 0 {
-				p.c.notify.wakeAll(ch)
+		for j, keys := range entries[i] {
+			if gone[j] == 1 || pttl[j] == -2 {
+				p.c.notify.wakeAll(waiterChannel(keys.channel, p.c.id))
+			} else {
+				p.watch(keys, pttl[j])
 			}
 		}
 	}
@@ -247,9 +251,23 @@ func (p *presence) pass(timeout time.Duration) {
 	}
 }
 
-// batch builds a pass's scripts (with the channels of their locks), and
-// takes the failed leaves to retry.
-func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, channels [][]string, orphans []orphanLeave) {
+// presenceReply reads the reply of the presence script for n locks.
+func presenceReply(r rueidis.RedisResult, n int) (gone, pttl []int64, err error) {
+	v, err := r.ToArray()
+	if err == nil && len(v) == 2 {
+		if gone, err = v[0].AsIntSlice(); err == nil {
+			pttl, err = v[1].AsIntSlice()
+		}
+	}
+	if err == nil && (len(gone) != n || len(pttl) != n) {
+		err = fmt.Errorf("redisync: presence script replied for %d and %d locks, not %d", len(gone), len(pttl), n)
+	}
+	return gone, pttl, err
+}
+
+// batch builds a pass's scripts (with the keys of their locks), and takes
+// the failed leaves to retry.
+func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, entries [][]lockKeys, orphans []orphanLeave) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	orphans, p.orphans = p.orphans, nil
@@ -268,7 +286,7 @@ func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, channels [][]s
 			es = es[len(chunk):]
 			b := rueidis.LuaExec{Keys: make([]string, 0, 3*len(chunk)), Args: make([]string, 1, 1+2*len(chunk))}
 			b.Args[0] = field
-			chs := make([]string, len(chunk))
+			ks := make([]lockKeys, len(chunk))
 			for i, e := range chunk {
 				touch := "0"
 				if now.Sub(e.touched) >= 3*e.expiry {
@@ -276,11 +294,11 @@ func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, channels [][]s
 				}
 				b.Keys = append(b.Keys, e.keys.waiters, e.keys.queue, e.keys.lock)
 				b.Args = append(b.Args, strconv.FormatInt(e.expiry.Milliseconds(), 10), touch)
-				chs[i] = waiterChannel(e.keys.channel, p.c.id)
+				ks[i] = e.keys
 			}
 			batch = append(batch, b)
-			channels = append(channels, chs)
+			entries = append(entries, ks)
 		}
 	}
-	return batch, channels, orphans
+	return batch, entries, orphans
 }

@@ -30,7 +30,8 @@ func TestSentinelFailover(t *testing.T) {
 	holder := dial(WithWatchdogLease(3*time.Second), WithReplicaAck(1, time.Second))
 	m := holder.Mutex("sentinel")
 	l := mustLock(t, ctx, m.Lock)
-	next := dial().Mutex("sentinel").Acquire(ctx)
+	waiter := dial()
+	next := waiter.Mutex("sentinel").Acquire(ctx)
 	time.Sleep(100 * time.Millisecond) // the waiter subscribes
 
 	require.NoError(t, s.Failover())
@@ -48,7 +49,7 @@ func TestSentinelFailover(t *testing.T) {
 	// old primary, now a replica, may live on.
 	eventually(t, 5*time.Second, func() bool {
 		channels, err := s.Primary.Do("PUBSUB", "SHARDCHANNELS")
-		return err == nil && channels == m.keys.channel
+		return err == nil && channels == waiterChannel(m.keys.channel, waiter.id)
 	}, "the waiter's subscription is not on the new primary")
 
 	require.NoError(t, l.Unlock(ctx))

@@ -3,14 +3,15 @@
 -- KEYS[3i-2] waiters hash, KEYS[3i-1] queue zset, KEYS[3i] lock key of lock i.
 -- ARGV[1] the Client's field ("\0c<client id>"); for lock i: ARGV[2i]
 -- waiter expiry ms, ARGV[2i+1] '1' to refresh the keys' expiry as well.
--- Returns, per lock, 0 when nothing changed for the Client's waiters, and
--- otherwise why they must look again: 1 when the Client had no deadline
--- (it was taken for dead and its places may be gone, or the queue is gone),
--- 2 when the lock is free. A lock is free while waiters wait only for a
--- moment (a release hands it over or wakes the head), unless the waiter of
--- another Client it went to died: nothing is published then.
+-- Returns {gone, pttl}: per lock, gone 1 when the Client had no deadline
+-- (it was taken for dead and its places may be gone, or the queue is gone):
+-- its waiters must look again, 0 otherwise; and the lock key's PTTL. A lock
+-- that waiters wait for is free (-2) only for a moment (a release hands it
+-- over, or wakes the head), and its lease runs out unrenewed only when its
+-- holder died, such as the waiter of another Client it went to: nothing is
+-- published then.
 local now = now_ms(redis.call('TIME'))
-local res = {}
+local res, pttl = {}, {}
 for i = 1, #KEYS / 3 do
   local waiters, queue, lock = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local expiry = tonumber(ARGV[2 * i])
@@ -22,8 +23,6 @@ for i = 1, #KEYS / 3 do
     redis.call('PEXPIRE', waiters, queue_keep * expiry)
     redis.call('PEXPIRE', queue, queue_keep * expiry)
   end
-  if res[i] == 0 and redis.call('EXISTS', lock) == 0 then
-    res[i] = 2
-  end
+  pttl[i] = redis.call('PTTL', lock)
 end
-return res
+return {res, pttl}
