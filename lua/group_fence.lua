@@ -8,14 +8,13 @@ local res = {}
 local token = tonumber(ARGV[1])
 for i = 1, #KEYS / 2 do
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
+  res[i] = 0
   if redis.pcall('HGET', lock, 'owner') == ARGV[2 + i] then
     if tonumber(redis.call('HGET', fence, 't') or '0') < token then
       redis.call('HSET', fence, 't', ARGV[1])
     end
     redis.call('PEXPIRE', fence, ARGV[2])
     res[i] = 1
-  else
-    res[i] = 0
   end
 end
 return res

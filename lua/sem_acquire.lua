@@ -8,11 +8,11 @@
 -- is the time until the earliest holder's lease ends; {-1, size} when more
 -- permits are asked for than the size; {-2} when the semaphore has no size.
 local member, n = ARGV[1], tonumber(ARGV[2])
-local size, used = state()
+local size, used, bad = state()
+if bad then
+  return bad
+end
 if size == nil then
-  if redis.call('EXISTS', S) == 1 then
-    return redis.error_reply(not_ours)
-  end
   leave(member)
   return {-2}
 end

@@ -2,9 +2,9 @@
 -- (it finds no size). Holders learn at their next renewal.
 -- KEYS: see sem_prelude.lua. ARGV[1] channel.
 -- Returns 1 when the semaphore had a size, 0 otherwise.
-local size = state()
-if size == nil and redis.call('EXISTS', S) == 1 then
-  return redis.error_reply(not_ours)
+local size, _, bad = state()
+if bad then
+  return bad
 end
 for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
   publish(ARGV[1], 'w:' .. m)

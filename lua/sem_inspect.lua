@@ -3,11 +3,11 @@
 -- KEYS: see sem_prelude.lua.
 -- Returns {size (0: none), used, {member, pttl, ...}, waiters, permits
 -- waited for}.
-local size, used = state()
+local size, used, bad = state()
+if bad then
+  return bad
+end
 if size == nil then
-  if redis.call('EXISTS', S) == 1 then
-    return redis.error_reply(not_ours)
-  end
   return {0, 0, {}, 0, 0}
 end
 local now = now_ms()

@@ -33,11 +33,17 @@ local function recount(now)
   return used
 end
 
+local not_ours = 'WRONGTYPE semaphore key holds a hash that is not a semaphore'
+
 -- state returns the size (nil when the semaphore has none) and the permits
--- held as last counted.
+-- held as last counted; for a key that holds something else, also the
+-- error reply for the script to return.
 local function state()
   local v = redis.call('HMGET', S, 'size', 'used')
   if v[1] == false then
+    if redis.call('EXISTS', S) == 1 then
+      return nil, 0, redis.error_reply(not_ours)
+    end
     return nil, 0
   end
   return tonumber(v[1]), tonumber(v[2] or '0')
@@ -148,4 +154,3 @@ local function extend(key, ms)
   end
 end
 
-local not_ours = 'WRONGTYPE semaphore key holds a hash that is not a semaphore'

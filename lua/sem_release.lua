@@ -5,11 +5,11 @@
 -- it held none (released before, its lease ran out, the semaphore was
 -- deleted). Waiters that can now take their permits are woken.
 local member = ARGV[1]
-local size, used = state()
+local size, used, bad = state()
+if bad then
+  return bad
+end
 if size == nil then
-  if redis.call('EXISTS', S) == 1 then
-    return redis.error_reply(not_ours)
-  end
   leave(member)
   local score = redis.call('ZSCORE', H, member)
   redis.call('ZREM', H, member)

@@ -7,9 +7,9 @@
 -- 1..max; {-2} when "add" found no size. Previous size is 0 when there was
 -- none. Waiters that can now take their permits, and waiters asking for
 -- more than the new size, are woken.
-local prev, used = state()
-if prev == nil and redis.call('EXISTS', S) == 1 then
-  return redis.error_reply(not_ours)
+local prev, used, bad = state()
+if bad then
+  return bad
 end
 local v = tonumber(ARGV[2])
 if ARGV[1] == 'nx' and prev ~= nil then
