@@ -75,14 +75,6 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	return m
 }
 
-// Name returns the mutex's name.
-func (m *FairMutex) Name() string {
-	if m == nil {
-		return ""
-	}
-	return m.name
-}
-
 // Lock acquires the mutex in queue order, waiting as long as ctx allows.
 // Errors are as for Mutex.Lock; whenever Lock returns an error, the caller
 // holds nothing and has left the queue.

@@ -73,9 +73,18 @@ func checkSpanning(what string, clients []*Client, err error, ctx context.Contex
 	return nil
 }
 
-// What each handle checks, and the Clients it spans: a nil handle, one not
-// made by its constructor, the invalid name or option its constructor
-// found, a nil ctx and a closed Client are errors, never panics.
+// Each handle's name, what it checks, and the Clients it spans: a nil
+// handle has no name; a nil handle, one not made by its constructor, the
+// invalid name or option its constructor found, a nil ctx and a closed
+// Client are errors, never panics.
+
+// Name returns the mutex's name.
+func (m *Mutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
 
 func (m *Mutex) check(ctx context.Context) error {
 	if m == nil {
@@ -86,6 +95,14 @@ func (m *Mutex) check(ctx context.Context) error {
 
 func (m *Mutex) spans() []*Client { return []*Client{m.c} }
 
+// Name returns the mutex's name.
+func (m *FairMutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
+
 func (m *FairMutex) check(ctx context.Context) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil FairMutex", ErrInvalidArgument)
@@ -95,6 +112,14 @@ func (m *FairMutex) check(ctx context.Context) error {
 
 func (m *FairMutex) spans() []*Client { return []*Client{m.c} }
 
+// Name returns the lock's name.
+func (m *RWMutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
+
 func (m *RWMutex) check(ctx context.Context) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil RWMutex", ErrInvalidArgument)
@@ -102,11 +127,27 @@ func (m *RWMutex) check(ctx context.Context) error {
 	return checkHandle("RWMutex", m.c, m.err, ctx)
 }
 
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
+
 func (s *Semaphore) check(ctx context.Context) error {
 	if s == nil {
 		return fmt.Errorf("%w: nil Semaphore", ErrInvalidArgument)
 	}
 	return checkHandle("Semaphore", s.c, s.err, ctx)
+}
+
+// Name returns the latch's name.
+func (l *Latch) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
 }
 
 func (l *Latch) check(ctx context.Context) error {
@@ -124,6 +165,14 @@ func (g *Group) check(ctx context.Context) error {
 }
 
 func (g *Group) spans() []*Client { return g.clients }
+
+// Name returns the lock's name.
+func (q *Quorum) Name() string {
+	if q == nil {
+		return ""
+	}
+	return q.name
+}
 
 func (q *Quorum) check(ctx context.Context) error {
 	if q == nil {

@@ -62,14 +62,6 @@ func (c *Client) Latch(name string) *Latch {
 	return l
 }
 
-// Name returns the latch's name.
-func (l *Latch) Name() string {
-	if l == nil {
-		return ""
-	}
-	return l.name
-}
-
 func (l *Latch) checkCount(ctx context.Context, count int) error {
 	if err := l.check(ctx); err != nil {
 		return err

@@ -137,14 +137,6 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	return m
 }
 
-// Name returns the mutex's name.
-func (m *Mutex) Name() string {
-	if m == nil {
-		return ""
-	}
-	return m.name
-}
-
 // Lock acquires the mutex, waiting as long as ctx allows.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client is

@@ -211,14 +211,6 @@ func (q *Quorum) enterGate(ctx context.Context) (leave func(), err error) {
 	return nil, ErrClosed
 }
 
-// Name returns the lock's name.
-func (q *Quorum) Name() string {
-	if q == nil {
-		return ""
-	}
-	return q.name
-}
-
 // Lock acquires the lock on a majority of the servers, waiting as long as
 // ctx allows. It returns ctx's error when ctx ends first, wrapping the last
 // failed attempt (ErrNoQuorum); ErrClosed when one of the Clients is closed

@@ -162,14 +162,6 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	return m
 }
 
-// Name returns the lock's name.
-func (m *RWMutex) Name() string {
-	if m == nil {
-		return ""
-	}
-	return m.name
-}
-
 // RLock acquires a read lease, waiting as long as ctx allows: while a
 // writer holds the lock or waits for it (see RWMutex).
 //

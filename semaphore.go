@@ -136,14 +136,6 @@ func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	return s
 }
 
-// Name returns the semaphore's name.
-func (s *Semaphore) Name() string {
-	if s == nil {
-		return ""
-	}
-	return s.name
-}
-
 // checkN checks a number of permits to acquire.
 func (s *Semaphore) checkN(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {

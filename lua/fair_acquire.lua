@@ -15,9 +15,7 @@ local t = redis.call('TIME')
 local now = now_ms(t)
 
 local owner, bad = field_of(KEYS[1], 'owner', 'lock')
-if bad then
-  return bad
-end
+if bad then return bad end
 if owner == ARGV[1] then
   dequeue(KEYS[3], KEYS[4], ARGV[5])
   return reenter(KEYS[1], ARGV[2], ARGV[3])

@@ -7,9 +7,7 @@
 -- latch closed. A count of 0 opens the latch: the key is deleted and every
 -- waiter woken.
 local c, bad = field_of(KEYS[1], 'c', 'latch')
-if bad then
-  return bad
-end
+if bad then return bad end
 local prev = tonumber(c or '0')
 local count = tonumber(ARGV[2])
 if ARGV[1] == 'nx' and prev > 0 then

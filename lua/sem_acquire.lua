@@ -9,9 +9,7 @@
 -- permits are asked for than the size; {-2} when the semaphore has no size.
 local member, n = ARGV[1], tonumber(ARGV[2])
 local size, used, bad = state()
-if bad then
-  return bad
-end
+if bad then return bad end
 if size == nil then
   leave(member)
   return {-2}

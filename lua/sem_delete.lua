@@ -3,9 +3,7 @@
 -- KEYS: see sem_prelude.lua. ARGV[1] channel.
 -- Returns 1 when the semaphore had a size, 0 otherwise.
 local size, _, bad = state()
-if bad then
-  return bad
-end
+if bad then return bad end
 for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
   publish(ARGV[1], 'w:' .. m)
 end

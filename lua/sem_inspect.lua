@@ -4,9 +4,7 @@
 -- Returns {size (0: none), used, {member, pttl, ...}, waiters, permits
 -- waited for}.
 local size, used, bad = state()
-if bad then
-  return bad
-end
+if bad then return bad end
 if size == nil then
   return {0, 0, {}, 0, 0}
 end

@@ -6,9 +6,7 @@
 -- deleted). Waiters that can now take their permits are woken.
 local member = ARGV[1]
 local size, used, bad = state()
-if bad then
-  return bad
-end
+if bad then return bad end
 if size == nil then
   leave(member)
   local score = redis.call('ZSCORE', H, member)

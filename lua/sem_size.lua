@@ -8,9 +8,7 @@
 -- none. Waiters that can now take their permits, and waiters asking for
 -- more than the new size, are woken.
 local prev, used, bad = state()
-if bad then
-  return bad
-end
+if bad then return bad end
 local v = tonumber(ARGV[2])
 if ARGV[1] == 'nx' and prev ~= nil then
   return {0, prev, prev}
