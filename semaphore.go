@@ -63,8 +63,8 @@ const (
 // the queue too: it fails while the permits it asks for are promised to
 // waiters.
 //
-// Releases wake exactly the waiters that can now be granted, by name, over
-// the semaphore's channel. A waiter whose context ends leaves the queue at
+// Releases wake exactly the waiters that can now be granted, by name, each
+// on its Client's channel of the semaphore. A waiter whose context ends leaves the queue at
 // once; one whose process died is passed over once its place expires, 3s
 // after it last renewed it.
 //
@@ -75,7 +75,7 @@ const (
 // expiry; prefix:semh:T, a sorted set of holders (member "owner:n", score
 // the lease's end in server milliseconds); prefix:semq:T and prefix:semqt:T,
 // the waiters' queue ordered by arrival and their places' expiries; the
-// channel prefix:semch:T. The holders and queue keys expire on their own
+// channels prefix:semch:T:<client id>, one per waiting Client. The holders and queue keys expire on their own
 // with their last member.
 type Semaphore struct {
 	c    *Client
@@ -302,7 +302,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, try bool) (*Lease, error
 	pending := false
 	a := acquisition{
 		c: c, primitive: semaphoreKind.primitive, name: s.name,
-		channel: s.keys.channel, key: s.keys.sem, busy: ErrNoPermits, target: member,
+		channel: waiterChannel(s.keys.channel, c.id), key: s.keys.sem, busy: ErrNoPermits, target: member,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
 			pending = true

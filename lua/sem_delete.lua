@@ -5,7 +5,7 @@
 local size, _, bad = state()
 if bad then return bad end
 for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-  publish(ARGV[1], 'w:' .. m)
+  wake_member(ARGV[1], m)
 end
 redis.call('DEL', S, H, Q, QT)
 if size == nil then

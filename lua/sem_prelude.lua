@@ -18,6 +18,13 @@ local function permits(member)
   return tonumber(string.match(member, ':(%d+)$')) or 0
 end
 
+-- wake_member tells a queued member that it may take its permits now, on
+-- its Client's channel of the semaphore (waiter_channel: the member's owner
+-- id is its Client's id, ':' and a number).
+local function wake_member(channel, member)
+  publish(waiter_channel(channel, string.match(member, '^(.*):') or member), 'w:' .. member)
+end
+
 local function zrem_all(key, members)
   for i = 1, #members, 1000 do
     redis.call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
@@ -89,7 +96,7 @@ local function leave(member)
   return 0
 end
 
--- wake names, on the channel, every queued waiter that can take its permits
+-- wake names, each on its Client's channel, every queued waiter that can take its permits
 -- now (FIFO: all of them fit together with the waiters queued before), and
 -- every waiter asking for more than the size, which must learn it. A
 -- waiter asking for more than the size reserves nothing.
@@ -109,7 +116,7 @@ local function wake(channel, size, avail, except)
         end
       end
       if m ~= except then
-        publish(channel, 'w:' .. m)
+        wake_member(channel, m)
       end
     end
     i = i + 100
