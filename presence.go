@@ -182,12 +182,10 @@ func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
 func (p *presence) check(now time.Time, timeout time.Duration) {
 	p.mu.Lock()
 	var due []lockKeys
-	var expiries []time.Duration
 	for _, e := range p.locks {
 		if !e.checkAt.IsZero() && !now.Before(e.checkAt) {
 			e.checkAt = time.Time{}
 			due = append(due, e.keys)
-			expiries = append(expiries, e.expiry)
 		}
 	}
 	p.mu.Unlock()
@@ -201,19 +199,36 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
 	defer cancel()
 	for i, r := range p.c.rc.DoMulti(ctx, cmds...) {
-		keys := due[i]
 		pttl, err := r.AsInt64()
-		switch {
-		case err != nil:
+		if err != nil {
 			// Look again soon; waiters also look again once resubscribed.
-			p.checkBy(keys.waiters, time.Now().Add(renewRetry))
-		case pttl == -2:
-			p.c.notify.wakeAll(waiterChannel(keys.channel, p.c.id))
-			// If nobody takes it, look again.
-			p.checkBy(keys.waiters, time.Now().Add(expiries[i]))
-		default:
-			p.watch(keys, pttl)
+			p.checkBy(due[i].waiters, time.Now().Add(renewRetry))
+			continue
 		}
+		p.found(due[i], pttl, false)
+	}
+}
+
+// found acts on what a check or a pass read of a lock: its key's PTTL, and
+// whether the Client's place there was gone. When either says the lock may
+// be free, every local waiter looks again, and the lock is checked again a
+// waiter expiry later in case nobody takes it; otherwise it is checked when
+// the holder's lease runs out.
+func (p *presence) found(keys lockKeys, pttl int64, gone bool) {
+	if !gone && pttl != -2 {
+		p.watch(keys, pttl)
+		return
+	}
+	p.c.notify.wakeAll(waiterChannel(keys.channel, p.c.id))
+	p.mu.Lock()
+	e := p.locks[keys.waiters]
+	var expiry time.Duration
+	if e != nil {
+		expiry = e.expiry
+	}
+	p.mu.Unlock()
+	if e != nil {
+		p.checkBy(keys.waiters, time.Now().Add(expiry))
 	}
 }
 
@@ -234,11 +249,7 @@ func (p *presence) pass(timeout time.Duration) {
 			continue // the places expire; the waiters look again once resubscribed
 		}
 		for j, keys := range entries[i] {
-			if gone[j] == 1 || pttl[j] == -2 {
-				p.c.notify.wakeAll(waiterChannel(keys.channel, p.c.id))
-			} else {
-				p.watch(keys, pttl[j])
-			}
+			p.found(keys, pttl[j], gone[j] == 1)
 		}
 	}
 	for _, o := range orphans {
