@@ -35,7 +35,9 @@ type acquisition struct {
 	// busy is the error of a single attempt (once) that found the thing
 	// taken.
 	busy error
-	// target, if set, is the waiter id that targeted messages wake.
+	// target, if set, is the waiter id that targeted messages wake. They
+	// come on the Client's own channel of the lock (waiterChannel), which
+	// the acquisition then listens to instead of channel.
 	target string
 	// granted, if set, takes the lock a release handed over to target with
 	// token, without asking Redis. On an error the attempts go on.
@@ -63,7 +65,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	var w waiting
 	defer w.end(a)
 	if !once && a.target != "" {
-		if w.sub = a.c.notify.joinLive(a.channel); w.sub != nil {
+		if w.sub = a.c.notify.joinLive(a.listen()); w.sub != nil {
 			w.targeted = w.sub.expect(a.target)
 		}
 	}
@@ -104,6 +106,15 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	}
 }
 
+// listen is the channel the acquisition waits on: its Client's own channel
+// of the lock when releases name it (target), the lock's channel otherwise.
+func (a *acquisition) listen() string {
+	if a.target != "" {
+		return waiterChannel(a.channel, a.c.id)
+	}
+	return a.channel
+}
+
 // waiting is what an acquisition waits with: its subscription to the
 // lock's channel, and the messages that name it.
 type waiting struct {
@@ -129,7 +140,7 @@ func (w *waiting) end(a *acquisition) {
 func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration) (*Lease, error) {
 	if w.sub == nil {
 		var err error
-		if w.sub, err = a.c.notify.join(a.channel); err != nil {
+		if w.sub, err = a.c.notify.join(a.listen()); err != nil {
 			return nil, err
 		}
 		if a.target != "" {

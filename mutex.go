@@ -196,7 +196,7 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	qa := q.newAcquisition(ctx, try)
 	a := acquisition{
 		c: c, primitive: q.kind.primitive, name: q.name,
-		channel: waiterChannel(q.keys.channel, c.id), key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
+		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
 		attempt: qa.attempt,
 		granted: func(ctx context.Context, token string) (*Lease, error) {
 			return c.handedOver(ctx, q.kind, q.name, q.keys, qa.owner, qa.hold, token, qa.lease, qa.short, qa.lastSent)

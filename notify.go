@@ -19,9 +19,8 @@ import (
 // sema.Sema: a release message ("1") wakes one local waiter, a "*" message
 // wakes all of them, "w:ID" wakes the waiter that expects ID (locks with a
 // queue name the waiter at its head) and "g:ID TOKEN" tells it that the lock
-// was handed to it with that token. A Mutex, FairMutex or Semaphore sends
-// these two to the waiter's Client alone, on a channel of its own
-// (waiterChannel). When a subscription is re-established
+// was handed to it with that token. These two go to the waiter's Client
+// alone, on a channel of its own (waiterChannel). When a subscription is re-established
 // after the connection broke (messages sent meanwhile are lost), every
 // waiter of it looks again.
 //
@@ -235,10 +234,10 @@ func (n *notifier) wakeAll(channel string) {
 	}
 }
 
-// waiterChannel is where the releases of a Mutex, FairMutex or Semaphore
-// whose channel is channel name the waiters of the Client clientID, handing
-// the lock over or waking them (waiter_channel in the scripts): a Client
-// hears its own waiters' messages only, however many Clients wait.
+// waiterChannel is where the releases of a lock whose channel is channel
+// name the waiters of the Client clientID, handing the lock over or waking
+// them (tell in the scripts): a Client hears its own waiters' messages
+// only, however many Clients wait.
 func waiterChannel(channel, clientID string) string { return channel + ":" + clientID }
 
 // message hands a message to the channel's subscription. It runs in a

@@ -31,7 +31,8 @@ type rwKeys struct {
 
 // rwKeysFor names the keys of an RWMutex: prefix:KIND:T with kinds rw
 // (writer), rwr (readers), rwwq and rwrq (waiting writers and readers),
-// rwpass (passes), rwfence and rwch (the channel).
+// rwpass (passes), rwfence and rwch (the channel; a waiting writer is woken
+// on its Client's own, rwch:T:<client id>).
 func (c *Client) rwKeysFor(name string) rwKeys {
 	return rwKeys{
 		lockKeys:       lockKeys{lock: c.key("rw", name), fence: c.key("rwfence", name), channel: c.key("rwch", name)},

@@ -1028,7 +1028,9 @@ func TestRWMutexRedisRestart(t *testing.T) {
 		waitState(t, wm, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "writer not waiting")
 		readers = append(readers, waiter.RWMutex(name).RAcquire(ctx))
 	}
-	e.awaitChannels(t, locks, 5*time.Second, "waiters did not subscribe")
+	// Per lock, the writer listens on its Client's channel, the reader on
+	// the lock's.
+	e.awaitChannels(t, 2*locks, 5*time.Second, "waiters did not subscribe")
 
 	require.NoError(t, e.server.Restart())
 	for _, l := range held {

@@ -302,7 +302,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, try bool) (*Lease, error
 	pending := false
 	a := acquisition{
 		c: c, primitive: semaphoreKind.primitive, name: s.name,
-		channel: waiterChannel(s.keys.channel, c.id), key: s.keys.sem, busy: ErrNoPermits, target: member,
+		channel: s.keys.channel, key: s.keys.sem, busy: ErrNoPermits, target: member,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
 			pending = true

@@ -76,11 +76,11 @@ local function client_field(id)
   return '\0c' .. client_of(id)
 end
 
--- The channel on which a release names a waiter (see wake_head): the lock's
--- channel, ':' and the waiter's Client id. Only that Client hears it,
--- however many others wait.
-local function waiter_channel(channel, id)
-  return channel .. ':' .. client_of(id)
+-- tell publishes a message for the waiter id alone: on its Client's own
+-- channel of the lock, the lock's channel, ':' and the Client's id. Only
+-- that Client hears it, however many others wait.
+local function tell(channel, id, message)
+  publish(channel .. ':' .. client_of(id), message)
 end
 
 -- The fields of a waiter's entry: lease, hold, owner (nil for a waiter to
@@ -192,8 +192,8 @@ end
 -- the lease it asked for, and 'g:<id> <token>' tells it. A waiter that did
 -- not ask for that (fixed leases), or that follows '*', is woken with
 -- 'w:<id>' instead and takes the lock itself. Both go to the waiter's
--- Client alone (waiter_channel). '*' is consumed and announced with '1' on
--- the lock's channel.
+-- Client alone (tell). '*' is consumed and announced with '1' on the lock's
+-- channel.
 local function wake_head(lock, fence, queue, waiters, channel, retention)
   local h, d, lease, hold, owner, t = first_live(queue, waiters, nil)
   local shared = h == '*'
@@ -208,8 +208,8 @@ local function wake_head(lock, fence, queue, waiters, channel, retention)
   if lease and not shared then
     local token = take(lock, fence, t, retention, owner, hold, lease)
     dequeue(queue, waiters, h)
-    publish(waiter_channel(channel, h), 'g:' .. h .. ' ' .. token)
+    tell(channel, h, 'g:' .. h .. ' ' .. token)
   else
-    publish(waiter_channel(channel, h), 'w:' .. h)
+    tell(channel, h, 'w:' .. h)
   end
 end

@@ -69,5 +69,6 @@ local function wake_writer(channel, now)
     or live(KEYS[2], now) > 0 or live(KEYS[5], now) > 0 or live(KEYS[3], now) == 0 then
     return
   end
-  publish(channel, 'w:' .. earliest(KEYS[3]))
+  local w = earliest(KEYS[3])
+  tell(channel, w, 'w:' .. w)
 end

@@ -18,11 +18,10 @@ local function permits(member)
   return tonumber(string.match(member, ':(%d+)$')) or 0
 end
 
--- wake_member tells a queued member that it may take its permits now, on
--- its Client's channel of the semaphore (waiter_channel: the member's owner
--- id is its Client's id, ':' and a number).
+-- wake_member tells a queued member ("<owner>:<permits>", the waiter id
+-- its acquisition listens for) that it may take its permits now.
 local function wake_member(channel, member)
-  publish(waiter_channel(channel, string.match(member, '^(.*):') or member), 'w:' .. member)
+  tell(channel, string.match(member, '^(.*):') or member, 'w:' .. member)
 end
 
 local function zrem_all(key, members)
@@ -96,10 +95,11 @@ local function leave(member)
   return 0
 end
 
--- wake names, each on its Client's channel, every queued waiter that can take its permits
--- now (FIFO: all of them fit together with the waiters queued before), and
--- every waiter asking for more than the size, which must learn it. A
--- waiter asking for more than the size reserves nothing.
+-- wake names, each on its Client's channel (wake_member), every queued
+-- waiter that can take its permits now (FIFO: all of them fit together with
+-- the waiters queued before), and every waiter asking for more than the
+-- size, which must learn it. A waiter asking for more than the size
+-- reserves nothing.
 local function wake(channel, size, avail, except)
   local cum, i = 0, 0
   while true do
