@@ -82,8 +82,9 @@ func (b *bi) allKeys(t *testing.T) map[string]bool {
 }
 
 // requireNoState checks that the case left nothing behind: no key that was
-// not there before except fencing counters (fence, fairfence, rwfence: a
-// hash without an owner, that expires), and no pub/sub subscription.
+// not there before except fencing counters (an RWMutex's fence hash, a free
+// Mutex or FairMutex: a hash without an owner, that expires), and no
+// pub/sub subscription.
 func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -95,8 +96,11 @@ func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 		if len(short) > 80 {
 			short = short[:80] + "..."
 		}
-		_, rest, _ := strings.Cut(k, ":")
-		if kind, _, _ := strings.Cut(rest, ":"); !strings.HasSuffix(kind, "fence") {
+		do := func(args ...string) (string, error) {
+			n, err := b.rc.Do(ctx, b.rc.B().Arbitrary(args...).Build()).AsInt64()
+			return strconv.FormatInt(n, 10), err
+		}
+		if !fenceOnly(do, k) {
 			t.Errorf("key left behind: %q", short)
 			continue
 		}
@@ -269,24 +273,24 @@ func closedPort(t *testing.T) string {
 }
 
 // digestCollidingName returns a name with braces but no hash tag that has
-// the same digest as itself with ":fence" appended: a pair of names whose
+// the same digest as itself with ":ch" appended: a pair of names whose
 // keys a suffix-based key layout would confuse.
 func digestCollidingName() string {
 	for i := 0; ; i++ {
 		n := "}" + strconv.Itoa(i)
-		if slotHash(n+":fence") == slotHash(n) {
+		if slotHash(n+":ch") == slotHash(n) {
 			return n
 		}
 	}
 }
 
 // lockWorks locks, inspects, re-enters and unlocks the mutex name of c,
-// then checks that its lock key is gone and its fence key expires.
+// then checks that its lock key keeps only the fencing counter, and
+// expires.
 func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	t.Helper()
 	ctx := b.ctx(t)
 	k := c.keysFor(name)
-	require.Equal(t, slotHash(k.lock), slotHash(k.fence))
 	require.Equal(t, slotHash(k.lock), slotHash(k.channel))
 
 	m := c.Mutex(name)
@@ -316,10 +320,12 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	st, err = m.Inspect(ctx)
 	require.NoError(t, err)
 	require.False(t, st.Locked)
-	require.False(t, b.exists(t, k.lock), "lock key left after Unlock")
-	pttl, err := b.rc.Do(ctx, b.rc.B().Pttl().Key(k.fence).Build()).AsInt64()
+	owner, err := b.rc.Do(ctx, b.rc.B().Hexists().Key(k.lock).Field("owner").Build()).AsBool()
 	require.NoError(t, err)
-	require.Greater(t, pttl, int64(0), "fence key without TTL")
+	require.False(t, owner, "lock key still has an owner after Unlock")
+	pttl, err := b.rc.Do(ctx, b.rc.B().Pttl().Key(k.lock).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Greater(t, pttl, int64(0), "free lock key without TTL")
 }
 
 // eachForeignValue runs f, in a subtest for each kind of value the library
@@ -401,7 +407,6 @@ func wrongType(t *testing.T, b *bi, check func(t *testing.T, m *Mutex, untouched
 				require.Equal(t, int64(-1), pttl, "expiry set by %s", what)
 			}
 			check(t, c.Mutex(name), untouched)
-			require.False(t, b.exists(t, c.keysFor(name).fence), "fence key written for a key of the wrong type")
 		})
 	}
 }
@@ -469,9 +474,8 @@ var badInputCases = []biCase{
 			if err == nil {
 				st, ierr := m.Inspect(ctx)
 				require.NoError(t, ierr)
-				fence := b.exists(t, c.keysFor(t.Name()).fence)
-				t.Errorf("%s: accepted; Lock returned a lease, Inspect right after: Locked=%v, fence key exists=%v, lease Err=%v",
-					o.what, st.Locked, fence, l.Err())
+				t.Errorf("%s: accepted; Lock returned a lease, Inspect right after: Locked=%v, lease Err=%v",
+					o.what, st.Locked, l.Err())
 				_ = l.Unlock(ctx)
 			}
 			require.NoError(t, c.Close())
@@ -769,16 +773,16 @@ var badInputCases = []biCase{
 		}
 	}},
 	{"names whose keys could collide", func(t *testing.T, b *bi) {
-		// Each pair: a name, and that name with ":fence" appended, whose
-		// lock key could be the first one's fence key. Two names are two
+		// Each pair: a name, and that name with ":ch" appended, whose
+		// lock key a suffix-based layout could take for the first one's channel. Two names are two
 		// locks: each locks and unlocks on its own, held at once.
 		c := b.client(t)
 		digest := digestCollidingName()
 		for _, pair := range [][2]string{
-			{"{user:7}:cart", "{user:7}:cart:fence"},
-			{"{user:7}:cart:fence", "{user:7}:cart"},
-			{digest, digest + ":fence"},
-			{digest + ":fence", digest},
+			{"{user:7}:cart", "{user:7}:cart:ch"},
+			{"{user:7}:cart:ch", "{user:7}:cart"},
+			{digest, digest + ":ch"},
+			{digest + ":ch", digest},
 		} {
 			t.Run(fmt.Sprintf("%q then %q", pair[0], pair[1]), func(t *testing.T) {
 				ctx := b.ctx(t)
@@ -786,12 +790,16 @@ var badInputCases = []biCase{
 				ka, kb := c.keysFor(pair[0]), c.keysFor(pair[1])
 				t.Cleanup(func() {
 					// Leave nothing for the next pair, whatever happened.
-					for _, k := range []string{ka.lock, ka.fence, kb.lock, kb.fence} {
+					for _, k := range []string{ka.lock, kb.lock} {
 						b.rc.Do(context.Background(), b.rc.B().Del().Key(k).Build())
 					}
 				})
-				assert.NotEqual(t, ka.fence, kb.lock, "the lock key of %q is the fence key of %q", pair[1], pair[0])
-				assert.NotEqual(t, kb.fence, ka.lock, "the lock key of %q is the fence key of %q", pair[0], pair[1])
+				for _, k := range []string{ka.channel, ka.queue, ka.waiters} {
+					assert.NotEqual(t, k, kb.lock, "the lock key of %q is a key of %q", pair[1], pair[0])
+				}
+				for _, k := range []string{kb.channel, kb.queue, kb.waiters} {
+					assert.NotEqual(t, k, ka.lock, "the lock key of %q is a key of %q", pair[0], pair[1])
+				}
 				la := mustLock(t, ctx, ma.TryLock)
 				lb, err := mb.TryLock(ctx)
 				if !assert.NoError(t, err, "TryLock %q while %q is held", pair[1], pair[0]) {
@@ -813,8 +821,6 @@ var badInputCases = []biCase{
 					require.NoError(t, err)
 					assert.False(t, st.Locked, "%q still locked after every lease was unlocked: %+v", m.Name(), st)
 				}
-				assert.False(t, b.exists(t, ka.lock), "lock key of %q left", pair[0])
-				assert.False(t, b.exists(t, kb.lock), "lock key of %q left", pair[1])
 			})
 		}
 	}},
@@ -925,7 +931,6 @@ func FuzzLockName(f *testing.F) {
 		}
 		k := c.keysFor(name)
 		slot := slotHash(k.lock)
-		require.Equal(t, slot, slotHash(k.fence), "fence key of %q in another slot", name)
 		require.Equal(t, slot, slotHash(k.channel), "channel of %q in another slot", name)
 
 		l := mustLock(t, ctx, m.TryLock)
@@ -935,8 +940,8 @@ func FuzzLockName(f *testing.F) {
 		require.Equal(t, 1, st.Holds)
 		require.Equal(t, l.Token(), st.Token)
 		require.NoError(t, l.Unlock(ctx))
-		n, err := rc.Do(ctx, rc.B().Exists().Key(k.lock).Build()).AsInt64()
+		owner, err := rc.Do(ctx, rc.B().Hexists().Key(k.lock).Field("owner").Build()).AsBool()
 		require.NoError(t, err)
-		require.Zero(t, n, "lock key of %q left after Unlock", name)
+		require.False(t, owner, "lock key of %q still has an owner after Unlock", name)
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -321,17 +320,36 @@ func (e *env) requireNoSubscriptions(t testing.TB) {
 }
 
 // requireOnlyFences waits until the keys under prefix ("redisync:" for the
-// default prefix) are fencing counters only: nothing held, nobody queued.
+// default prefix) are fencing counters only: an RWMutex's fence hash, or
+// the hash of a free Mutex or FairMutex (a token, no owner). Nothing held,
+// nobody queued.
 func (e *env) requireOnlyFences(t testing.TB, prefix string) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() bool {
-		for _, k := range e.keys(t, prefix+"*") {
-			if !slices.Contains([]string{"fence", "fairfence", "rwfence"}, strings.SplitN(strings.TrimPrefix(k, prefix), ":", 2)[0]) {
-				return false
+		for _, s := range e.masters() {
+			for _, k := range lines(t, s, "KEYS", prefix+"*") {
+				if !fenceOnly(s.Do, k) {
+					return false
+				}
 			}
 		}
 		return true
 	}, "keys left: %v", e.keys(t, prefix+"*"))
+}
+
+// fenceOnly reports whether key, read with do (integers in decimal), is a
+// fencing counter only: an RWMutex's fence hash, or the hash of a free
+// Mutex or FairMutex (a token, no owner).
+func fenceOnly(do func(args ...string) (string, error), key string) bool {
+	if strings.Contains(key, ":rwfence:") {
+		return true
+	}
+	owner, err := do("HEXISTS", key, "owner")
+	if err != nil || owner != "0" {
+		return false
+	}
+	token, err := do("HEXISTS", key, "token")
+	return err == nil && token == "1"
 }
 
 // requireNothingLeft waits until nothing of the locks under prefix is left

@@ -58,7 +58,7 @@ var fairKind = &leaseKind{
 
 func (c *Client) fairKeysFor(name string) lockKeys {
 	return lockKeys{
-		lock: c.key("fair", name), fence: c.key("fairfence", name), channel: c.key("fairch", name),
+		lock: c.key("fair", name), channel: c.key("fairch", name),
 		queue: c.key("fairq", name), waiters: c.key("fairw", name),
 	}
 }

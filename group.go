@@ -292,16 +292,15 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 func (g *Group) newAtomic(ctx context.Context, try bool) *atomicAcquisition {
 	n := len(g.ms)
 	a := &atomicAcquisition{g: g, try: try, start: time.Now(), ms: make([]*member, n), pause: errorBackoff()}
-	a.keys = make([]string, 0, 4*n)
-	a.args = make([]string, 2, 2+3*n)
-	a.args[0] = strconv.FormatInt(g.clients[0].cfg.fenceRetention.Milliseconds(), 10)
+	a.keys = make([]string, 0, 3*n)
+	a.args = make([]string, 1, 1+3*n)
 	if try {
-		a.args[1] = "try"
+		a.args[0] = "try"
 	}
 	for i, m := range g.ms {
 		mb := newMember(ctx, m)
 		a.ms[i] = mb
-		a.keys = append(a.keys, m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters)
+		a.keys = append(a.keys, m.keys.lock, m.keys.queue, m.keys.waiters)
 		a.args = append(a.args, mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10))
 	}
 	return a

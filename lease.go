@@ -89,7 +89,7 @@ var mutexKind = &leaseKind{
 	release:   releaseScript,
 	releaseAll: func(h *holder) rueidis.LuaExec {
 		return rueidis.LuaExec{
-			Keys: []string{h.keys.lock, h.keys.fence, h.keys.queue, h.keys.waiters},
+			Keys: []string{h.keys.lock, h.keys.queue, h.keys.waiters},
 			Args: []string{h.owner, "", strconv.FormatInt(h.c.cfg.fenceRetention.Milliseconds(), 10), h.keys.channel},
 		}
 	},
@@ -622,6 +622,6 @@ const (
 // release runs the release script for one hold ("" for every hold) of an
 // owner.
 func (c *Client) release(ctx context.Context, keys lockKeys, owner, hold string) (releaseState, error) {
-	return c.runRelease(ctx, releaseScript, "release", []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+	return c.runRelease(ctx, releaseScript, "release", []string{keys.lock, keys.queue, keys.waiters},
 		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel})
 }

@@ -398,7 +398,7 @@ func releaseBucket(ctx context.Context, ms []*member, timeout time.Duration) {
 	// answered in between never reads a released lock as lost.
 	var releasing []*holder
 	for _, m := range ms {
-		keys = append(keys, m.m.keys.lock, m.m.keys.fence, m.m.keys.queue, m.m.keys.waiters)
+		keys = append(keys, m.m.keys.lock, m.m.keys.queue, m.m.keys.waiters)
 		args = append(args, m.owner, m.hold, m.m.keys.channel)
 		if m.state == memberHeld {
 			releasing = append(releasing, m.lease.h)
@@ -523,10 +523,10 @@ func raiseBucket(ctx context.Context, ms []*member, idx []int, token uint64, tim
 	ctx, cancel := scriptContext(ctx, timeout)
 	defer cancel()
 	c := ms[idx[0]].c
-	keys := make([]string, 0, 2*len(idx))
-	args := []string{strconv.FormatUint(token, 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}
+	keys := make([]string, 0, len(idx))
+	args := []string{strconv.FormatUint(token, 10)}
 	for _, i := range idx {
-		keys = append(keys, ms[i].m.keys.lock, ms[i].m.keys.fence)
+		keys = append(keys, ms[i].m.keys.lock)
 		args = append(args, ms[i].owner)
 	}
 	res, err := groupFenceScript.exec(ctx, c.rc, keys, args).AsIntSlice()

@@ -240,7 +240,7 @@ func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquis
 		mode = "try"
 	}
 	qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
-	qa.args = []string{qa.owner, qa.hold, strconv.FormatInt(qa.lease.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10),
+	qa.args = []string{qa.owner, qa.hold, strconv.FormatInt(qa.lease.Milliseconds(), 10),
 		qa.waiter, strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(qa.short)}
 	return qa
 }
@@ -254,7 +254,7 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 	res, err := q.attempt(ctx, qa.args)
 	if err != nil {
 		// The attempt may have queued the waiter.
-		qa.args[6] = "queued"
+		qa.args[5] = "queued"
 		return nil, 0, err
 	}
 	ok, val, err := parseAcquire(res)
@@ -277,7 +277,7 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 // until that waiter's Client's deadline.
 func (qa *queuedAcquisition) queued(res []rueidis.RedisMessage, val int64) time.Duration {
 	q, c := qa.q, qa.q.c
-	qa.args[6] = "queued"
+	qa.args[5] = "queued"
 	if !qa.joined {
 		qa.joined = true
 		c.presence.join(q.keys, q.cfg.waiterExpiry)
@@ -299,7 +299,7 @@ func (qa *queuedAcquisition) queued(res []rueidis.RedisMessage, val int64) time.
 
 // leave gives up the waiter's place, if an attempt may have taken one.
 func (qa *queuedAcquisition) leave(ctx context.Context) {
-	if qa.args[6] != "queued" {
+	if qa.args[5] != "queued" {
 		return
 	}
 	q, c := qa.q, qa.q.c
@@ -372,7 +372,7 @@ func (c *Client) handedOver(ctx context.Context, kind *leaseKind, name string, k
 // a lock handed over to it meanwhile (owner, hold) is given back. When the
 // lock is free, it goes to the waiter now at the head.
 func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, hold string) error {
-	err := leaveScript.exec(ctx, c.rc, []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+	err := leaveScript.exec(ctx, c.rc, []string{keys.lock, keys.queue, keys.waiters},
 		[]string{waiter, keys.channel, owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}).Error()
 	if err != nil {
 		c.log.Debug("redisync: leaving the queue failed; retrying, and the place expires once the Client stops renewing it", "key", keys.queue, "err", err)
@@ -386,7 +386,7 @@ func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.Redi
 	actx, done := inflight(ctx)
 	defer done()
 	c := q.c
-	keys := []string{q.keys.lock, q.keys.fence, q.keys.queue, q.keys.waiters}
+	keys := []string{q.keys.lock, q.keys.queue, q.keys.waiters}
 	if c.cfg.ackReplicas == 0 {
 		res, err := q.script.exec(actx, c.rc, keys, args).ToArray()
 		if err != nil {
@@ -511,7 +511,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 
 // forceUnlock runs the force script of a Mutex or FairMutex.
 func (c *Client) forceUnlock(ctx context.Context, keys lockKeys) (bool, error) {
-	return c.runFound(ctx, forceScript, "force unlock", []string{keys.lock, keys.fence, keys.queue, keys.waiters},
+	return c.runFound(ctx, forceScript, "force unlock", []string{keys.lock, keys.queue, keys.waiters},
 		[]string{keys.channel, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)})
 }
 

@@ -177,8 +177,8 @@ func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
 }
 
 // check reads the keys of the locks whose check is due, in one pipeline:
-// every local waiter of a lock whose key is gone looks again, and the next
-// check comes when the key's lease runs out.
+// every local waiter of a lock found free looks again, and the next check
+// comes when the holder's lease runs out.
 func (p *presence) check(now time.Time, timeout time.Duration) {
 	p.mu.Lock()
 	var due []lockKeys
@@ -192,20 +192,27 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 	if len(due) == 0 {
 		return
 	}
-	cmds := make(rueidis.Commands, len(due))
-	for i, keys := range due {
-		cmds[i] = p.c.rc.B().Pttl().Key(keys.lock).Build()
+	// A free lock keeps its hash (and a TTL): it is held while the hash has
+	// an owner.
+	cmds := make(rueidis.Commands, 0, 2*len(due))
+	for _, keys := range due {
+		cmds = append(cmds, p.c.rc.B().Hexists().Key(keys.lock).Field("owner").Build(), p.c.rc.B().Pttl().Key(keys.lock).Build())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
 	defer cancel()
-	for i, r := range p.c.rc.DoMulti(ctx, cmds...) {
-		pttl, err := r.AsInt64()
-		if err != nil {
+	rs := p.c.rc.DoMulti(ctx, cmds...)
+	for i, keys := range due {
+		held, err := rs[2*i].AsBool()
+		pttl, perr := rs[2*i+1].AsInt64()
+		if err != nil || perr != nil {
 			// Look again soon; waiters also look again once resubscribed.
-			p.checkBy(due[i].waiters, time.Now().Add(renewRetry))
+			p.checkBy(keys.waiters, time.Now().Add(renewRetry))
 			continue
 		}
-		p.found(due[i], pttl, false)
+		if !held {
+			pttl = -2
+		}
+		p.found(keys, pttl, false)
 	}
 }
 

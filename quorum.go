@@ -541,7 +541,7 @@ func (r *quorumRound) deliver(i int, res quorumResult) {
 func trySrv(ctx context.Context, mb *member) quorumResult {
 	m, c := mb.m, mb.c
 	// The quorum waits for '1' messages on the servers that were busy.
-	args := []string{mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10), strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), "", "0", "", ""}
+	args := []string{mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10), "", "0", "", ""}
 	sent := time.Now()
 	res, err := m.queued().attempt(ctx, args)
 	if err != nil {

@@ -173,10 +173,13 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithFenceRetention sets how long a lock's fencing counter outlives its last
-// use (default 24h). Fencing tokens are the server's clock in microseconds,
-// raised above the last token while the counter lives; after it expires they
-// stay increasing unless the server's clock steps back by more than this.
-// It must be at least a millisecond.
+// release (default 24h). Fencing tokens are the server's clock in
+// microseconds, raised above the last token while the counter lives; after
+// it expires they stay increasing unless the server's clock steps back by
+// more than the time since the last token. A Mutex or FairMutex keeps its
+// counter in the lock's hash, which a release keeps for this long: when a
+// holder's lease runs out unreleased, the counter goes with the lock. It
+// must be at least a millisecond.
 func WithFenceRetention(d time.Duration) Option {
 	return func(c *config) { c.fenceRetention = d }
 }
@@ -461,20 +464,20 @@ func (c *Client) newHold() string {
 // lockKeys are the Redis names of one lock. They share a hash tag.
 type lockKeys struct {
 	lock    string
-	fence   string
+	fence   string // an RWMutex's fencing counter (a Mutex keeps it in the lock hash)
 	channel string
 	queue   string // zset: waiter id -> arrival number
 	waiters string // hash: waiter id -> deadline in server ms
 }
 
-// keysFor names the keys of a Mutex: prefix:T for the lock, prefix:fence:T
-// for its fencing counter, prefix:ch:T for its channel and prefix:q:T and
+// keysFor names the keys of a Mutex: prefix:T for the lock (with its
+// fencing counter), prefix:ch:T for its channel and prefix:q:T and
 // prefix:w:T for its waiters, where T is tagged(name). Other primitives name
 // theirs with key.
 func (c *Client) keysFor(name string) lockKeys {
 	t := tagged(name)
 	return lockKeys{
-		lock: c.cfg.prefix + ":" + t, fence: c.key("fence", name), channel: c.key("ch", name),
+		lock: c.cfg.prefix + ":" + t, channel: c.key("ch", name),
 		queue: c.key("q", name), waiters: c.key("w", name),
 	}
 }

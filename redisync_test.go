@@ -44,7 +44,6 @@ func TestKeysShareOneSlot(t *testing.T) {
 	for _, n := range names {
 		k := c.keysFor(n)
 		s := slotHash(k.lock)
-		require.Equal(t, s, slotHash(k.fence), "name %q", n)
 		require.Equal(t, s, slotHash(k.channel), "name %q", n)
 		require.True(t, strings.HasPrefix(k.lock, "redisync:"))
 		prev, dup := seen[k.lock]

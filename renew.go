@@ -363,13 +363,14 @@ func (w *watchdog) settle(ctx context.Context, h *holder, state int64, sent time
 	return false
 }
 
-// forced reports whether a lock found gone was force-unlocked while h held
-// it: ForceUnlock leaves the owner it removed in the fence hash.
+// forced reports whether a lock found free was force-unlocked while h held
+// it: the force unlock of a Mutex or FairMutex leaves the owner it removed
+// in the lock's hash.
 func (w *watchdog) forced(ctx context.Context, h *holder) bool {
-	if h.keys.fence == "" {
+	if h.kind != mutexKind && h.kind != fairKind {
 		return false
 	}
-	owner, err := w.c.rc.Do(ctx, w.c.rc.B().Hget().Key(h.keys.fence).Field("f").Build()).ToString()
+	owner, err := w.c.rc.Do(ctx, w.c.rc.B().Hget().Key(h.keys.lock).Field("f").Build()).ToString()
 	return err == nil && owner == h.owner
 }
 

@@ -24,7 +24,7 @@ var (
 	renewScript    = newScript("renew")
 	forceScript    = newScript("prelude", "force")
 	leaveScript    = newScript("prelude", "leave")
-	inspectScript  = newScript("inspect")
+	inspectScript  = newScript("prelude", "inspect")
 	presenceScript = newScript("prelude", "presence")
 )
 

@@ -1,26 +1,23 @@
 -- Release one hold (or the whole ownership) of each of several locks of one
 -- slot, as release.lua does for one.
--- KEYS[4i-3] lock hash of lock i, KEYS[4i-2] its fence hash, KEYS[4i-1] its
--- queue, KEYS[4i] its waiters hash.
+-- KEYS[3i-2] lock hash of lock i, KEYS[3i-1] its queue, KEYS[3i] its
+-- waiters hash.
 -- ARGV[1] fence retention ms; for lock i: ARGV[3i-1] owner id, ARGV[3i] hold
 -- field ("" releases every hold of the owner), ARGV[3i+1] channel.
 -- Returns, per lock, 1 when it is now free, 2 when the owner still holds it
 -- through other holds, 0 when the owner does not hold it. A key holding
 -- something else than a lock is not the owner's: 0.
 local res = {}
-for i = 1, #KEYS / 4 do
-  local lock, fence = KEYS[4 * i - 3], KEYS[4 * i - 2]
+for i = 1, #KEYS / 3 do
+  local lock = KEYS[3 * i - 2]
   local owner, hold = ARGV[3 * i - 1], ARGV[3 * i]
-  local mark = owner .. hold
-  local cur = redis.pcall('HGET', lock, 'owner')
-  if cur == owner then
-    if drop_hold(lock, fence, hold, mark, ARGV[1]) then
-      res[i] = 2
-    else
-      wake_head(lock, fence, KEYS[4 * i - 1], KEYS[4 * i], ARGV[3 * i + 1], ARGV[1])
-      res[i] = 1
-    end
-  elseif redis.pcall('HGET', fence, 'r') == mark then
+  local v = redis.pcall('HMGET', lock, 'owner', 'holds', 'token', 't', 'r')
+  if v.err then
+    res[i] = 0
+  elseif v[1] == owner then
+    local last = math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0'))
+    res[i] = release_hold(lock, v[2] or '', last, hold, owner, KEYS[3 * i - 1], KEYS[3 * i], ARGV[3 * i + 1], ARGV[1])
+  elseif v[5] == owner .. hold then
     res[i] = 1
   else
     res[i] = 0

@@ -1,18 +1,29 @@
 -- A waiter gives up its place in the queue of a lock.
--- KEYS[1] lock hash, KEYS[2] fence hash, KEYS[3] queue zset, KEYS[4] waiters hash
+-- KEYS[1] lock hash, KEYS[2] queue zset, KEYS[3] waiters hash
 -- ARGV[1] waiter id, ARGV[2] channel, ARGV[3] the waiter's owner id,
 -- ARGV[4] its hold field, ARGV[5] fence retention ms
 -- A lock handed over to the waiter meanwhile is given back, and when the
 -- lock is free, it goes to the waiter now at the head.
-dequeue(KEYS[3], KEYS[4], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.pcall('HGET', KEYS[1], 'owner') ~= ARGV[3] or redis.call('HDEL', KEYS[1], ARGV[4]) == 0 then
+dequeue(KEYS[2], KEYS[3], ARGV[1])
+local v = redis.pcall('HMGET', KEYS[1], 'owner', 'holds', 'token', 't')
+if v.err then
+  return 0
+end
+local last = math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0'))
+if v[1] then
+  if v[1] ~= ARGV[3] then
     return 0
   end
-  if redis.call('HLEN', KEYS[1]) > 2 then
+  local rest, found = without_hold(v[2] or '', ARGV[4])
+  if not found then
+    return 0
+  end
+  if rest ~= '' then
+    redis.call('HSET', KEYS[1], 'holds', rest)
     return 1
   end
-  redis.call('DEL', KEYS[1])
+elseif v[3] == false and redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
 end
-wake_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[5])
+vacate(KEYS[1], last, KEYS[2], KEYS[3], ARGV[2], ARGV[5])
 return 1

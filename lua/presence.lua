@@ -5,7 +5,8 @@
 -- waiter expiry ms, ARGV[2i+1] '1' to refresh the keys' expiry as well.
 -- Returns {gone, pttl}: per lock, gone 1 when the Client had no deadline
 -- (it was taken for dead and its places may be gone, or the queue is gone):
--- its waiters must look again, 0 otherwise; and the lock key's PTTL. A lock
+-- its waiters must look again, 0 otherwise; and the holder's remaining
+-- lease, -2 when the lock is free (see lease_left). A lock
 -- that waiters wait for is free (-2) only for a moment (a release hands it
 -- over, or wakes the head), and its lease runs out unrenewed only when its
 -- holder died, such as the waiter of another Client it went to: nothing is
@@ -23,6 +24,6 @@ for i = 1, #KEYS / 3 do
     redis.call('PEXPIRE', waiters, queue_keep * expiry)
     redis.call('PEXPIRE', queue, queue_keep * expiry)
   end
-  pttl[i] = redis.call('PTTL', lock)
+  pttl[i] = lease_left(lock)
 end
 return {res, pttl}

@@ -1,16 +1,18 @@
 -- Renew or check a batch of leases held in one slot.
 -- KEYS[i] lock hash; ARGV[2i-1] owner id, ARGV[2i] lease ms (0: check only).
--- Returns, per key: 1 held by the owner (renewed), 0 gone, 2 held by another
--- owner or overwritten with something else.
+-- Returns, per key: 1 held by the owner (renewed), 0 gone or free, 2 held
+-- by another owner or overwritten with something else.
 local res = {}
 for i, key in ipairs(KEYS) do
-  local o = redis.pcall('HGET', key, 'owner')
-  if o == ARGV[2 * i - 1] then
+  local v = redis.pcall('HMGET', key, 'owner', 'token')
+  if v.err then
+    res[i] = 2
+  elseif v[1] == ARGV[2 * i - 1] then
     if ARGV[2 * i] ~= '0' then
       redis.call('PEXPIRE', key, ARGV[2 * i])
     end
     res[i] = 1
-  elseif o == false and redis.call('EXISTS', key) == 0 then
+  elseif v[1] == false and (v[2] or redis.call('EXISTS', key) == 0) then
     res[i] = 0
   else
     res[i] = 2

@@ -1,7 +1,7 @@
 -- Shared by the RWMutex scripts. Their keys always come in this order, all
 -- in one slot:
--- KEYS[1] writer hash: owner, token and one field per hold ("#<n>"), as a
---         Mutex lock; its expiry is the writer's lease
+-- KEYS[1] writer hash: owner, token and one field per hold ("#<n>"); its
+--         expiry is the writer's lease
 -- KEYS[2] readers: zset, member = reader id, score = when that read share
 --         expires (server milliseconds)
 -- KEYS[3] waiting writers: zset, member = writer owner id, score = when the
@@ -71,4 +71,21 @@ local function wake_writer(channel, now)
   end
   local w = earliest(KEYS[3])
   tell(channel, w, 'w:' .. w)
+end
+
+-- Drop a hold of the writer (hold '' drops them all). Returns true when
+-- the owner still holds the lock through other holds. Otherwise the lock is
+-- deleted and its fence hash remembers mark (owner and hold) as the release
+-- that freed it, for retention ms, so that a retried release knows.
+local function drop_hold(lock, fence, hold, mark, retention)
+  if hold ~= '' then
+    redis.call('HDEL', lock, hold)
+    if redis.call('HLEN', lock) > 2 then
+      return true
+    end
+  end
+  redis.call('DEL', lock)
+  redis.call('HSET', fence, 'r', mark)
+  redis.call('PEXPIRE', fence, retention)
+  return false
 end
