@@ -11,27 +11,32 @@ import (
 )
 
 // The scripts, in lua/: each one is sent as its file after the preludes it
-// uses (prelude.lua: publishing, tokens and the waiters' queue; rw_prelude.lua
-// and sem_prelude.lua: the layouts of RWMutex and Semaphore).
+// uses (prelude.lua: publishing and the waiters' queue; lock.lua and
+// lock_queue.lua: the lock hash of Mutex and FairMutex; rw_prelude.lua and
+// sem_prelude.lua: the layouts of RWMutex and Semaphore). The hot scripts
+// of Mutex and FairMutex put their common case (acquire_free.lua,
+// release_last.lua, fair_free.lua) between lock.lua and the prelude: Lua
+// defines a script's functions as it runs, and a call that returns there
+// defines only lock.lua's.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
 // The scripts of Mutex, and those every lock of one key shares.
 var (
-	acquireScript  = newScript("prelude", "acquire")
-	releaseScript  = newScript("prelude", "release")
+	acquireScript  = newScript("lock", "acquire_free", "prelude", "lock_queue", "acquire")
+	releaseScript  = newScript("lock", "release_last", "prelude", "lock_queue", "release")
 	renewScript    = newScript("renew")
-	forceScript    = newScript("prelude", "force")
-	leaveScript    = newScript("prelude", "leave")
-	inspectScript  = newScript("prelude", "inspect")
-	presenceScript = newScript("prelude", "presence")
+	forceScript    = newScript("lock", "prelude", "lock_queue", "force")
+	leaveScript    = newScript("lock", "prelude", "lock_queue", "leave")
+	inspectScript  = newScript("lock", "prelude", "lock_queue", "inspect")
+	presenceScript = newScript("lock", "prelude", "lock_queue", "presence")
 )
 
 // The scripts of Group and Quorum.
 var (
-	groupAcquireScript = newScript("prelude", "group_acquire")
-	groupReleaseScript = newScript("prelude", "group_release")
+	groupAcquireScript = newScript("lock", "prelude", "lock_queue", "group_acquire")
+	groupReleaseScript = newScript("lock", "prelude", "lock_queue", "group_release")
 	groupFenceScript   = newScript("group_fence")
 )
 
@@ -61,7 +66,7 @@ var (
 
 // The scripts of FairMutex and of fenced writes.
 var (
-	fairAcquireScript = newScript("prelude", "fair_acquire")
+	fairAcquireScript = newScript("lock", "fair_free", "prelude", "lock_queue", "fair_acquire")
 	fencedSetScript   = newScript("fenced_set")
 )
 

@@ -7,7 +7,7 @@
 -- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead.
 -- Returns {1, token, holds} when held by ARGV[1] after the call,
 -- {0, pttl} when another owner holds the lock; the waiter is queued then.
-local owner, holds, token, last, bad = lock_of(KEYS[1])
+-- owner, holds, token, last and bad: lock_of, read in acquire_free.lua.
 if bad then
   return bad
 end

@@ -13,7 +13,7 @@
 local t = redis.call('TIME')
 local now = now_ms(t)
 
-local owner, holds, token, last, bad = lock_of(KEYS[1])
+-- owner, holds, token, last and bad: lock_of, read in fair_free.lua.
 if bad then return bad end
 if owner == ARGV[1] then
   dequeue(KEYS[2], KEYS[3], ARGV[4])

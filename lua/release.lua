@@ -7,7 +7,7 @@
 -- other holds, 0 when the owner does not hold it. Retrying a release whose
 -- reply was lost returns the same answer: the hold is already gone, or the
 -- lock remembers that this hold freed it.
-local v = redis.call('HMGET', KEYS[1], 'owner', 'holds', 'token', 't', 'r')
+-- v: the lock's owner, holds, token, t and r, read in release_last.lua.
 if v[1] == ARGV[1] then
   local last = math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0'))
   return release_hold(KEYS[1], v[2] or '', last, ARGV[2], ARGV[1], KEYS[2], KEYS[3], ARGV[4], ARGV[3])
