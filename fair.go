@@ -48,12 +48,13 @@ type FairMutex struct {
 // fairKind is the kind of FairMutex holders: renewed and released as Mutex
 // holders are (the keys have the same shapes); only acquisitions differ.
 var fairKind = &leaseKind{
-	primitive:  "fair",
-	tracked:    true,
-	renew:      renewScript,
-	release:    releaseScript,
-	releaseAll: mutexKind.releaseAll,
-	unlock:     mutexKind.unlock,
+	primitive:   "fair",
+	tracked:     true,
+	forceMarked: true,
+	renew:       renewScript,
+	release:     releaseScript,
+	releaseAll:  mutexKind.releaseAll,
+	unlock:      mutexKind.unlock,
 }
 
 func (c *Client) fairKeysFor(name string) lockKeys {

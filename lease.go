@@ -75,6 +75,10 @@ type leaseKind struct {
 	// id in its field "owner", held by one holder at a time: Redis can tell
 	// the Client when it changes (see tracker).
 	tracked bool
+	// forceMarked marks kinds whose forced unlock leaves the owner it
+	// removed in the lock hash's field "f": a holder that finds its lock
+	// free can tell a forced unlock from an expiry.
+	forceMarked bool
 	// spansClients marks holders whose locks live on several Clients (the
 	// holders of groups): their unlock deals with closed Clients itself, so
 	// Lease.Unlock does not stop at a closed h.c.
@@ -83,15 +87,13 @@ type leaseKind struct {
 
 // mutexKind is the kind of Mutex holders.
 var mutexKind = &leaseKind{
-	primitive: "mutex",
-	tracked:   true,
-	renew:     renewScript,
-	release:   releaseScript,
+	primitive:   "mutex",
+	tracked:     true,
+	forceMarked: true,
+	renew:       renewScript,
+	release:     releaseScript,
 	releaseAll: func(h *holder) rueidis.LuaExec {
-		return rueidis.LuaExec{
-			Keys: []string{h.keys.lock, h.keys.queue, h.keys.waiters},
-			Args: []string{h.owner, "", strconv.FormatInt(h.c.cfg.fenceRetention.Milliseconds(), 10), h.keys.channel},
-		}
+		return h.c.releaseExec(h.keys, h.owner, "")
 	},
 	unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
 		return h.c.release(ctx, h.keys, h.owner, hold)
@@ -622,6 +624,15 @@ const (
 // release runs the release script for one hold ("" for every hold) of an
 // owner.
 func (c *Client) release(ctx context.Context, keys lockKeys, owner, hold string) (releaseState, error) {
-	return c.runRelease(ctx, releaseScript, "release", []string{keys.lock, keys.queue, keys.waiters},
-		[]string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel})
+	e := c.releaseExec(keys, owner, hold)
+	return c.runRelease(ctx, releaseScript, "release", e.Keys, e.Args)
+}
+
+// releaseExec is the release script's call for one hold ("" for every
+// hold) of an owner of a Mutex or FairMutex.
+func (c *Client) releaseExec(keys lockKeys, owner, hold string) rueidis.LuaExec {
+	return rueidis.LuaExec{
+		Keys: []string{keys.lock, keys.queue, keys.waiters},
+		Args: []string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel},
+	}
 }

@@ -240,10 +240,18 @@ func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquis
 		mode = "try"
 	}
 	qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
-	qa.args = []string{qa.owner, qa.hold, strconv.FormatInt(qa.lease.Milliseconds(), 10),
-		qa.waiter, strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), mode, msArg(qa.short)}
+	qa.args = acquireArgs(qa.owner, qa.hold, qa.lease, qa.waiter, q.cfg.waiterExpiry, mode, qa.short)
 	return qa
 }
+
+// acquireArgs are the arguments of acquire.lua and fair_acquire.lua; the
+// mode ("first", "try", "queued" or "") is at modeArg.
+func acquireArgs(owner, hold string, lease time.Duration, waiter string, waiterExpiry time.Duration, mode string, short time.Duration) []string {
+	return []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10),
+		waiter, strconv.FormatInt(waiterExpiry.Milliseconds(), 10), mode, msArg(short)}
+}
+
+const modeArg = 5
 
 // attempt runs the acquire script once: the Lease when it took the lock,
 // or how long to wait for a message before looking again.
@@ -254,7 +262,7 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 	res, err := q.attempt(ctx, qa.args)
 	if err != nil {
 		// The attempt may have queued the waiter.
-		qa.args[5] = "queued"
+		qa.args[modeArg] = "queued"
 		return nil, 0, err
 	}
 	ok, val, err := parseAcquire(res)
@@ -277,7 +285,7 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 // until that waiter's Client's deadline.
 func (qa *queuedAcquisition) queued(res []rueidis.RedisMessage, val int64) time.Duration {
 	q, c := qa.q, qa.q.c
-	qa.args[5] = "queued"
+	qa.args[modeArg] = "queued"
 	if !qa.joined {
 		qa.joined = true
 		c.presence.join(q.keys, q.cfg.waiterExpiry)
@@ -299,7 +307,7 @@ func (qa *queuedAcquisition) queued(res []rueidis.RedisMessage, val int64) time.
 
 // leave gives up the waiter's place, if an attempt may have taken one.
 func (qa *queuedAcquisition) leave(ctx context.Context) {
-	if qa.args[5] != "queued" {
+	if qa.args[modeArg] != "queued" {
 		return
 	}
 	q, c := qa.q, qa.q.c
@@ -467,7 +475,17 @@ func (m *Mutex) Inspect(ctx context.Context) (MutexState, error) {
 
 // inspect reads the state of a Mutex or FairMutex.
 func (c *Client) inspect(ctx context.Context, keys lockKeys) (MutexState, error) {
-	res, err := inspectScript.exec(ctx, c.rc, []string{keys.lock, keys.queue}, nil).ToArray()
+	return mutexState(inspectScript.exec(ctx, c.rc, inspectExec(keys).Keys, nil))
+}
+
+// inspectExec is the inspect script's call for the lock keys.
+func inspectExec(keys lockKeys) rueidis.LuaExec {
+	return rueidis.LuaExec{Keys: []string{keys.lock, keys.queue}}
+}
+
+// mutexState reads the inspect script's reply.
+func mutexState(r rueidis.RedisResult) (MutexState, error) {
+	res, err := r.ToArray()
 	if err != nil {
 		return MutexState{}, redisErr("inspect", err)
 	}

@@ -20,9 +20,9 @@ import (
 // wakes all of them, "w:ID" wakes the waiter that expects ID (locks with a
 // queue name the waiter at its head) and "g:ID TOKEN" tells it that the lock
 // was handed to it with that token. These two go to the waiter's Client
-// alone, on a channel of its own (waiterChannel). When a subscription is re-established
-// after the connection broke (messages sent meanwhile are lost), every
-// waiter of it looks again.
+// alone, on a channel of its own (waiterChannel). When a subscription is
+// re-established after the connection broke (messages sent meanwhile are
+// lost), every waiter of it looks again.
 //
 // The subscriptions share connections of their own (rueidis dedicated
 // connections with pub/sub hooks), whatever their number: one, a link, for

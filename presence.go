@@ -192,27 +192,25 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 	if len(due) == 0 {
 		return
 	}
-	// A free lock keeps its hash (and a TTL): it is held while the hash has
-	// an owner.
-	cmds := make(rueidis.Commands, 0, 2*len(due))
-	for _, keys := range due {
-		cmds = append(cmds, p.c.rc.B().Hexists().Key(keys.lock).Field("owner").Build(), p.c.rc.B().Pttl().Key(keys.lock).Build())
+	// Read as Inspect reads a lock: a free lock keeps its hash (and a TTL).
+	batch := make([]rueidis.LuaExec, len(due))
+	for i, keys := range due {
+		batch[i] = inspectExec(keys)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
 	defer cancel()
-	rs := p.c.rc.DoMulti(ctx, cmds...)
-	for i, keys := range due {
-		held, err := rs[2*i].AsBool()
-		pttl, perr := rs[2*i+1].AsInt64()
-		if err != nil || perr != nil {
+	for i, r := range inspectScript.batch(ctx, p.c.rc, batch) {
+		st, err := mutexState(r)
+		if err != nil {
 			// Look again soon; waiters also look again once resubscribed.
-			p.checkBy(keys.waiters, time.Now().Add(renewRetry))
+			p.checkBy(due[i].waiters, time.Now().Add(renewRetry))
 			continue
 		}
-		if !held {
-			pttl = -2
+		pttl := int64(-2)
+		if st.Locked {
+			pttl = st.TTL.Milliseconds()
 		}
-		p.found(keys, pttl, false)
+		p.found(due[i], pttl, false)
 	}
 }
 

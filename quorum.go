@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -541,7 +540,7 @@ func (r *quorumRound) deliver(i int, res quorumResult) {
 func trySrv(ctx context.Context, mb *member) quorumResult {
 	m, c := mb.m, mb.c
 	// The quorum waits for '1' messages on the servers that were busy.
-	args := []string{mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10), "", "0", "", ""}
+	args := acquireArgs(mb.owner, mb.hold, mb.ttl, "", 0, "", 0)
 	sent := time.Now()
 	res, err := m.queued().attempt(ctx, args)
 	if err != nil {

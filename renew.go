@@ -364,10 +364,9 @@ func (w *watchdog) settle(ctx context.Context, h *holder, state int64, sent time
 }
 
 // forced reports whether a lock found free was force-unlocked while h held
-// it: the force unlock of a Mutex or FairMutex leaves the owner it removed
-// in the lock's hash.
+// it (see leaseKind.forceMarked).
 func (w *watchdog) forced(ctx context.Context, h *holder) bool {
-	if h.kind != mutexKind && h.kind != fairKind {
+	if !h.kind.forceMarked {
 		return false
 	}
 	owner, err := w.c.rc.Do(ctx, w.c.rc.B().Hget().Key(h.keys.lock).Field("f").Build()).ToString()

@@ -64,8 +64,8 @@ var rwReadKind = &leaseKind{
 	},
 }
 
-// rwWriteKind is the kind of RWMutex writers: the writer hash is laid out
-// as a Mutex lock, so it renews the same way.
+// rwWriteKind is the kind of RWMutex writers: the writer hash has an owner
+// and a token as a Mutex lock has, so it renews the same way.
 var rwWriteKind = &leaseKind{
 	primitive: "rwmutex.write",
 	tracked:   true,

@@ -26,7 +26,7 @@ var luaFiles embed.FS
 var (
 	acquireScript  = newScript("lock", "acquire_free", "prelude", "lock_queue", "acquire")
 	releaseScript  = newScript("lock", "release_last", "prelude", "lock_queue", "release")
-	renewScript    = newScript("renew")
+	renewScript    = newScript("lock", "renew")
 	forceScript    = newScript("lock", "prelude", "lock_queue", "force")
 	leaveScript    = newScript("lock", "prelude", "lock_queue", "leave")
 	inspectScript  = newScript("lock", "prelude", "lock_queue", "inspect")
@@ -37,7 +37,7 @@ var (
 var (
 	groupAcquireScript = newScript("lock", "prelude", "lock_queue", "group_acquire")
 	groupReleaseScript = newScript("lock", "prelude", "lock_queue", "group_release")
-	groupFenceScript   = newScript("group_fence")
+	groupFenceScript   = newScript("lock", "group_fence")
 )
 
 // The scripts of RWMutex.

@@ -64,9 +64,9 @@ const (
 // waiters.
 //
 // Releases wake exactly the waiters that can now be granted, by name, each
-// on its Client's channel of the semaphore. A waiter whose context ends leaves the queue at
-// once; one whose process died is passed over once its place expires, 3s
-// after it last renewed it.
+// on its Client's channel of the semaphore. A waiter whose context ends
+// leaves the queue at once; one whose process died is passed over once its
+// place expires, 3s after it last renewed it.
 //
 // # Redis layout
 //
@@ -75,8 +75,8 @@ const (
 // expiry; prefix:semh:T, a sorted set of holders (member "owner:n", score
 // the lease's end in server milliseconds); prefix:semq:T and prefix:semqt:T,
 // the waiters' queue ordered by arrival and their places' expiries; the
-// channels prefix:semch:T:<client id>, one per waiting Client. The holders and queue keys expire on their own
-// with their last member.
+// channels prefix:semch:T:<client id>, one per waiting Client. The holders
+// and queue keys expire on their own with their last member.
 type Semaphore struct {
 	c    *Client
 	name string

@@ -71,9 +71,9 @@ const (
 // key for invalidation and says whether the holder still owns it. Every
 // invalidation of a held key (the Client's own renewals and releases
 // included: tracking is per connection, and rueidis spreads commands over
-// several) leads to a new read; a read that does not
-// find the holder's owner id leads to the watchdog's check, which decides.
-// One goroutine, running only while something is to be read.
+// several) leads to a new read; a read that does not find the holder's
+// owner id leads to the watchdog's check, which decides. One goroutine,
+// running only while something is to be read.
 type tracker struct {
 	c    *Client
 	on   bool

@@ -7,15 +7,13 @@
 -- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead.
 -- Returns {1, token, holds} when held by ARGV[1] after the call,
 -- {0, pttl} when another owner holds the lock; the waiter is queued then.
--- owner, holds, token, last and bad: lock_of, read in acquire_free.lua.
+-- owner, holds, token, last and bad: lock_of, read in acquire_free.lua,
+-- which took a free lock (took) and returned unless the waiter was queued.
 if bad then
   return bad
 end
-if owner == false then
-  token = take(KEYS[1], redis.call('TIME'), last, ARGV[1], ARGV[2], ARGV[3])
-  if ARGV[6] == 'queued' then
-    dequeue(KEYS[2], KEYS[3], ARGV[4])
-  end
+if took then
+  dequeue(KEYS[2], KEYS[3], ARGV[4])
   return {1, token, 1}
 end
 if owner == ARGV[1] then

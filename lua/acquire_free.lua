@@ -1,6 +1,10 @@
 -- The common case of acquire.lua (which documents the keys and arguments):
 -- a free lock, taken by an acquisition without a place in its queue.
 local owner, holds, token, last, bad = lock_of(KEYS[1])
-if owner == false and not bad and ARGV[6] ~= 'queued' then
-  return {1, take(KEYS[1], redis.call('TIME'), last, ARGV[1], ARGV[2], ARGV[3]), 1}
+local took = owner == false and not bad
+if took then
+  token = take(KEYS[1], redis.call('TIME'), last, ARGV[1], ARGV[2], ARGV[3])
+  if ARGV[6] ~= 'queued' then
+    return {1, token, 1}
+  end
 end

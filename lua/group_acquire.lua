@@ -45,8 +45,7 @@ for i = 1, n do
   local lock, l = KEYS[3 * i - 2], locks[i]
   local hold, lease = ARGV[3 * i], ARGV[3 * i + 1]
   if l.owner == false then
-    redis.call('HSET', lock, 'owner', ARGV[3 * i - 1], 'holds', hold, 'token', token)
-    redis.call('PEXPIRE', lock, lease)
+    give(lock, token, ARGV[3 * i - 1], hold, lease)
     res[i + 2] = token
   else
     reenter(lock, l.holds, l.token, hold, lease)

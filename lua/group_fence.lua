@@ -8,9 +8,9 @@ local res = {}
 local token = tonumber(ARGV[1])
 for i, lock in ipairs(KEYS) do
   res[i] = 0
-  local v = redis.pcall('HMGET', lock, 'owner', 'token', 't')
-  if not v.err and v[1] == ARGV[1 + i] then
-    if math.max(tonumber(v[2] or '0'), tonumber(v[3] or '0')) < token then
+  local ok, owner, holds, held, last = pcall(lock_of, lock)
+  if ok and owner == ARGV[1 + i] then
+    if last < token then
       redis.call('HSET', lock, 't', ARGV[1])
     end
     res[i] = 1

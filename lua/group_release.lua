@@ -11,13 +11,12 @@ local res = {}
 for i = 1, #KEYS / 3 do
   local lock = KEYS[3 * i - 2]
   local owner, hold = ARGV[3 * i - 1], ARGV[3 * i]
-  local v = redis.pcall('HMGET', lock, 'owner', 'holds', 'token', 't', 'r')
-  if v.err then
+  local ok, cur, holds, token, last = pcall(lock_of, lock)
+  if not ok then
     res[i] = 0
-  elseif v[1] == owner then
-    local last = math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0'))
-    res[i] = release_hold(lock, v[2] or '', last, hold, owner, KEYS[3 * i - 1], KEYS[3 * i], ARGV[3 * i + 1], ARGV[1])
-  elseif v[5] == owner .. hold then
+  elseif cur == owner then
+    res[i] = release_hold(lock, holds, last, hold, owner, KEYS[3 * i - 1], KEYS[3 * i], ARGV[3 * i + 1], ARGV[1])
+  elseif redis.call('HGET', lock, 'r') == owner .. hold then
     res[i] = 1
   else
     res[i] = 0

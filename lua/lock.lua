@@ -34,17 +34,23 @@ local function next_token(t, last)
   return string.format('%d', token)
 end
 
--- Take a free lock for owner with one hold and lease ms: the next fencing
--- token after last (t is the server's TIME), which the call returns. The
--- fields mark and value (when mark is given) are set with it.
-local function take(lock, t, last, owner, hold, lease, mark, value)
-  local token = next_token(t, last)
+-- Give a free lock to owner with one hold, token and lease ms. The field
+-- mark is set to value with it, when mark is given.
+local function give(lock, token, owner, hold, lease, mark, value)
   if mark then
     redis.call('HSET', lock, 'owner', owner, 'holds', hold, 'token', token, mark, value)
   else
     redis.call('HSET', lock, 'owner', owner, 'holds', hold, 'token', token)
   end
   redis.call('PEXPIRE', lock, lease)
+end
+
+-- Take a free lock for owner with one hold and lease ms: the next fencing
+-- token after last (t is the server's TIME), which the call returns. The
+-- fields mark and value (when mark is given) are set with it.
+local function take(lock, t, last, owner, hold, lease, mark, value)
+  local token = next_token(t, last)
+  give(lock, token, owner, hold, lease, mark, value)
   return token
 end
 

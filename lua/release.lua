@@ -7,12 +7,11 @@
 -- other holds, 0 when the owner does not hold it. Retrying a release whose
 -- reply was lost returns the same answer: the hold is already gone, or the
 -- lock remembers that this hold freed it.
--- v: the lock's owner, holds, token, t and r, read in release_last.lua.
-if v[1] == ARGV[1] then
-  local last = math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0'))
-  return release_hold(KEYS[1], v[2] or '', last, ARGV[2], ARGV[1], KEYS[2], KEYS[3], ARGV[4], ARGV[3])
+-- owner, holds, token and last: lock_of, read in release_last.lua.
+if owner == ARGV[1] then
+  return release_hold(KEYS[1], holds, last, ARGV[2], ARGV[1], KEYS[2], KEYS[3], ARGV[4], ARGV[3])
 end
-if v[5] == ARGV[1] .. ARGV[2] then
+if redis.call('HGET', KEYS[1], 'r') == ARGV[1] .. ARGV[2] then
   return 1
 end
 return 0

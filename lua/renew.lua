@@ -4,15 +4,13 @@
 -- by another owner or overwritten with something else.
 local res = {}
 for i, key in ipairs(KEYS) do
-  local v = redis.pcall('HMGET', key, 'owner', 'token')
-  if v.err then
-    res[i] = 2
-  elseif v[1] == ARGV[2 * i - 1] then
+  local ok, owner, holds, token, last, bad = pcall(lock_of, key)
+  if ok and owner == ARGV[2 * i - 1] then
     if ARGV[2 * i] ~= '0' then
       redis.call('PEXPIRE', key, ARGV[2 * i])
     end
     res[i] = 1
-  elseif v[1] == false and (v[2] or redis.call('EXISTS', key) == 0) then
+  elseif ok and owner == false and not bad then
     res[i] = 0
   else
     res[i] = 2
