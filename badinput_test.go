@@ -56,23 +56,16 @@ func (b *bi) ctx(t *testing.T) context.Context {
 	return ctx
 }
 
-// allKeys lists every key on every master, binary safe.
-func (b *bi) allKeys(t *testing.T) map[string]bool {
+// onMasters runs the command cmd builds on every master, through the
+// Client's connections, and returns the keys the replies list, binary safe.
+func (b *bi) onMasters(t *testing.T, cmd func(n rueidis.Client) rueidis.Completed) map[string]bool {
 	t.Helper()
-	var addrs []string
-	if b.e.cluster != nil {
-		for _, m := range b.e.cluster.Masters {
-			addrs = append(addrs, m.Addr)
-		}
-	} else {
-		addrs = []string{b.e.server.Addr}
-	}
 	nodes := b.rc.Nodes()
 	out := map[string]bool{}
-	for _, a := range addrs {
-		n, ok := nodes[a]
-		require.True(t, ok, "no connection to %s", a)
-		ks, err := n.Do(context.Background(), n.B().Keys().Pattern("*").Build()).AsStrSlice()
+	for _, m := range b.e.masters() {
+		n, ok := nodes[m.Addr]
+		require.True(t, ok, "no connection to %s", m.Addr)
+		ks, err := n.Do(context.Background(), cmd(n)).AsStrSlice()
 		require.NoError(t, err)
 		for _, k := range ks {
 			out[k] = true
@@ -81,37 +74,27 @@ func (b *bi) allKeys(t *testing.T) map[string]bool {
 	return out
 }
 
+// allKeys lists every key on every master.
+func (b *bi) allKeys(t *testing.T) map[string]bool {
+	t.Helper()
+	return b.onMasters(t, func(n rueidis.Client) rueidis.Completed { return n.B().Keys().Pattern("*").Build() })
+}
+
 // requireNoState checks that the case left nothing behind: no key that was
-// not there before except fencing counters (an RWMutex's fence hash, a free
-// Mutex or FairMutex: a hash without an owner, that expires), and no
+// not there before except fencing counters (see leftOverScript), and no
 // pub/sub subscription.
 func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 	t.Helper()
-	ctx := context.Background()
-	for k := range b.allKeys(t) {
-		if before[k] {
-			continue
-		}
-		short := k
-		if len(short) > 80 {
-			short = short[:80] + "..."
-		}
-		do := func(args ...string) (string, error) {
-			n, err := b.rc.Do(ctx, b.rc.B().Arbitrary(args...).Build()).AsInt64()
-			return strconv.FormatInt(n, 10), err
-		}
-		if !fenceOnly(do, k) {
+	left := b.onMasters(t, func(n rueidis.Client) rueidis.Completed {
+		return n.B().Eval().Script(leftOverScript).Numkeys(0).Arg("*").Build()
+	})
+	for k := range left {
+		if !before[k] {
+			short := k
+			if len(short) > 80 {
+				short = short[:80] + "..."
+			}
 			t.Errorf("key left behind: %q", short)
-			continue
-		}
-		pttl, err := b.rc.Do(ctx, b.rc.B().Pttl().Key(k).Build()).AsInt64()
-		require.NoError(t, err)
-		assert.Greater(t, pttl, int64(0), "fence key %q has no TTL", short)
-		typ, err := b.rc.Do(ctx, b.rc.B().Type().Key(k).Build()).ToString()
-		require.NoError(t, err)
-		if assert.Equal(t, "hash", typ, "fence key %q", short) {
-			err := b.rc.Do(ctx, b.rc.B().Hget().Key(k).Field("owner").Build()).Error()
-			assert.True(t, rueidis.IsRedisNil(err), "fence key %q holds a lock (owner field)", short)
 		}
 	}
 	b.e.requireNoSubscriptions(t)
@@ -291,7 +274,9 @@ func lockWorks(t *testing.T, b *bi, c, other *Client, name string) {
 	t.Helper()
 	ctx := b.ctx(t)
 	k := c.keysFor(name)
-	require.Equal(t, slotHash(k.lock), slotHash(k.channel))
+	for _, other := range []string{k.channel, k.queue, k.waiters} {
+		require.Equal(t, slotHash(k.lock), slotHash(other), "%q", other)
+	}
 
 	m := c.Mutex(name)
 	require.Equal(t, name, m.Name())
@@ -773,9 +758,10 @@ var badInputCases = []biCase{
 		}
 	}},
 	{"names whose keys could collide", func(t *testing.T, b *bi) {
-		// Each pair: a name, and that name with ":ch" appended, whose
-		// lock key a suffix-based layout could take for the first one's channel. Two names are two
-		// locks: each locks and unlocks on its own, held at once.
+		// Each pair: a name, and that name with ":ch" appended, whose lock
+		// key a suffix-based layout could take for the first one's channel.
+		// Two names are two locks: each locks and unlocks on its own, held
+		// at once.
 		c := b.client(t)
 		digest := digestCollidingName()
 		for _, pair := range [][2]string{
@@ -931,7 +917,9 @@ func FuzzLockName(f *testing.F) {
 		}
 		k := c.keysFor(name)
 		slot := slotHash(k.lock)
-		require.Equal(t, slot, slotHash(k.channel), "channel of %q in another slot", name)
+		for _, other := range []string{k.channel, k.queue, k.waiters} {
+			require.Equal(t, slot, slotHash(other), "key %q of %q in another slot", other, name)
+		}
 
 		l := mustLock(t, ctx, m.TryLock)
 		st, err := m.Inspect(ctx)

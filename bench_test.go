@@ -63,7 +63,7 @@ func BenchmarkMutexUncontended(b *testing.B) {
 	ctx := context.Background()
 	prefix := "bench:uncontended:"
 	// Loads the scripts, starts the watchdog.
-	benchLockUnlock(b, c.Mutex(prefix+"warm-up"))
+	benchLockUnlock(b, c.Mutex(prefix+"warm-up").Lock)
 
 	var ids atomic.Int64
 	before := commandCalls(b, e.server)
@@ -84,14 +84,14 @@ func BenchmarkMutexUncontended(b *testing.B) {
 
 // benchCycle takes a lease with lock and releases it; it reports a failure
 // and returns false when either fails.
-func benchCycle(b *testing.B, ctx context.Context, lock func(context.Context) (*Lease, error)) bool {
+func benchCycle(tb testing.TB, ctx context.Context, lock func(context.Context) (*Lease, error)) bool {
 	l, err := lock(ctx)
 	if err != nil {
-		b.Errorf("Lock: %v", err)
+		tb.Errorf("Lock: %v", err)
 		return false
 	}
 	if err := l.Unlock(ctx); err != nil {
-		b.Errorf("Unlock: %v", err)
+		tb.Errorf("Unlock: %v", err)
 		return false
 	}
 	return true
@@ -110,7 +110,7 @@ func BenchmarkMutexContended(b *testing.B) {
 	const name = "bench:contended"
 	ms := onClients(b, e, clients, func(c *Client) *Mutex { return c.Mutex(name) })
 	for _, m := range ms {
-		benchLockUnlock(b, m)
+		benchLockUnlock(b, m.Lock)
 	}
 	channel := ms[0].keys.channel
 	benchWaitUnsubscribed(b, e, channel)
@@ -316,7 +316,6 @@ func benchPercentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// benchLockUnlock locks and unlocks m once.
 // runOnHandles runs body in b.RunParallel with at least perHandle
 // goroutines for each of handles: goroutine i (from 0) loops with
 // handles[i%len(handles)].
@@ -330,15 +329,12 @@ func runOnHandles[H any](b *testing.B, handles []H, perHandle int, body func(pb 
 	})
 }
 
-func benchLockUnlock(tb testing.TB, m *Mutex) {
+// benchLockUnlock takes a lease with lock and releases it, once; it stops
+// the benchmark when either fails.
+func benchLockUnlock(tb testing.TB, lock func(context.Context) (*Lease, error)) {
 	tb.Helper()
-	ctx := context.Background()
-	l, err := m.Lock(ctx)
-	if err != nil {
-		tb.Fatalf("Lock: %v", err)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		tb.Fatalf("Unlock: %v", err)
+	if !benchCycle(tb, context.Background(), lock) {
+		tb.FailNow()
 	}
 }
 
@@ -509,6 +505,7 @@ func BenchmarkMutexWhileHolding10000(b *testing.B) {
 	ctx := context.Background()
 	leases := benchHold(b, ctx, c, "bench:holding:", n)
 	defer func() {
+		b.StopTimer() // releasing the held leases is not the measure
 		for _, l := range leases {
 			l.Unlock(ctx)
 		}
@@ -547,8 +544,8 @@ func benchHold(b *testing.B, ctx context.Context, c *Client, prefix string, n in
 //     tracking the read that registers the key again after the renewal
 //     changed it.
 //   - srv-B/lease: the server's memory per held lease (used_memory): the
-//     lock, its fence hash, and with tracking its entry in the tracking
-//     table.
+//     lock hash (which keeps the fencing counter), and with tracking its
+//     entry in the tracking table.
 //   - heap-B/lease: the Client's heap per held lease.
 //
 // Run it with -benchtime 1x: each run holds the leases through one pass.
@@ -562,7 +559,7 @@ func BenchmarkHeld10000(b *testing.B) {
 			if mode == DetectOnRenewal {
 				c = e.renewalClient(b)
 			}
-			benchLockUnlock(b, c.Mutex("warm-up"))
+			benchLockUnlock(b, c.Mutex("warm-up").Lock)
 			runtime.GC()
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)

@@ -306,50 +306,59 @@ func lines(t testing.TB, s *redistest.Server, args ...string) []string {
 }
 
 // awaitChannels waits, at most within, until exactly n channels of the env
-// have subscribers.
-func (e *env) awaitChannels(t testing.TB, n int, within time.Duration, msg string, args ...any) {
+// have subscribers. A failure reports msg and the channels last seen.
+func (e *env) awaitChannels(t testing.TB, n int, within time.Duration, msg string) {
 	t.Helper()
-	eventually(t, within, func() bool { return len(e.channels(t)) == n }, msg, args...)
+	var last []string
+	eventually(t, within, func() bool {
+		last = e.channels(t)
+		return len(last) == n
+	}, "%s; channels: %v", msg, &last)
 }
 
 // requireNoSubscriptions waits until no Client subscribes to any channel of
 // the env.
 func (e *env) requireNoSubscriptions(t testing.TB) {
 	t.Helper()
-	e.awaitChannels(t, 0, 10*time.Second, "subscriptions left: %v", e.channels(t))
+	e.awaitChannels(t, 0, 10*time.Second, "subscriptions left")
 }
 
 // requireOnlyFences waits until the keys under prefix ("redisync:" for the
-// default prefix) are fencing counters only: an RWMutex's fence hash, or
-// the hash of a free Mutex or FairMutex (a token, no owner). Nothing held,
-// nobody queued.
+// default prefix) are fencing counters only (see leftOverScript): nothing
+// held, nobody queued.
 func (e *env) requireOnlyFences(t testing.TB, prefix string) {
 	t.Helper()
+	var left []string
 	eventually(t, 10*time.Second, func() bool {
+		left = nil
 		for _, s := range e.masters() {
-			for _, k := range lines(t, s, "KEYS", prefix+"*") {
-				if !fenceOnly(s.Do, k) {
-					return false
-				}
-			}
+			left = append(left, leftOver(t, s, prefix+"*")...)
 		}
-		return true
-	}, "keys left: %v", e.keys(t, prefix+"*"))
+		return len(left) == 0
+	}, "keys left: %q", &left)
 }
 
-// fenceOnly reports whether key, read with do (integers in decimal), is a
-// fencing counter only: an RWMutex's fence hash, or the hash of a free
-// Mutex or FairMutex (a token, no owner).
-func fenceOnly(do func(args ...string) (string, error), key string) bool {
-	if strings.Contains(key, ":rwfence:") {
-		return true
-	}
-	owner, err := do("HEXISTS", key, "owner")
-	if err != nil || owner != "0" {
-		return false
-	}
-	token, err := do("HEXISTS", key, "token")
-	return err == nil && token == "1"
+// leftOverScript lists the keys matching ARGV[1] that are not fencing
+// counters. A fencing counter is a hash without an owner that expires and
+// holds a token ('token': a free Mutex or FairMutex; 't' or 'r': an
+// RWMutex's fence hash).
+const leftOverScript = `
+local out = {}
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
+  local fence = redis.call('TYPE', k).ok == 'hash' and redis.call('HEXISTS', k, 'owner') == 0
+    and redis.call('PTTL', k) > 0
+    and (redis.call('HEXISTS', k, 'token') + redis.call('HEXISTS', k, 't') + redis.call('HEXISTS', k, 'r')) > 0
+  if not fence then
+    out[#out + 1] = k
+  end
+end
+return out`
+
+// leftOver returns the keys matching pattern on s that are not fencing
+// counters (leftOverScript), in one call.
+func leftOver(t testing.TB, s *redistest.Server, pattern string) []string {
+	t.Helper()
+	return lines(t, s, "EVAL", leftOverScript, "0", pattern)
 }
 
 // requireNothingLeft waits until nothing of the locks under prefix is left

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -552,15 +551,7 @@ func clientsOf(t testing.TB, servers []*redistest.Server, opts ...Option) []*Cli
 // serverLocks returns the lock keys (fencing counters left out) on s.
 func serverLocks(t testing.TB, s *redistest.Server) []string {
 	t.Helper()
-	r, err := s.Do("KEYS", "*")
-	require.NoError(t, err)
-	var out []string
-	for _, k := range strings.Split(r, "\n") {
-		if k != "" && !fenceOnly(s.Do, k) {
-			out = append(out, k)
-		}
-	}
-	return out
+	return leftOver(t, s, "*")
 }
 
 func requireNoLocks(t testing.TB, servers ...*redistest.Server) {
@@ -914,13 +905,7 @@ func BenchmarkQuorum5Servers(b *testing.B) {
 func benchGroup(b *testing.B, e *env, lock func(context.Context) (*Lease, error)) {
 	ctx := context.Background()
 	for range 10 { // warm-up: scripts loaded, watchdogs running
-		l, err := lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
+		benchLockUnlock(b, lock)
 	}
 	var before map[string]int64
 	if e != nil {

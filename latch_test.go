@@ -111,12 +111,10 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 		ok, err := setter.TrySetCount(ctx, count)
 		require.NoError(t, err)
 		require.True(t, ok)
-		var cs []*Client
+		cs := e.clients(t, clients)
 		var wg sync.WaitGroup
 		errs := make(chan error, clients*perClient)
-		for range clients {
-			c := e.client(t)
-			cs = append(cs, c)
+		for _, c := range cs {
 			l := c.Latch(t.Name())
 			for i := range perClient {
 				wg.Add(1)

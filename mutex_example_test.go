@@ -95,7 +95,8 @@ func ExampleWithReplicaAck() {
 	// locked: false
 }
 
-// A FairMutex is granted in the order its waiters arrived, across clients.
+// A FairMutex is granted in the order its waiters arrived, whichever Clients
+// they wait on.
 func ExampleFairMutex() {
 	m := client().FairMutex("example:migrations")
 
@@ -112,7 +113,7 @@ func ExampleFairMutex() {
 			mu.Unlock()
 			l.Unlock(ctx)
 		})
-		for st, _ := m.Inspect(ctx); st.Waiters < i; st, _ = m.Inspect(ctx) {
+		for st, err := m.Inspect(ctx); err == nil && st.Waiters < i; st, err = m.Inspect(ctx) {
 			time.Sleep(time.Millisecond) // until waiter i holds its place
 		}
 	}

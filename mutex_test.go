@@ -175,11 +175,9 @@ func TestMutexWaiterWakesAtTTLWhenHolderDies(t *testing.T) {
 func takesLockOfDeadHolder(t *testing.T, e *env, lock func(c *Client, opts ...LockOption) func(context.Context) (*Lease, error)) {
 	t.Helper()
 	ctx := withTimeout(t, time.Minute)
-	_, err := lock(e.client(t), WithFixedLease(500*time.Millisecond))(ctx)
-	require.NoError(t, err)
+	mustLock(t, ctx, lock(e.client(t), WithFixedLease(500*time.Millisecond)))
 	start := time.Now()
-	l, err := lock(e.client(t))(ctx)
-	require.NoError(t, err)
+	l := mustLock(t, ctx, lock(e.client(t)))
 	require.Less(t, time.Since(start), 5*time.Second)
 	require.NoError(t, l.Unlock(ctx))
 }
@@ -285,8 +283,7 @@ func contend(t *testing.T, ctx context.Context, e *env, clients, perClient, roun
 	lock func(c *Client) func(context.Context) (*Lease, error), critical func()) int32 {
 	var inside, overlaps atomic.Int32
 	var wg sync.WaitGroup
-	for range clients {
-		acquire := lock(e.client(t))
+	for _, acquire := range onClients(t, e, clients, lock) {
 		for range perClient {
 			wg.Go(func() {
 				for range rounds {
@@ -373,11 +370,11 @@ func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 		holder := e.client(t)
 		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
 		var results []<-chan *Lease
-		for range clients {
-			c := e.client(t)
+		// Long expiries: no waiter comes back by itself meanwhile.
+		waiting := func(c *Client) *Mutex { return c.Mutex(t.Name(), WithWaiterExpiry(time.Minute)) }
+		for _, m := range onClients(t, e, clients, waiting) {
 			for range perClient {
-				// Long expiries: no waiter comes back by itself meanwhile.
-				results = append(results, c.Mutex(t.Name(), WithWaiterExpiry(time.Minute)).Acquire(ctx))
+				results = append(results, m.Acquire(ctx))
 			}
 		}
 		eventually(t, 10*time.Second, func() bool {

@@ -44,7 +44,9 @@ func TestKeysShareOneSlot(t *testing.T) {
 	for _, n := range names {
 		k := c.keysFor(n)
 		s := slotHash(k.lock)
-		require.Equal(t, s, slotHash(k.channel), "name %q", n)
+		for _, other := range []string{k.channel, k.queue, k.waiters} {
+			require.Equal(t, s, slotHash(other), "name %q, key %q", n, other)
+		}
 		require.True(t, strings.HasPrefix(k.lock, "redisync:"))
 		prev, dup := seen[k.lock]
 		require.False(t, dup, "%q and %q share a key", n, prev)

@@ -135,8 +135,7 @@ func TestRWMutexExclusion(t *testing.T) {
 		fail := func(err error) {
 			t.Error(err)
 		}
-		for range clients {
-			m := e.client(t).RWMutex(t.Name())
+		for _, m := range onClients(t, e, clients, func(c *Client) *RWMutex { return c.RWMutex(t.Name()) }) {
 			for range writersPer {
 				wg.Add(1)
 				go func() {
@@ -319,8 +318,7 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 		var writes atomic.Int64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		for range 2 {
-			m := e.client(t).RWMutex(t.Name())
+		for _, m := range onClients(t, e, 2, func(c *Client) *RWMutex { return c.RWMutex(t.Name()) }) {
 			for range 2 {
 				repeatUntil(t, &wg, stop, func() error {
 					l, err := m.Lock(ctx)
@@ -518,10 +516,12 @@ func TestRWMutexLeaseLoss(t *testing.T) {
 		require.False(t, ok, "nothing to break")
 
 		// Re-entering a lease whose lock is gone in Redis, before the
-		// watchdog noticed: an error at once, not a wait nor a new lock.
-		slow := e.client(t).RWMutex(t.Name())
+		// watchdog noticed (Clients that learn of a loss at their next
+		// renewal only, seconds away): an error at once, not a wait nor a
+		// new lock.
+		slow := e.renewalClient(t).RWMutex(t.Name())
 		r := mustLock(t, ctx, slow.RLock)
-		w, err = e.client(t).RWMutex(t.Name() + "/w").Lock(ctx)
+		w, err = e.renewalClient(t).RWMutex(t.Name() + "/w").Lock(ctx)
 		require.NoError(t, err)
 		_, err = slow.ForceUnlock(ctx)
 		require.NoError(t, err)

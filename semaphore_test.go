@@ -1004,12 +1004,5 @@ func BenchmarkSemaphoreContended(b *testing.B) {
 
 func benchSemLockUnlock(tb testing.TB, s *Semaphore, n int) {
 	tb.Helper()
-	ctx := context.Background()
-	l, err := s.Lock(ctx, n)
-	if err != nil {
-		tb.Fatalf("Lock: %v", err)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		tb.Fatalf("Unlock: %v", err)
-	}
+	benchLockUnlock(tb, func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, n) })
 }

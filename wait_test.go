@@ -178,7 +178,7 @@ func handOverAcrossBreak(t *testing.T, ctx context.Context, e *env, w manyWaiter
 	half := len(w.held) / 2
 	kill()
 	handOver(t, ctx, w.held[:half], w.waiting[:half], 20*time.Second)
-	e.awaitChannels(t, len(w.held)-half, 10*time.Second, "channels not subscribed again: %v", e.channels(t))
+	e.awaitChannels(t, len(w.held)-half, 10*time.Second, "channels not subscribed again")
 	handOver(t, ctx, w.held[half:], w.waiting[half:], 20*time.Second)
 }
 
@@ -237,7 +237,7 @@ func waitersFollowAFailover(t *testing.T, killed bool) {
 			now.cluster.Masters = append(now.cluster.Masters, m)
 		}
 	}
-	eventually(t, 20*time.Second, func() bool { return len(now.channels(t)) == names }, "channels not subscribed again: %v", now.channels(t))
+	now.awaitChannels(t, names, 20*time.Second, "channels not subscribed again")
 	t.Logf("channels subscribed again %v after the replica's promotion", time.Since(promoted).Round(time.Millisecond))
 	// The holder's Client may learn of the new master after its first
 	// attempts: connection errors until then.
