@@ -1,5 +1,6 @@
 -- The common case of acquire.lua (which documents the keys and arguments):
--- a free lock, taken by an acquisition without a place in its queue.
+-- a free lock is taken here, and the call returns unless the waiter may
+-- have a place in the queue to leave.
 local owner, holds, token, last, bad = lock_of(KEYS[1])
 local took = owner == false and not bad
 if took then
