@@ -339,13 +339,13 @@ func (e *env) requireOnlyFences(t testing.TB, prefix string) {
 }
 
 // leftOverScript lists the keys matching ARGV[1] that are not fencing
-// counters. A fencing counter is a hash without an owner that expires and
-// holds a token ('token': a free Mutex or FairMutex; 't' or 'r': an
+// counters. A fencing counter is a hash without an owner (or an empty one)
+// that expires and holds a token ('token': a free Mutex or FairMutex; 't' or 'r': an
 // RWMutex's fence hash).
 const leftOverScript = `
 local out = {}
 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
-  local fence = redis.call('TYPE', k).ok == 'hash' and redis.call('HEXISTS', k, 'owner') == 0
+  local fence = redis.call('TYPE', k).ok == 'hash' and (redis.call('HGET', k, 'owner') or '') == ''
     and redis.call('PTTL', k) > 0
     and (redis.call('HEXISTS', k, 'token') + redis.call('HEXISTS', k, 't') + redis.call('HEXISTS', k, 'r')) > 0
   if not fence then

@@ -15,8 +15,9 @@ import (
 //
 // and an UPDATE carrying an older token changes nothing. "fence <= $2" lets
 // one holder write several times; use "fence < $2" for one write per
-// holder. Tokens fit a bigint (they are microseconds). The placeholders are
-// PostgreSQL's; other drivers spell them "?".
+// holder. Tokens fit a bigint (they count up from the server's clock in
+// microseconds). The placeholders are PostgreSQL's; other drivers spell
+// them "?".
 func saveReport(ctx context.Context, db *sql.DB, l *redisync.Lease, id int64, body string) error {
 	res, err := db.ExecContext(ctx,
 		`UPDATE reports SET body = $1, fence = $2 WHERE id = $3 AND fence <= $2`,

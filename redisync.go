@@ -173,10 +173,10 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithFenceRetention sets how long a lock's fencing counter outlives its last
-// release (default 24h). Fencing tokens are the server's clock in
-// microseconds, raised above the last token while the counter lives; after
-// it expires they stay increasing unless the server's clock steps back by
-// more than the time since the last token. A Mutex or FairMutex keeps its
+// release (default 24h). Fencing tokens count up by one from the server's
+// clock in microseconds while the counter lives; after it expires the next
+// one is the clock again, greater unless the server's clock stepped back
+// by more than the time since the last token. A Mutex or FairMutex keeps its
 // counter in the lock's hash, which a release keeps for this long: when a
 // holder's lease runs out unreleased, the counter goes with the lock. It
 // must be at least a millisecond.

@@ -393,9 +393,9 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 		switch {
 		case err == nil && owner == h.owner:
 			return 1, true
-		case err == nil:
+		case err == nil && owner != "":
 			return 2, true
-		case rueidis.IsRedisNil(err):
+		case err == nil || rueidis.IsRedisNil(err): // a free lock has an empty owner
 			return 0, true
 		}
 	}

@@ -7,8 +7,9 @@
 -- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead.
 -- Returns {1, token, holds} when held by ARGV[1] after the call,
 -- {0, pttl} when another owner holds the lock; the waiter is queued then.
--- owner, holds, token, last and bad: lock_of, read in acquire_free.lua,
--- which took a free lock (took) and returned unless the waiter was queued.
+-- owner, holds, token, last, bad and queued: lock_of, read in
+-- acquire_free.lua, which took a free lock (took) and returned unless the
+-- waiter was queued.
 if bad then
   return bad
 end
@@ -24,6 +25,6 @@ if owner == ARGV[1] then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[6] ~= 'try' then
-  enqueue(KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1])
+  enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
 end
 return {0, pttl}

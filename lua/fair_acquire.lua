@@ -13,7 +13,8 @@
 local t = redis.call('TIME')
 local now = now_ms(t)
 
--- owner, holds, token, last and bad: lock_of, read in fair_free.lua.
+-- owner, holds, token, last, bad and queued: lock_of, read in
+-- fair_free.lua.
 if bad then return bad end
 if owner == ARGV[1] then
   dequeue(KEYS[2], KEYS[3], ARGV[4])
@@ -21,12 +22,9 @@ if owner == ARGV[1] then
 end
 local h, hd = first_live(KEYS[2], KEYS[3], t)
 if owner == false and (h == nil or h == ARGV[4]) then
-  token = take(KEYS[1], t, last, ARGV[1], ARGV[2], ARGV[3])
-  if h then
-    -- The waiter is the head (nobody waits otherwise: nothing to leave).
-    dequeue(KEYS[2], KEYS[3], ARGV[4])
-  end
-  return {1, token, 1}
+  -- The waiter is the head, or nobody waits (nothing to leave then).
+  local others = h and dequeue(KEYS[2], KEYS[3], ARGV[4])
+  return {1, take(KEYS[1], t, last, ARGV[1], ARGV[2], ARGV[3], nil, nil, others and '1' or ''), 1}
 end
 local wait, held = hd - now, 0
 if owner ~= false then
@@ -35,5 +33,5 @@ end
 if ARGV[6] == 'try' then
   return {0, wait, held}
 end
-enqueue(KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1])
+enqueue(token and not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
 return {0, wait, held}

@@ -3,64 +3,92 @@
 -- nothing else.
 
 -- A Mutex or FairMutex lock is a hash that outlives its holders:
---   owner  the holder's owner id; no such field while the lock is free
---   holds  the holder's hold fields ("#<n>"), separated by spaces
+--   owner  the holder's owner id; empty while the lock is free
+--   holds  the holder's hold fields ("#<n>"), separated by spaces; empty
+--          while free
 --   token  the holder's fencing token; while free, the last one handed out
 --   t      a fencing counter a group raised above token (group_fence)
 --   r      the owner and hold of the release that freed the lock
 --   f      the owner a forced unlock removed
+--   q      '1' while the lock's queue may have waiters, '' or no such field
+--          when it has none: whenever the queue has waiters and the hash
+--          exists, q is '1'. So a release that finds no q frees the lock
+--          without looking at the queue. A waiter's arrival sets it (see
+--          enqueue), a hash made anew looks at the queue, and only a script
+--          that found the queue empty clears it.
 -- Held, the hash expires with the holder's lease. Free, it is kept for the
 -- fence retention after the release, so that the next token is greater.
 
 -- The state of the lock at key: its owner (false while free), holds and
--- token, and the last token handed out (0 when there is no hash). For a
--- hash that is not a lock, the error reply as fifth value.
+-- token, the last token handed out (0 when there is no hash), for a hash
+-- that is not a lock the error reply, and whether its queue may have
+-- waiters (q).
 local function lock_of(lock)
-  local v = redis.call('HMGET', lock, 'owner', 'holds', 'token', 't')
+  local v = redis.call('HMGET', lock, 'owner', 'holds', 'token', 't', 'q')
   if v[3] == false and redis.call('EXISTS', lock) == 1 then
     return false, '', false, 0, redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
   end
-  return v[1], v[2] or '', v[3], math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0'))
+  local owner = v[1]
+  if owner == '' then
+    owner = false
+  end
+  return owner, v[2] or '', v[3], math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0')), nil, v[5] == '1'
 end
 
--- The next fencing token of a lock, from the server's TIME t: server
--- microseconds, or one more than last, the last token handed out, when the
--- clock has not moved past it.
+-- The next fencing token of a lock whose last token handed out is last:
+-- one more, or while no token lives (last 0), the server's clock in
+-- microseconds (t, its TIME, read here when nil). Counting up from the
+-- clock keeps tokens below it (a lock changes hands less than once a
+-- microsecond), so a lock whose hash expired gets a greater one.
 local function next_token(t, last)
-  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if token <= last then
-    token = last + 1
+  if last > 0 then
+    return string.format('%d', last + 1)
   end
-  return string.format('%d', token)
+  t = t or redis.call('TIME')
+  return string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
 
--- Give a free lock to owner with one hold, token and lease ms. The field
--- mark is set to value with it, when mark is given.
-local function give(lock, token, owner, hold, lease, mark, value)
+-- Write the fields of lock in one HSET: f (names and values), the field
+-- mark set to value when mark is given, and q set to queued when queued is
+-- given ('1' or '', see above).
+local function write(lock, f, mark, value, queued)
   if mark then
-    redis.call('HSET', lock, 'owner', owner, 'holds', hold, 'token', token, mark, value)
-  else
-    redis.call('HSET', lock, 'owner', owner, 'holds', hold, 'token', token)
+    f[#f + 1], f[#f + 2] = mark, value
   end
+  if queued then
+    f[#f + 1], f[#f + 2] = 'q', queued
+  end
+  redis.call('HSET', lock, unpack(f))
+end
+
+-- What q is for a hash made anew: whether queue has waiters.
+local function queue_mark(queue)
+  if redis.call('EXISTS', queue) == 1 then
+    return '1'
+  end
+  return ''
+end
+
+-- Give a free lock to owner with one hold, token and lease ms, writing
+-- mark, value and queued as write does.
+local function give(lock, token, owner, hold, lease, mark, value, queued)
+  write(lock, {'owner', owner, 'holds', hold, 'token', token}, mark, value, queued)
   redis.call('PEXPIRE', lock, lease)
 end
 
 -- Take a free lock for owner with one hold and lease ms: the next fencing
--- token after last (t is the server's TIME), which the call returns. The
--- fields mark and value (when mark is given) are set with it.
-local function take(lock, t, last, owner, hold, lease, mark, value)
+-- token after last (t is the server's TIME, or nil), which the call
+-- returns. mark, value and queued are written as write does.
+local function take(lock, t, last, owner, hold, lease, mark, value, queued)
   local token = next_token(t, last)
-  give(lock, token, owner, hold, lease, mark, value)
+  give(lock, token, owner, hold, lease, mark, value, queued)
   return token
 end
 
--- Free a held lock: no owner, no holds, the field mark set to value (when
--- mark is given: the release or forced unlock that freed it), and the hash
--- kept retention ms for its token.
-local function free(lock, retention, mark, value)
-  redis.call('HDEL', lock, 'owner', 'holds')
-  if mark then
-    redis.call('HSET', lock, mark, value)
-  end
+-- Free a held lock: no owner, no holds, mark, value and queued written as
+-- write does (mark, when given, is the release or forced unlock that freed
+-- it), and the hash kept retention ms for its token.
+local function free(lock, retention, mark, value, queued)
+  write(lock, {'owner', '', 'holds', ''}, mark, value, queued)
   redis.call('PEXPIRE', lock, retention)
 end

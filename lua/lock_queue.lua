@@ -4,7 +4,8 @@
 -- The remaining lease of the holder of a lock in ms (PTTL), -2 while the
 -- lock is free.
 local function lease_left(lock)
-  if redis.pcall('HEXISTS', lock, 'owner') == 0 then
+  local owner = redis.pcall('HGET', lock, 'owner')
+  if owner == false or owner == '' then
     return -2
   end
   return redis.call('PTTL', lock)
@@ -48,8 +49,9 @@ end
 -- leases), or that follows '*', is woken with 'w:<id>' instead and takes the
 -- lock itself. Both go to the waiter's Client alone (tell). '*' is consumed
 -- and announced with '1' on the lock's channel. The field mark is set to
--- value (when mark is given: the release or forced unlock that freed it);
--- a lock left free is kept retention ms.
+-- value (when mark is given: the release or forced unlock that freed it),
+-- and q to whether others still wait; a lock left free is kept retention
+-- ms. A lock without a hash (last 0) left free stays without one.
 local function vacate(lock, last, queue, waiters, channel, retention, mark, value)
   local h, d, lease, hold, owner, t = first_live(queue, waiters, nil)
   local shared = h == '*'
@@ -59,12 +61,14 @@ local function vacate(lock, last, queue, waiters, channel, retention, mark, valu
     h, d, lease, hold, owner, t = first_live(queue, waiters, t)
   end
   if h and lease and not shared then
-    local token = take(lock, t, last, owner, hold, lease, mark, value)
-    dequeue(queue, waiters, h)
+    local others = dequeue(queue, waiters, h)
+    local token = take(lock, t, last, owner, hold, lease, mark, value, others and '1' or '')
     tell(channel, h, 'g:' .. h .. ' ' .. token)
     return
   end
-  free(lock, retention, mark, value)
+  if last > 0 then
+    free(lock, retention, mark, value, h and '1' or '')
+  end
   if h then
     tell(channel, h, 'w:' .. h)
   end

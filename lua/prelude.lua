@@ -63,8 +63,14 @@ local queue_keep = 10
 -- from now. A lease (ms) other than '' lets a release hand the lock to it,
 -- as owner with hold. The id '' registers the waiters for '1' messages: they
 -- come back by themselves after wait ms (the holder's lease), so the mark
--- stays until the next release, or a second longer than that.
-local function enqueue(queue, waiters, id, expiry, wait, lease, hold, owner)
+-- stays until the next release, or a second longer than that. new tells
+-- that the waiter has no place yet. lock, when given, is the lock hash,
+-- whose q (lock.lua) is set: give it unless the hash is missing or its q
+-- is set already.
+local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owner, new)
+  if lock then
+    redis.call('HSET', lock, 'q', '1')
+  end
   if id == '' then
     redis.call('ZADD', queue, 0, '*')
     local keep = math.max(wait, 0) + 1000
@@ -74,7 +80,7 @@ local function enqueue(queue, waiters, id, expiry, wait, lease, hold, owner)
     return
   end
   local now = now_ms(redis.call('TIME'))
-  if redis.call('ZSCORE', queue, id) == false then
+  if new or redis.call('ZSCORE', queue, id) == false then
     redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '\0n', 1), id)
   end
   local entry = ''
@@ -89,13 +95,16 @@ local function enqueue(queue, waiters, id, expiry, wait, lease, hold, owner)
   end
 end
 
--- Remove a waiter from the queue; the keys go when it is empty.
+-- Remove a waiter from the queue; the keys go when it is empty. Returns
+-- whether others wait.
 local function dequeue(queue, waiters, id)
   redis.call('ZREM', queue, id)
-  redis.call('HDEL', waiters, id)
   if redis.call('ZCARD', queue) == 0 then
     redis.call('DEL', queue, waiters)
+    return false
   end
+  redis.call('HDEL', waiters, id)
+  return true
 end
 
 -- The first member of a queue that is '*' or a live waiter, dropping the

@@ -39,7 +39,7 @@ if wait then
   end
   return {0, wait}
 end
--- Tokens as for Mutex: server microseconds, raised above the last token.
+-- Write tokens: server microseconds, raised above the last token.
 local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if token <= last then
   token = last + 1
