@@ -58,7 +58,9 @@ func TestMutexHandOff(t *testing.T) {
 		ctx := context.Background()
 		a, b := e.client(t), e.client(t)
 		l := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
-		got := b.Mutex(t.Name()).Acquire(ctx)
+		// The waiter's Client looks at the lock every 10s only: the lock
+		// found free below goes to c, not to a look of the waiter's own.
+		got := b.Mutex(t.Name(), WithWaiterExpiry(30*time.Second)).Acquire(ctx)
 		time.Sleep(50 * time.Millisecond)
 		select {
 		case <-got:
@@ -74,6 +76,92 @@ func TestMutexHandOff(t *testing.T) {
 		require.NoError(t, l2.Unlock(ctx))
 		e.requireNoSubscriptions(t)
 	})
+}
+
+// Tokens count up by one from the server's clock while the lock's hash
+// keeps the last one; a lock whose hash expired starts from the clock again.
+func TestMutexTokensCountUpFromTheClock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		m := c.Mutex(t.Name())
+		serverMicros := func() uint64 {
+			t.Helper()
+			tm, err := c.rc.Do(ctx, c.rc.B().Time().Build()).AsStrSlice()
+			require.NoError(t, err)
+			s, err1 := strconv.ParseUint(tm[0], 10, 64)
+			us, err2 := strconv.ParseUint(tm[1], 10, 64)
+			require.NoError(t, err1)
+			require.NoError(t, err2)
+			return s*1_000_000 + us
+		}
+		del := func() {
+			t.Helper()
+			require.NoError(t, c.rc.Do(ctx, c.rc.B().Del().Key(m.keys.lock).Build()).Error())
+		}
+		del() // a lock that never had a hash, or whose hash expired
+		before := serverMicros()
+		l1 := mustLock(t, ctx, m.Lock)
+		require.GreaterOrEqual(t, l1.Token(), before, "a lock's first token is the server's clock")
+		require.LessOrEqual(t, l1.Token(), serverMicros())
+		require.NoError(t, l1.Unlock(ctx))
+		l2 := mustLock(t, ctx, m.Lock)
+		require.Equal(t, l1.Token()+1, l2.Token(), "the next token is the last one plus one")
+		require.NoError(t, l2.Unlock(ctx))
+
+		del() // as if the free lock's hash had expired
+		before = serverMicros()
+		l3 := mustLock(t, ctx, m.Lock)
+		require.GreaterOrEqual(t, l3.Token(), before, "after the hash expired, the clock again")
+		require.Greater(t, l3.Token(), l2.Token())
+		require.NoError(t, l3.Unlock(ctx))
+	})
+}
+
+// A lock taken when its hash had expired while a waiter was queued (its
+// holder died) knows the queue: its release hands the lock to the waiter,
+// and the last hand-off tells the lock that nobody waits any more.
+func TestMutexQueueOutlivesTheLockHash(t *testing.T) {
+	e := ownServer(t)
+	ctx := context.Background()
+	a, c := e.client(t), e.client(t)
+	// The waiter's Client reaches Redis through a proxy, slowed down below
+	// so that it cannot take the lock found free itself.
+	b, p := e.proxied(t)
+	m := c.Mutex(t.Name())
+	queued := func() string {
+		t.Helper()
+		q, err := c.rc.Do(ctx, c.rc.B().Hget().Key(m.keys.lock).Field("q").Build()).ToString()
+		require.NoError(t, err)
+		return q
+	}
+	held := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
+	require.Equal(t, "", queued(), "nobody waits")
+	got := b.Mutex(t.Name()).Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool {
+		n, err := c.rc.Do(ctx, c.rc.B().Zcard().Key(m.keys.queue).Build()).AsInt64()
+		return err == nil && n == 1
+	}, "the waiter did not queue")
+	require.Equal(t, "1", queued(), "a waiter's arrival marks the lock")
+	p.SetLatency(2 * time.Second)
+
+	// The holder's hash goes, as when its lease runs out; its queue stays.
+	require.NoError(t, c.rc.Do(ctx, c.rc.B().Del().Key(m.keys.lock).Build()).Error())
+	requireLost(t, held, 5*time.Second, ErrExpired)
+	l := mustLock(t, ctx, m.TryLock)
+	require.Equal(t, "1", queued(), "a hash made anew looks at the queue")
+	require.NoError(t, l.Unlock(ctx))
+	st, err := m.Inspect(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Locked, "the release handed the lock over")
+	require.Equal(t, b.ID(), st.ClientID())
+	require.Equal(t, "", queued(), "the hand-off emptied the queue")
+
+	p.SetLatency(0)
+	l2 := <-got
+	require.NoError(t, l2.Err())
+	require.Equal(t, l.Token()+1, l2.Token())
+	require.NoError(t, l2.Unlock(ctx))
 }
 
 func TestMutexLostOnDelete(t *testing.T) {
