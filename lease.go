@@ -171,7 +171,7 @@ func (h *holder) end(err error, ranOut bool) bool {
 	received := false
 	for l := range leases {
 		received = received || !l.unreceived()
-		l.cancel(err)
+		l.endContext(err)
 	}
 	h.c.watchdog.remove(h)
 	switch {
@@ -227,13 +227,17 @@ func (h *holder) endRelease() {
 // lock is released and the Lease reports the context's error. So a Lease
 // whose Err returned nil holds its lock until Unlock or loss.
 type Lease struct {
-	h      *holder // nil when the acquisition failed
-	hold   string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	since  time.Time // when it was granted
+	h     *holder // nil when the acquisition failed
+	hold  string
+	since time.Time // when it was granted
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// The lease's context is made by the first call of Context, from
+	// parent; cause is why the lease ended, once it did.
+	parent   context.Context
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	cause    error
 	released bool
 	detached bool      // released by Detach, not Unlock
 	failed   error     // why the acquisition failed, or why it was abandoned
@@ -286,9 +290,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // failedLease is the Lease Acquire delivers when acquisition fails.
 func failedLease(err error) *Lease {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cancel(err)
-	return &Lease{ctx: ctx, cancel: cancel, failed: err}
+	return &Lease{failed: err, cause: err}
 }
 
 // ctxKey finds the lease a context carries for one lock of one client.
@@ -309,10 +311,21 @@ func leaseFrom(ctx context.Context, c *Client, keys lockKeys) *Lease {
 // newLease makes the Lease for one hold of h, its context derived from the
 // values (not the cancellation) of the acquiring context.
 func newLease(parent context.Context, h *holder, hold string) *Lease {
-	l := &Lease{h: h, hold: hold, since: time.Now()}
-	ctx := context.WithValue(context.WithoutCancel(parent), ctxKey{h.c, h.keys.lock}, l)
-	l.ctx, l.cancel = context.WithCancelCause(ctx)
-	return l
+	return &Lease{h: h, hold: hold, since: time.Now(), parent: parent}
+}
+
+// endContext cancels the lease's context with reason, or, before Context
+// made it, keeps reason for it. The first reason stays.
+func (l *Lease) endContext(reason error) {
+	l.mu.Lock()
+	if l.cause == nil {
+		l.cause = reason
+	}
+	cancel := l.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel(reason)
+	}
 }
 
 // Unlock releases this acquisition. A lease that re-entered its lock
@@ -403,7 +416,7 @@ func (l *Lease) end(reason error) {
 	h.mu.Lock()
 	delete(h.leases, l)
 	h.mu.Unlock()
-	l.cancel(reason)
+	l.endContext(reason)
 }
 
 // fail marks a lease that turned out not to hold its lock.
@@ -479,12 +492,29 @@ func (l *Lease) Err() error {
 // and the lease itself: acquiring the same lock of the same Client with it
 // (or a context derived from it) re-enters the lock instead of waiting.
 func (l *Lease) Context() context.Context {
-	if l == nil || l.ctx == nil {
-		return failedLease(ErrNotHeld).ctx
+	if l == nil {
+		return failedLease(ErrNotHeld).Context()
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.claim()
-	l.mu.Unlock()
+	if l.ctx == nil {
+		parent := l.parent
+		if parent == nil {
+			parent = context.Background()
+		}
+		ctx := context.WithoutCancel(parent)
+		if l.h != nil {
+			ctx = context.WithValue(ctx, ctxKey{l.h.c, l.h.keys.lock}, l)
+		} else if l.cause == nil {
+			l.cause = ErrNotHeld // a Lease no lock made
+		}
+		l.ctx, l.cancel = context.WithCancelCause(ctx)
+		l.parent = nil
+		if l.cause != nil {
+			l.cancel(l.cause)
+		}
+	}
 	return l.ctx
 }
 
