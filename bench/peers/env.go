@@ -98,6 +98,23 @@ func (e *env) pings(ctx context.Context, rtts []time.Duration, n int) ([]time.Du
 	return rtts, nil
 }
 
+// idlePings returns the round trips of n PINGs, each sent after the
+// connection and the server were idle for idle() (what a hand-off's release
+// finds: nothing ran since the holder took the lock).
+func (e *env) idlePings(ctx context.Context, n int, idle func() time.Duration) ([]time.Duration, error) {
+	var rtts []time.Duration
+	for range n {
+		if err := sleep(ctx, idle()); err != nil {
+			return rtts, err
+		}
+		var err error
+		if rtts, err = e.pings(ctx, rtts, 1); err != nil {
+			return rtts, err
+		}
+	}
+	return rtts, nil
+}
+
 // cmdStats is INFO commandstats: calls by command name ("evalsha",
 // "pubsub|shardchannels"), every command the server executed, those run
 // inside scripts included.

@@ -174,11 +174,14 @@ func (r *report) tables() []table {
 		{scenario: "C", title: "C. Hand-off: the holder unlocks while a waiter (another client) is blocked",
 			note: "From just before Unlock to the waiter's Lock returning. The holder keeps the lock 10 ms plus " +
 				"a random part of twice the waiter's polling period, so pollers are seen at a random phase. " +
-				"PING: median of the PINGs sent between the hand-offs, which the ×PING columns divide by.",
+				"PING: median of the PINGs sent between the hand-offs, which the ×PING columns divide by. " +
+				"Idle PING: median of PINGs each sent after an idle as long as a holder's, as the hand-off's release is.",
 			cols: []column{{key: "C.n", head: "hand-offs", format: fInt}, {key: "C.p50", head: "p50 ms", format: fSig},
 				{key: "C.p99", head: "p99 ms", format: fSig}, {key: "C.ping", head: "PING µs", format: fSig},
 				{key: "C.p50/ping", head: "p50 ×PING", format: fSig},
-				{key: "C.p99/ping", head: "p99 ×PING", format: fSig}}},
+				{key: "C.p99/ping", head: "p99 ×PING", format: fSig},
+				{key: "C.idleping", head: "idle PING µs", format: fSig},
+				{key: "C.p50/idleping", head: "p50 ×idle PING", format: fSig}}},
 		{scenario: "D", title: "D. Round trips and commands",
 			note: "RT: calls into the Redis driver (a command or a pipeline each, counted by a hook on the client). " +
 				"cmds: every command the server executed (INFO commandstats), those run inside scripts included. " +
