@@ -30,6 +30,8 @@ import (
 //     SUNSUBSCRIBE, PING, ...), that is round trips and pub/sub traffic.
 //   - allcmds/op: every command the server executed, including those the Lua
 //     scripts run inside EVALSHA (commandstats counts them as well).
+//   - srv-µs/op: the server's CPU time (INFO cpu); script-µs/op: its time
+//     inside EVALSHA and EVAL, the commands the scripts call included.
 //
 // The commands the benchmarks send to observe the server (INFO, PUBSUB) are
 // left out of both.
@@ -373,6 +375,11 @@ func commandCalls(tb testing.TB, srv *redistest.Server) map[string]int64 {
 // time (user and system, main thread and others) in microseconds.
 const serverCPU = "\x00cpu-usec"
 
+// scriptTime is the entry of parseCommandStats' map that holds the time the
+// server spent running scripts (EVALSHA and EVAL, with the commands they
+// call), in microseconds.
+const scriptTime = "\x00script-usec"
+
 // parseServerCPU reads used_cpu_sys and used_cpu_user of INFO cpu, in
 // microseconds (0 when missing).
 func parseServerCPU(info string) int64 {
@@ -402,16 +409,19 @@ func parseCommandStats(info string) (map[string]int64, error) {
 		}
 		found := false
 		for f := range strings.SplitSeq(fields, ",") {
-			v, ok := strings.CutPrefix(f, "calls=")
-			if !ok {
+			k, v, _ := strings.Cut(f, "=")
+			if k != "calls" && (k != "usec" || (name != "evalsha" && name != "eval")) {
 				continue
 			}
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				return nil, fmt.Errorf("commandstats: line %q: %w", line, err)
 			}
+			if k == "usec" {
+				calls[scriptTime] += n
+				continue
+			}
 			calls[name], found = n, true
-			break
 		}
 		if !found {
 			return nil, fmt.Errorf("commandstats: no calls in line %q", line)
@@ -429,6 +439,7 @@ type commandCount struct {
 	all    int64            // every command, those run by scripts included
 	client int64            // the commands clients sent
 	cpu    int64            // the server's CPU time, µs (observation included)
+	script int64            // the server's time inside scripts, µs
 }
 
 // benchObserver reports the commands not counted as work: those the
@@ -447,8 +458,12 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 	d := commandCount{calls: make(map[string]int64)}
 	for name, n := range after {
 		n -= before[name]
-		if name == serverCPU {
+		switch name {
+		case serverCPU:
 			d.cpu = n
+			continue
+		case scriptTime:
+			d.script = n
 			continue
 		}
 		if n == 0 || benchObserver(name) {
@@ -463,11 +478,13 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 	return d
 }
 
-// reportCommands reports cmds/<per>, allcmds/<per> and srv-µs/<per> (the
-// server's CPU time) for n units of work.
+// reportCommands reports cmds/<per>, allcmds/<per>, srv-µs/<per> (the
+// server's CPU time) and script-µs/<per> (its time inside scripts) for n
+// units of work.
 func reportCommands(b *testing.B, d commandCount, n int, per string) {
 	b.Helper()
 	b.ReportMetric(float64(d.cpu)/float64(n), "srv-µs/"+per)
+	b.ReportMetric(float64(d.script)/float64(n), "script-µs/"+per)
 	b.ReportMetric(float64(d.client)/float64(n), "cmds/"+per)
 	b.ReportMetric(float64(d.all)/float64(n), "allcmds/"+per)
 }
