@@ -10,8 +10,6 @@
 -- another owner holds the lock (wait is its remaining lease), 0 when it is
 -- free but the queue's head is another live waiter (wait is until its
 -- Client's deadline).
-local t = redis.call('TIME')
-local now = now_ms(t)
 
 -- owner, holds, token, last, bad and queued: lock_of, read in
 -- fair_free.lua.
@@ -20,18 +18,23 @@ if owner == ARGV[1] then
   dequeue(KEYS[2], KEYS[3], ARGV[4])
   return reenter(KEYS[1], holds, token, ARGV[2], ARGV[3])
 end
-local h, hd = first_live(KEYS[2], KEYS[3], t)
-if owner == false and (h == nil or h == ARGV[4]) then
+if owner ~= false then
+  -- Held by another owner: wait for its release.
+  local wait = redis.call('PTTL', KEYS[1])
+  if ARGV[6] ~= 'try' then
+    enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
+  end
+  return {0, wait, 1}
+end
+local h, hd, _, _, _, t = first_live(KEYS[2], KEYS[3], nil)
+if h == nil or h == ARGV[4] then
   -- The waiter is the head, or nobody waits (nothing to leave then).
   local others = h and dequeue(KEYS[2], KEYS[3], ARGV[4])
   return {1, take(KEYS[1], t, last, ARGV[1], ARGV[2], ARGV[3], nil, nil, others and '1' or ''), 1}
 end
-local wait, held = hd - now, 0
-if owner ~= false then
-  wait, held = redis.call('PTTL', KEYS[1]), 1
+-- Free, and the head is another live waiter: wait for its Client's deadline.
+local wait = hd - now_ms(t or redis.call('TIME'))
+if ARGV[6] ~= 'try' then
+  enqueue(token and not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
 end
-if ARGV[6] == 'try' then
-  return {0, wait, held}
-end
-enqueue(token and not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
-return {0, wait, held}
+return {0, wait, 0}
