@@ -339,9 +339,9 @@ func (e *env) requireOnlyFences(t testing.TB, prefix string) {
 }
 
 // leftOverScript lists the keys matching ARGV[1] that are not fencing
-// counters. A fencing counter is a hash without an owner (or an empty one)
-// that expires and holds a token ('token': a free Mutex or FairMutex; 't' or 'r': an
-// RWMutex's fence hash).
+// counters. A fencing counter is a hash without an owner (or with an empty
+// one) that expires and holds a token ('token': a free Mutex or FairMutex;
+// 't' or 'r': an RWMutex's fence hash).
 const leftOverScript = `
 local out = {}
 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do

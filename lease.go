@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -663,6 +662,6 @@ func (c *Client) release(ctx context.Context, keys lockKeys, owner, hold string)
 func (c *Client) releaseExec(keys lockKeys, owner, hold string) rueidis.LuaExec {
 	return rueidis.LuaExec{
 		Keys: []string{keys.lock, keys.queue, keys.waiters},
-		Args: []string{owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10), keys.channel},
+		Args: []string{owner, hold, c.cfg.retentionArg, keys.channel},
 	}
 }

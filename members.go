@@ -393,7 +393,7 @@ func releaseBucket(ctx context.Context, ms []*member, timeout time.Duration) {
 	c := ms[0].c
 	keys := make([]string, 0, 4*len(ms))
 	args := make([]string, 1, 1+3*len(ms))
-	args[0] = strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)
+	args[0] = c.cfg.retentionArg
 	// Counted as in flight until the answers are applied: a renewal
 	// answered in between never reads a released lock as lost.
 	var releasing []*holder

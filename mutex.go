@@ -381,7 +381,7 @@ func (c *Client) handedOver(ctx context.Context, kind *leaseKind, name string, k
 // lock is free, it goes to the waiter now at the head.
 func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, hold string) error {
 	err := leaveScript.exec(ctx, c.rc, []string{keys.lock, keys.queue, keys.waiters},
-		[]string{waiter, keys.channel, owner, hold, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)}).Error()
+		[]string{waiter, keys.channel, owner, hold, c.cfg.retentionArg}).Error()
 	if err != nil {
 		c.log.Debug("redisync: leaving the queue failed; retrying, and the place expires once the Client stops renewing it", "key", keys.queue, "err", err)
 	}
@@ -530,7 +530,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 // forceUnlock runs the force script of a Mutex or FairMutex.
 func (c *Client) forceUnlock(ctx context.Context, keys lockKeys) (bool, error) {
 	return c.runFound(ctx, forceScript, "force unlock", []string{keys.lock, keys.queue, keys.waiters},
-		[]string{keys.channel, strconv.FormatInt(c.cfg.fenceRetention.Milliseconds(), 10)})
+		[]string{keys.channel, c.cfg.retentionArg})
 }
 
 // Locker returns a sync.Locker backed by the mutex, for code that wants

@@ -142,6 +142,7 @@ type config struct {
 	prefix         string
 	logger         *slog.Logger
 	fenceRetention time.Duration
+	retentionArg   string // fenceRetention in ms, as the scripts take it
 	ackReplicas    int
 	ackTimeout     time.Duration
 	metrics        Metrics
@@ -340,6 +341,7 @@ func newConfig(opts []Option) (config, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
+	cfg.retentionArg = strconv.FormatInt(cfg.fenceRetention.Milliseconds(), 10)
 	return cfg, nil
 }
 
@@ -464,7 +466,6 @@ func (c *Client) newHold() string {
 // lockKeys are the Redis names of one lock. They share a hash tag.
 type lockKeys struct {
 	lock    string
-	fence   string // an RWMutex's fencing counter (a Mutex keeps it in the lock hash)
 	channel string
 	queue   string // zset: waiter id -> arrival number
 	waiters string // hash: waiter id -> deadline in server ms

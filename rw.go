@@ -22,7 +22,8 @@ const (
 
 // rwKeys are the Redis names of one RWMutex. They share a hash tag.
 type rwKeys struct {
-	lockKeys              // lock: the writer hash; fence; channel
+	lockKeys              // lock: the writer hash; channel
+	fence          string // hash: the write tokens' counter
 	readers        string // zset of read shares, scored by expiry
 	writersWaiting string // zset of waiting writers, scored by deadline
 	readersWaiting string // zset of readers kept out by a writer
@@ -35,7 +36,8 @@ type rwKeys struct {
 // on its Client's own, rwch:T:<client id>).
 func (c *Client) rwKeysFor(name string) rwKeys {
 	return rwKeys{
-		lockKeys:       lockKeys{lock: c.key("rw", name), fence: c.key("rwfence", name), channel: c.key("rwch", name)},
+		lockKeys:       lockKeys{lock: c.key("rw", name), channel: c.key("rwch", name)},
+		fence:          c.key("rwfence", name),
 		readers:        c.key("rwr", name),
 		writersWaiting: c.key("rwwq", name),
 		readersWaiting: c.key("rwrq", name),
@@ -328,7 +330,7 @@ func (m *RWMutex) lock(ctx context.Context, try bool) (*Lease, error) {
 		owner, mode, lease, watchdog = parent.h.owner, "r", parent.h.lease, parent.h.watchdog
 	}
 	hold := c.newHold()
-	args := []string{owner, hold, rwMillis(lease), rwMillis(c.cfg.fenceRetention), mode, rwMillis(m.registration)}
+	args := []string{owner, hold, rwMillis(lease), c.cfg.retentionArg, mode, rwMillis(m.registration)}
 	undo := func(ctx context.Context) { m.releaseAbandoned(ctx, "write", owner, hold) }
 	// A waiter leaving stops keeping readers out.
 	a := m.acquisition(rwWriteKind, rwLockScript, "write lock", mode, args, undo,
@@ -450,7 +452,7 @@ func (c *Client) rwReleaseRead(ctx context.Context, k rwKeys, id string) (releas
 }
 
 func (c *Client) rwWriteReleaseArgs(k rwKeys, owner, hold string) []string {
-	return []string{owner, hold, rwMillis(c.cfg.fenceRetention), k.channel}
+	return []string{owner, hold, c.cfg.retentionArg, k.channel}
 }
 
 // rwReleaseWrite runs the write release script for one hold ("" for every

@@ -26,7 +26,7 @@ func TestIdleWaitingCostsLittle(t *testing.T) {
 		d, extra := idleWaiting(t, e, names, perName)
 		// One script per pass (every second) renewing the Client's deadline
 		// on each of the locks and reading its holder's lease: an HSET, an
-		// HGET and a PTTL per lock, and now and then the keys' expiry.
+		// HMGET and a PTTL per lock, and now and then the keys' expiry.
 		require.LessOrEqual(t, d.calls["evalsha"], int64(6), "scripts while waiting: %v", d.calls)
 		require.LessOrEqual(t, d.all, int64(2*names*3*4+20), "commands while waiting: %v", d.calls)
 		require.LessOrEqual(t, extra, 10, "goroutines beyond the waiters")

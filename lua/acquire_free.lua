@@ -1,10 +1,10 @@
 -- The common case of acquire.lua (which documents the keys and arguments):
 -- a free lock is taken here, and the call returns unless the waiter may
 -- have a place in the queue to leave.
-local owner, holds, token, last, bad, queued = lock_of(KEYS[1])
+local owner, holds, token, last, bad, queued = lock_of(KEYS[1], KEYS[2])
 local took = owner == false and not bad
 if took then
-  token = take(KEYS[1], nil, last, ARGV[1], ARGV[2], ARGV[3], nil, nil, last == 0 and queue_mark(KEYS[2]) or nil)
+  token = take(KEYS[1], nil, last, ARGV[1], ARGV[2], ARGV[3], nil, nil, queued and '1' or '')
   if ARGV[6] ~= 'queued' then
     return {1, token, 1}
   end

@@ -1,7 +1,6 @@
 -- The common case of fair_acquire.lua (which documents the keys and
--- arguments): a free lock, and nobody queued (q, see lock.lua; a lock
--- without a hash looks at the queue).
-local owner, holds, token, last, bad, queued = lock_of(KEYS[1])
-if owner == false and not bad and not queued and (last > 0 or redis.call('EXISTS', KEYS[2]) == 0) then
+-- arguments): a free lock, and nobody queued (q, see lock.lua).
+local owner, holds, token, last, bad, queued = lock_of(KEYS[1], KEYS[2])
+if owner == false and not bad and not queued then
   return {1, take(KEYS[1], nil, last, ARGV[1], ARGV[2], ARGV[3]), 1}
 end

@@ -14,7 +14,7 @@ local n = #KEYS / 3
 local locks = {}
 for i = 1, n do
   local lock = KEYS[3 * i - 2]
-  local owner, holds, token, last, bad, queued = lock_of(lock)
+  local owner, holds, token, last, bad, queued = lock_of(lock, KEYS[3 * i - 1])
   if bad then
     return bad
   end
@@ -25,7 +25,7 @@ for i = 1, n do
     end
     return {0, pttl, i}
   end
-  locks[i] = {owner = owner, holds = holds, token = token, last = last, queue = KEYS[3 * i - 1]}
+  locks[i] = {owner = owner, holds = holds, token = token, last = last, queued = queued}
 end
 local t = redis.call('TIME')
 local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -45,7 +45,7 @@ for i = 1, n do
   local lock, l = KEYS[3 * i - 2], locks[i]
   local hold, lease = ARGV[3 * i], ARGV[3 * i + 1]
   if l.owner == false then
-    give(lock, token, ARGV[3 * i - 1], hold, lease, nil, nil, l.last == 0 and queue_mark(l.queue) or nil)
+    give(lock, token, ARGV[3 * i - 1], hold, lease, nil, nil, l.queued and '1' or '')
     res[i + 2] = token
   else
     reenter(lock, l.holds, l.token, hold, lease)

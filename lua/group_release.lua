@@ -16,7 +16,7 @@ for i = 1, #KEYS / 3 do
     res[i] = 0
   elseif cur == owner then
     res[i] = release_hold(lock, holds, last, hold, owner, KEYS[3 * i - 1], KEYS[3 * i], ARGV[3 * i + 1], ARGV[1])
-  elseif redis.call('HGET', lock, 'r') == owner .. hold then
+  elseif freed_by(lock, owner, hold) then
     res[i] = 1
   else
     res[i] = 0

@@ -14,19 +14,24 @@
 --          when it has none: whenever the queue has waiters and the hash
 --          exists, q is '1'. So a release that finds no q frees the lock
 --          without looking at the queue. A waiter's arrival sets it (see
---          enqueue), a hash made anew looks at the queue, and only a script
---          that found the queue empty clears it.
+--          enqueue), a hash made anew takes it from lock_of (which looks at
+--          the queue of a lock without a hash), and only a script that
+--          found the queue empty clears it.
 -- Held, the hash expires with the holder's lease. Free, it is kept for the
 -- fence retention after the release, so that the next token is greater.
 
 -- The state of the lock at key: its owner (false while free), holds and
 -- token, the last token handed out (0 when there is no hash), for a hash
 -- that is not a lock the error reply, and whether its queue may have
--- waiters (q).
-local function lock_of(lock)
+-- waiters: q, or for a lock without a hash, whether queue (when given) has
+-- members.
+local function lock_of(lock, queue)
   local v = redis.call('HMGET', lock, 'owner', 'holds', 'token', 't', 'q')
-  if v[3] == false and redis.call('EXISTS', lock) == 1 then
-    return false, '', false, 0, redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
+  if v[3] == false then
+    if redis.call('EXISTS', lock) == 1 then
+      return false, '', false, 0, redis.error_reply('WRONGTYPE lock key holds a hash that is not a lock')
+    end
+    return false, '', false, 0, nil, queue ~= nil and redis.call('EXISTS', queue) == 1
   end
   local owner = v[1]
   if owner == '' then
@@ -59,14 +64,6 @@ local function write(lock, f, mark, value, queued)
     f[#f + 1], f[#f + 2] = 'q', queued
   end
   redis.call('HSET', lock, unpack(f))
-end
-
--- What q is for a hash made anew: whether queue has waiters.
-local function queue_mark(queue)
-  if redis.call('EXISTS', queue) == 1 then
-    return '1'
-  end
-  return ''
 end
 
 -- Give a free lock to owner with one hold, token and lease ms, writing

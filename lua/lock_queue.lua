@@ -2,10 +2,10 @@
 -- lock.lua and the prelude).
 
 -- The remaining lease of the holder of a lock in ms (PTTL), -2 while the
--- lock is free.
+-- lock is free or its key is not a lock.
 local function lease_left(lock)
-  local owner = redis.pcall('HGET', lock, 'owner')
-  if owner == false or owner == '' then
+  local ok, owner = pcall(lock_of, lock)
+  if not ok or not owner then
     return -2
   end
   return redis.call('PTTL', lock)
@@ -72,6 +72,12 @@ local function vacate(lock, last, queue, waiters, channel, retention, mark, valu
   if h then
     tell(channel, h, 'w:' .. h)
   end
+end
+
+-- Whether the release of owner's hold (hold '' for every hold) is the one
+-- that freed lock ('r'): a release retried after its reply was lost.
+local function freed_by(lock, owner, hold)
+  return redis.call('HGET', lock, 'r') == owner .. hold
 end
 
 -- Drop a hold of owner, who holds lock with holds (hold '' drops them all),

@@ -11,7 +11,7 @@
 if owner == ARGV[1] then
   return release_hold(KEYS[1], holds, last, ARGV[2], ARGV[1], KEYS[2], KEYS[3], ARGV[4], ARGV[3])
 end
-if redis.call('HGET', KEYS[1], 'r') == ARGV[1] .. ARGV[2] then
+if freed_by(KEYS[1], ARGV[1], ARGV[2]) then
   return 1
 end
 return 0
