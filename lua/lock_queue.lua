@@ -50,18 +50,19 @@ end
 -- lock itself. Both go to the waiter's Client alone (tell). '*' is consumed
 -- and announced with '1' on the lock's channel. The field mark is set to
 -- value (when mark is given: the release or forced unlock that freed it),
--- and q to whether others still wait; a lock left free is kept retention
+-- and q to whether others may still wait; a lock left free is kept retention
 -- ms. A lock without a hash (last 0) left free stays without one.
 local function vacate(lock, last, queue, waiters, channel, retention, mark, value)
-  local h, d, lease, hold, owner, t = first_live(queue, waiters, nil)
-  local shared = h == '*'
-  if shared then
-    dequeue(queue, waiters, h)
+  local h, n, d, lease, hold, owner, t, others = pop_live(queue, waiters, nil)
+  if h == '*' then
     publish(channel, '1')
     h, d, lease, hold, owner, t = first_live(queue, waiters, t)
+    lease = nil
+  elseif h and not lease then
+    kept(queue, h, n, d, t)
   end
-  if h and lease and not shared then
-    local others = dequeue(queue, waiters, h)
+  if lease then
+    dropped(waiters, h, others)
     local token = take(lock, t, last, owner, hold, lease, mark, value, others and '1' or '')
     tell(channel, h, 'g:' .. h .. ' ' .. token)
     return
