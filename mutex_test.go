@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -160,6 +161,120 @@ func TestMutexQueueOutlivesTheLockHash(t *testing.T) {
 	require.NoError(t, l2.Err())
 	require.Equal(t, l.Token()+1, l2.Token())
 	require.NoError(t, l2.Unlock(ctx))
+}
+
+// The queue numbers its waiters in arrival order from the clock, and knows
+// after a hand-off whether somebody may still wait: when a later arrival
+// left, the lock keeps saying so until a release finds the queue empty,
+// which removes the queue's keys.
+func TestMutexQueueNumbersArrivals(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		m := c.Mutex(t.Name())
+		queue := func() []rueidis.ZScore {
+			t.Helper()
+			zs, err := c.rc.Do(ctx, c.rc.B().Zrange().Key(m.keys.queue).Min("0").Max("-1").Withscores().Build()).AsZScores()
+			require.NoError(t, err)
+			return zs
+		}
+		queued := func() string {
+			t.Helper()
+			q, err := c.rc.Do(ctx, c.rc.B().Hget().Key(m.keys.lock).Field("q").Build()).ToString()
+			require.NoError(t, err)
+			return q
+		}
+		exists := func(key string) bool {
+			t.Helper()
+			n, err := c.rc.Do(ctx, c.rc.B().Exists().Key(key).Build()).AsInt64()
+			require.NoError(t, err)
+			return n == 1
+		}
+		serverMicros := func() float64 {
+			t.Helper()
+			tm, err := c.rc.Do(ctx, c.rc.B().Time().Build()).AsStrSlice()
+			require.NoError(t, err)
+			s, err1 := strconv.ParseFloat(tm[0], 64)
+			us, err2 := strconv.ParseFloat(tm[1], 64)
+			require.NoError(t, err1)
+			require.NoError(t, err2)
+			return s*1e6 + us
+		}
+
+		held := mustLock(t, ctx, e.client(t).Mutex(t.Name()).Lock)
+		before := serverMicros()
+		first := e.client(t).Mutex(t.Name()).Acquire(ctx)
+		eventually(t, 5*time.Second, func() bool { return len(queue()) == 1 }, "the first waiter did not queue")
+		after := serverMicros()
+		n1 := queue()[0].Score
+		require.GreaterOrEqual(t, n1, before, "a new queue numbers its first arrival from the clock")
+		require.LessOrEqual(t, n1, after)
+		ttl, err := c.rc.Do(ctx, c.rc.B().Pttl().Key(m.keys.queue).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Positive(t, ttl, "a new queue expires")
+
+		lctx, leave := context.WithCancel(ctx)
+		second := e.client(t).Mutex(t.Name()).Acquire(lctx)
+		eventually(t, 5*time.Second, func() bool { return len(queue()) == 2 }, "the second waiter did not queue")
+		require.Equal(t, n1+1, queue()[1].Score, "the next arrival counts up")
+		leave()
+		require.ErrorIs(t, (<-second).Err(), context.Canceled, "the second waiter gave up")
+		eventually(t, 5*time.Second, func() bool { return len(queue()) == 1 }, "the second waiter did not leave")
+
+		require.NoError(t, held.Unlock(ctx))
+		l := <-first
+		require.NoError(t, l.Err())
+		require.Equal(t, held.Token()+1, l.Token())
+		require.Equal(t, "1", queued(), "an arrival after the one handed the lock may still wait")
+		require.False(t, exists(m.keys.queue))
+
+		require.NoError(t, l.Unlock(ctx))
+		require.Equal(t, "", queued(), "the release found nobody waiting")
+		eventually(t, 5*time.Second, func() bool { return !exists(m.keys.waiters) }, "the waiters hash outlived the queue")
+	})
+}
+
+// A waiter that is woken rather than handed the lock (a fixed lease) keeps
+// its place, with its number, until it comes for the lock; the queue that
+// went with it when it was alone gets an expiry again.
+func TestMutexWokenWaiterKeepsItsPlace(t *testing.T) {
+	e := ownServer(t)
+	ctx := context.Background()
+	a, c := e.client(t), e.client(t)
+	// The waiter's Client reaches Redis through a proxy, slowed down below
+	// so that the queue can be read between its wake-up and its attempt.
+	b, p := e.proxied(t)
+	m := c.Mutex(t.Name())
+	queue := func() []rueidis.ZScore {
+		t.Helper()
+		zs, err := c.rc.Do(ctx, c.rc.B().Zrange().Key(m.keys.queue).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		require.NoError(t, err)
+		return zs
+	}
+	held := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
+	got := b.Mutex(t.Name(), WithFixedLease(10*time.Second)).Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return len(queue()) == 1 }, "the waiter did not queue")
+	place := queue()[0]
+	p.SetLatency(2 * time.Second)
+
+	require.NoError(t, held.Unlock(ctx))
+	st, err := m.Inspect(ctx)
+	require.NoError(t, err)
+	require.False(t, st.Locked, "a waiter with a fixed lease is woken, not handed the lock")
+	require.Equal(t, []rueidis.ZScore{place}, queue(), "the woken waiter keeps its place")
+	ttl, err := c.rc.Do(ctx, c.rc.B().Pttl().Key(m.keys.queue).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Positive(t, ttl, "the queue expires again")
+	q, err := c.rc.Do(ctx, c.rc.B().Hget().Key(m.keys.lock).Field("q").Build()).ToString()
+	require.NoError(t, err)
+	require.Equal(t, "1", q)
+
+	p.SetLatency(0)
+	l := <-got
+	require.NoError(t, l.Err())
+	require.Equal(t, held.Token()+1, l.Token())
+	require.Empty(t, queue(), "the waiter left the queue with the lock")
+	require.NoError(t, l.Unlock(ctx))
 }
 
 func TestMutexLostOnDelete(t *testing.T) {
