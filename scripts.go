@@ -11,13 +11,13 @@ import (
 )
 
 // The scripts, in lua/: each one is sent as its file after the preludes it
-// uses (prelude.lua: publishing and the waiters' queue; lock.lua and
-// lock_queue.lua: the lock hash of Mutex and FairMutex; rw_prelude.lua and
-// sem_prelude.lua: the layouts of RWMutex and Semaphore). The hot scripts
-// of Mutex and FairMutex put their common case (acquire_free.lua,
-// release_last.lua, fair_free.lua) between lock.lua and the prelude: Lua
-// defines a script's functions as it runs, and a call that returns there
-// defines only lock.lua's.
+// uses (prelude.lua: publishing, the clock, telling a waiter; lock.lua and
+// lock_queue.lua: the lock hash and the queue of Mutex and FairMutex;
+// rw_prelude.lua and sem_prelude.lua: the layouts of RWMutex and
+// Semaphore). The hot scripts of Mutex and FairMutex put their common case
+// (acquire_free.lua, release_last.lua, fair_free.lua) between lock.lua and
+// the prelude: Lua defines a script's functions as it runs, and a call that
+// returns there defines only lock.lua's.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS

@@ -1,6 +1,172 @@
 -- The functions of a Mutex or FairMutex lock that use its queue (after
 -- lock.lua and the prelude).
 
+-- A lock's waiters: a queue (zset: waiter id -> arrival number) and a
+-- waiters hash: waiter id -> "lease hold owner" for a waiter the lock may be
+-- handed to as owner with hold, '' for one to wake; "\0n" -> the last arrival
+-- number; "\0c<client id>" -> the deadline (server ms) of the waiters of one
+-- Client. A waiter is alive while its Client's deadline has not passed:
+-- each Client renews one deadline per lock for all its waiters, whatever
+-- their number. The member '*' of the queue stands for the waiters that
+-- wait for a '1' message, because they wait for several locks at once.
+local function client_field(id)
+  return '\0c' .. client_of(id)
+end
+
+-- The fields of a waiter's entry: lease, hold, owner (nil for a waiter to
+-- wake).
+local function waiter(v)
+  if not v then
+    return nil
+  end
+  return string.match(v, '^(%d+) (%S+) (%S+)$')
+end
+
+-- How long a queue outlives its Clients' renewals, in waiter expiries: the
+-- Clients refresh it now and then rather than at every renewal.
+local queue_keep = 10
+
+-- Queue a waiter, or keep its place: its Client's deadline is expiry ms
+-- from now. A lease (ms) other than '' lets a release hand the lock to it,
+-- as owner with hold. The id '' registers the waiters for '1' messages: they
+-- come back by themselves after wait ms (the holder's lease), so the mark
+-- stays until the next release, or a second longer than that. new tells
+-- that the waiter has no place yet. lock, when given, is the lock hash,
+-- whose q (lock.lua) is set: give it when the hash exists and its q is not
+-- set, which says that nobody waits, so that the queue starts anew.
+local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owner, new)
+  if lock then
+    redis.call('HSET', lock, 'q', '1')
+  end
+  if id == '' then
+    redis.call('ZADD', queue, 0, '*')
+    local keep = math.max(wait, 0) + 1000
+    if redis.call('PTTL', queue) < keep then
+      redis.call('PEXPIRE', queue, keep)
+    end
+    return
+  end
+  local t = redis.call('TIME')
+  local deadline = now_ms(t) + expiry
+  local entry = ''
+  if lease ~= '' then
+    entry = lease .. ' ' .. hold .. ' ' .. owner
+  end
+  local keep = queue_keep * expiry
+  if lock then
+    -- The first arrival of a new queue: its number is the clock in
+    -- microseconds, so it would still come after the arrivals of a queue
+    -- that q had missed.
+    local n = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.call('ZADD', queue, n, id)
+    redis.call('HSET', waiters, id, entry, client_field(id), deadline, '\0n', n)
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', waiters, keep)
+    return
+  end
+  if new or redis.call('ZSCORE', queue, id) == false then
+    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '\0n', 1), id)
+  end
+  redis.call('HSET', waiters, id, entry, client_field(id), deadline)
+  -- Refreshed when half of the keep is gone: the Clients' presence passes
+  -- refresh it too.
+  if redis.call('PTTL', queue) < keep / 2 then
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', waiters, keep)
+  end
+end
+
+-- Remove a waiter from the queue; the keys go when it is empty. Returns
+-- whether others wait.
+local function dequeue(queue, waiters, id)
+  redis.call('ZREM', queue, id)
+  if redis.call('ZCARD', queue) == 0 then
+    redis.call('DEL', queue, waiters)
+    return false
+  end
+  redis.call('HDEL', waiters, id)
+  return true
+end
+
+-- The first member of a queue that is '*' or a live waiter, dropping the
+-- dead ones ahead of it; the waiters hash goes when the queue is found
+-- empty. t is the server's TIME, read here when nil and needed. Returns the
+-- member, its Client's deadline and its waiter() fields, and t; nil when
+-- nobody waits.
+local function first_live(queue, waiters, t)
+  while true do
+    local h = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not h then
+      redis.call('DEL', waiters)
+      return nil, 0, nil, nil, nil, t
+    end
+    if h == '*' then
+      return h, 0, nil, nil, nil, t
+    end
+    t = t or redis.call('TIME')
+    local cf = client_field(h)
+    local v = redis.call('HMGET', waiters, cf, h)
+    local d = tonumber(v[1] or '0') or 0
+    if d > now_ms(t) then
+      local lease, hold, owner = waiter(v[2])
+      return h, d, lease, hold, owner, t
+    end
+    -- Its Client stopped renewing: every place of that Client is dead.
+    redis.call('ZREM', queue, h)
+    redis.call('HDEL', waiters, h, cf)
+  end
+end
+
+-- Take the first member that is '*' or a live waiter off a queue, dropping
+-- the dead ones ahead of it; the waiters hash goes when the queue is found
+-- empty. t as for first_live. Returns the member, its arrival number, its
+-- Client's deadline, its waiter() fields and t (nil when nobody waits), and
+-- whether others may still wait: somebody arrived after it (and may have
+-- left since). A live waiter's entry stays: the caller either hands it the
+-- lock and drops it (dropped), or puts it back (kept).
+local function pop_live(queue, waiters, t)
+  while true do
+    local p = redis.call('ZPOPMIN', queue)
+    local h, n = p[1], p[2]
+    if not h then
+      redis.call('DEL', waiters)
+      return nil, 0, 0, nil, nil, nil, t, false
+    end
+    if h == '*' then
+      return h, n, 0, nil, nil, nil, t, true
+    end
+    t = t or redis.call('TIME')
+    local cf = client_field(h)
+    local v = redis.call('HMGET', waiters, cf, h, '\0n')
+    local d = tonumber(v[1] or '0') or 0
+    if d > now_ms(t) then
+      local lease, hold, owner = waiter(v[2])
+      return h, n, d, lease, hold, owner, t, tonumber(n) < (tonumber(v[3] or '0') or 0)
+    end
+    redis.call('HDEL', waiters, h, cf)
+  end
+end
+
+-- Drop the entry of a waiter that pop_live took off the queue, or the
+-- waiters hash when nobody else waits.
+local function dropped(waiters, h, others)
+  if others then
+    redis.call('HDEL', waiters, h)
+  else
+    redis.call('DEL', waiters)
+  end
+end
+
+-- Put back a waiter that pop_live took off the queue with arrival number
+-- n, for its Client's deadline d (server ms, now at t). A queue that went
+-- with it gets an expiry again: it is the only waiter there.
+local function kept(queue, h, n, d, t)
+  redis.call('ZADD', queue, n, h)
+  if redis.call('PTTL', queue) == -1 then
+    redis.call('PEXPIRE', queue, queue_keep * math.max(d - now_ms(t), 1))
+  end
+end
+
 -- The remaining lease of the holder of a lock in ms (PTTL), -2 while the
 -- lock is free or its key is not a lock.
 local function lease_left(lock)
