@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/stretchr/testify/require"
 )
 
@@ -77,6 +78,43 @@ func TestMutexHandOff(t *testing.T) {
 	})
 }
 
+// serverMicros is the server's clock (TIME) in microseconds.
+func serverMicros(t testing.TB, c *Client) uint64 {
+	t.Helper()
+	tm, err := c.rc.Do(context.Background(), c.rc.B().Time().Build()).AsStrSlice()
+	require.NoError(t, err)
+	s, err1 := strconv.ParseUint(tm[0], 10, 64)
+	us, err2 := strconv.ParseUint(tm[1], 10, 64)
+	require.NoError(t, err1)
+	require.NoError(t, err2)
+	return s*1_000_000 + us
+}
+
+// queueMark is the field q of m's lock hash (see lua/lock.lua).
+func queueMark(t testing.TB, c *Client, m *Mutex) string {
+	t.Helper()
+	q, err := c.rc.Do(context.Background(), c.rc.B().Hget().Key(m.keys.lock).Field("q").Build()).ToString()
+	require.NoError(t, err)
+	return q
+}
+
+// queueOf is m's queue: its waiters with their arrival numbers.
+func queueOf(t testing.TB, c *Client, m *Mutex) []rueidis.ZScore {
+	t.Helper()
+	zs, err := c.rc.Do(context.Background(), c.rc.B().Zrange().Key(m.keys.queue).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	require.NoError(t, err)
+	return zs
+}
+
+// pttl is the PTTL of key: -2 when there is no such key, -1 when it does
+// not expire.
+func pttl(t testing.TB, c *Client, key string) int64 {
+	t.Helper()
+	ms, err := c.rc.Do(context.Background(), c.rc.B().Pttl().Key(key).Build()).AsInt64()
+	require.NoError(t, err)
+	return ms
+}
+
 // Tokens count up by one from the server's clock while the lock's hash
 // keeps the last one; a lock whose hash expired starts from the clock again.
 func TestMutexTokensCountUpFromTheClock(t *testing.T) {
@@ -84,37 +122,51 @@ func TestMutexTokensCountUpFromTheClock(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t)
 		m := c.Mutex(t.Name())
-		serverMicros := func() uint64 {
-			t.Helper()
-			tm, err := c.rc.Do(ctx, c.rc.B().Time().Build()).AsStrSlice()
-			require.NoError(t, err)
-			s, err1 := strconv.ParseUint(tm[0], 10, 64)
-			us, err2 := strconv.ParseUint(tm[1], 10, 64)
-			require.NoError(t, err1)
-			require.NoError(t, err2)
-			return s*1_000_000 + us
-		}
 		del := func() {
 			t.Helper()
 			require.NoError(t, c.rc.Do(ctx, c.rc.B().Del().Key(m.keys.lock).Build()).Error())
 		}
 		del() // a lock that never had a hash, or whose hash expired
-		before := serverMicros()
+		before := serverMicros(t, c)
 		l1 := mustLock(t, ctx, m.Lock)
 		require.GreaterOrEqual(t, l1.Token(), before, "a lock's first token is the server's clock")
-		require.LessOrEqual(t, l1.Token(), serverMicros())
+		require.LessOrEqual(t, l1.Token(), serverMicros(t, c))
 		require.NoError(t, l1.Unlock(ctx))
 		l2 := mustLock(t, ctx, m.Lock)
 		require.Equal(t, l1.Token()+1, l2.Token(), "the next token is the last one plus one")
 		require.NoError(t, l2.Unlock(ctx))
 
 		del() // as if the free lock's hash had expired
-		before = serverMicros()
+		before = serverMicros(t, c)
 		l3 := mustLock(t, ctx, m.Lock)
 		require.GreaterOrEqual(t, l3.Token(), before, "after the hash expired, the clock again")
 		require.Greater(t, l3.Token(), l2.Token())
 		require.NoError(t, l3.Unlock(ctx))
 	})
+}
+
+// slowWaiter is a waiter queued behind a holder of another Client, whose
+// own Client reaches Redis through a proxy (to be slowed down), and a
+// third Client with its Mutex to look at the lock.
+type slowWaiter struct {
+	held   *Lease
+	got    <-chan *Lease
+	waiter *Client
+	proxy  *faultproxy.Proxy
+	c      *Client
+	m      *Mutex
+}
+
+func queueSlowWaiter(t *testing.T, e *env, opts ...LockOption) slowWaiter {
+	t.Helper()
+	ctx := context.Background()
+	a, c := e.client(t), e.client(t)
+	b, p := e.proxied(t)
+	w := slowWaiter{waiter: b, proxy: p, c: c, m: c.Mutex(t.Name())}
+	w.held = mustLock(t, ctx, a.Mutex(t.Name()).Lock)
+	w.got = b.Mutex(t.Name(), opts...).Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return len(queueOf(t, c, w.m)) == 1 }, "the waiter did not queue")
+	return w
 }
 
 // A lock taken when its hash had expired while a waiter was queued (its
@@ -123,38 +175,24 @@ func TestMutexTokensCountUpFromTheClock(t *testing.T) {
 func TestMutexQueueOutlivesTheLockHash(t *testing.T) {
 	e := ownServer(t)
 	ctx := context.Background()
-	a, c := e.client(t), e.client(t)
-	// The waiter's Client reaches Redis through a proxy, slowed down below
-	// so that it cannot take the lock found free itself.
-	b, p := e.proxied(t)
-	m := c.Mutex(t.Name())
-	queued := func() string {
-		t.Helper()
-		q, err := c.rc.Do(ctx, c.rc.B().Hget().Key(m.keys.lock).Field("q").Build()).ToString()
-		require.NoError(t, err)
-		return q
-	}
-	held := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
-	require.Equal(t, "", queued(), "nobody waits")
-	got := b.Mutex(t.Name()).Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool {
-		n, err := c.rc.Do(ctx, c.rc.B().Zcard().Key(m.keys.queue).Build()).AsInt64()
-		return err == nil && n == 1
-	}, "the waiter did not queue")
-	require.Equal(t, "1", queued(), "a waiter's arrival marks the lock")
+	// The waiter's Client is slowed down below, so that it cannot take the
+	// lock found free itself.
+	w := queueSlowWaiter(t, e)
+	held, got, b, p, c, m := w.held, w.got, w.waiter, w.proxy, w.c, w.m
+	require.Equal(t, "1", queueMark(t, c, m), "a waiter's arrival marks the lock")
 	p.SetLatency(2 * time.Second)
 
 	// The holder's hash goes, as when its lease runs out; its queue stays.
 	require.NoError(t, c.rc.Do(ctx, c.rc.B().Del().Key(m.keys.lock).Build()).Error())
 	requireLost(t, held, 5*time.Second, ErrExpired)
 	l := mustLock(t, ctx, m.TryLock)
-	require.Equal(t, "1", queued(), "a hash made anew looks at the queue")
+	require.Equal(t, "1", queueMark(t, c, m), "a hash made anew looks at the queue")
 	require.NoError(t, l.Unlock(ctx))
 	st, err := m.Inspect(ctx)
 	require.NoError(t, err)
 	require.True(t, st.Locked, "the release handed the lock over")
 	require.Equal(t, b.ID(), st.ClientID())
-	require.Equal(t, "", queued(), "the hand-off emptied the queue")
+	require.Equal(t, "", queueMark(t, c, m), "the hand-off emptied the queue")
 
 	p.SetLatency(0)
 	l2 := <-got
@@ -172,65 +210,35 @@ func TestMutexQueueNumbersArrivals(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t)
 		m := c.Mutex(t.Name())
-		queue := func() []rueidis.ZScore {
-			t.Helper()
-			zs, err := c.rc.Do(ctx, c.rc.B().Zrange().Key(m.keys.queue).Min("0").Max("-1").Withscores().Build()).AsZScores()
-			require.NoError(t, err)
-			return zs
-		}
-		queued := func() string {
-			t.Helper()
-			q, err := c.rc.Do(ctx, c.rc.B().Hget().Key(m.keys.lock).Field("q").Build()).ToString()
-			require.NoError(t, err)
-			return q
-		}
-		exists := func(key string) bool {
-			t.Helper()
-			n, err := c.rc.Do(ctx, c.rc.B().Exists().Key(key).Build()).AsInt64()
-			require.NoError(t, err)
-			return n == 1
-		}
-		serverMicros := func() float64 {
-			t.Helper()
-			tm, err := c.rc.Do(ctx, c.rc.B().Time().Build()).AsStrSlice()
-			require.NoError(t, err)
-			s, err1 := strconv.ParseFloat(tm[0], 64)
-			us, err2 := strconv.ParseFloat(tm[1], 64)
-			require.NoError(t, err1)
-			require.NoError(t, err2)
-			return s*1e6 + us
-		}
-
 		held := mustLock(t, ctx, e.client(t).Mutex(t.Name()).Lock)
-		before := serverMicros()
+		require.Equal(t, "", queueMark(t, c, m), "nobody waits")
+		before := float64(serverMicros(t, c))
 		first := e.client(t).Mutex(t.Name()).Acquire(ctx)
-		eventually(t, 5*time.Second, func() bool { return len(queue()) == 1 }, "the first waiter did not queue")
-		after := serverMicros()
-		n1 := queue()[0].Score
+		eventually(t, 5*time.Second, func() bool { return len(queueOf(t, c, m)) == 1 }, "the first waiter did not queue")
+		after := float64(serverMicros(t, c))
+		n1 := queueOf(t, c, m)[0].Score
 		require.GreaterOrEqual(t, n1, before, "a new queue numbers its first arrival from the clock")
 		require.LessOrEqual(t, n1, after)
-		ttl, err := c.rc.Do(ctx, c.rc.B().Pttl().Key(m.keys.queue).Build()).AsInt64()
-		require.NoError(t, err)
-		require.Positive(t, ttl, "a new queue expires")
+		require.Positive(t, pttl(t, c, m.keys.queue), "a new queue expires")
 
 		lctx, leave := context.WithCancel(ctx)
 		second := e.client(t).Mutex(t.Name()).Acquire(lctx)
-		eventually(t, 5*time.Second, func() bool { return len(queue()) == 2 }, "the second waiter did not queue")
-		require.Equal(t, n1+1, queue()[1].Score, "the next arrival counts up")
+		eventually(t, 5*time.Second, func() bool { return len(queueOf(t, c, m)) == 2 }, "the second waiter did not queue")
+		require.Equal(t, n1+1, queueOf(t, c, m)[1].Score, "the next arrival counts up")
 		leave()
 		require.ErrorIs(t, (<-second).Err(), context.Canceled, "the second waiter gave up")
-		eventually(t, 5*time.Second, func() bool { return len(queue()) == 1 }, "the second waiter did not leave")
+		eventually(t, 5*time.Second, func() bool { return len(queueOf(t, c, m)) == 1 }, "the second waiter did not leave")
 
 		require.NoError(t, held.Unlock(ctx))
 		l := <-first
 		require.NoError(t, l.Err())
 		require.Equal(t, held.Token()+1, l.Token())
-		require.Equal(t, "1", queued(), "an arrival after the one handed the lock may still wait")
-		require.False(t, exists(m.keys.queue))
+		require.Equal(t, "1", queueMark(t, c, m), "an arrival after the one handed the lock may still wait")
+		require.Equal(t, int64(-2), pttl(t, c, m.keys.queue), "the hand-off emptied the queue")
 
 		require.NoError(t, l.Unlock(ctx))
-		require.Equal(t, "", queued(), "the release found nobody waiting")
-		eventually(t, 5*time.Second, func() bool { return !exists(m.keys.waiters) }, "the waiters hash outlived the queue")
+		require.Equal(t, "", queueMark(t, c, m), "the release found nobody waiting")
+		eventually(t, 5*time.Second, func() bool { return pttl(t, c, m.keys.waiters) == -2 }, "the waiters hash outlived the queue")
 	})
 }
 
@@ -240,40 +248,26 @@ func TestMutexQueueNumbersArrivals(t *testing.T) {
 func TestMutexWokenWaiterKeepsItsPlace(t *testing.T) {
 	e := ownServer(t)
 	ctx := context.Background()
-	a, c := e.client(t), e.client(t)
-	// The waiter's Client reaches Redis through a proxy, slowed down below
-	// so that the queue can be read between its wake-up and its attempt.
-	b, p := e.proxied(t)
-	m := c.Mutex(t.Name())
-	queue := func() []rueidis.ZScore {
-		t.Helper()
-		zs, err := c.rc.Do(ctx, c.rc.B().Zrange().Key(m.keys.queue).Min("0").Max("-1").Withscores().Build()).AsZScores()
-		require.NoError(t, err)
-		return zs
-	}
-	held := mustLock(t, ctx, a.Mutex(t.Name()).Lock)
-	got := b.Mutex(t.Name(), WithFixedLease(10*time.Second)).Acquire(ctx)
-	eventually(t, 5*time.Second, func() bool { return len(queue()) == 1 }, "the waiter did not queue")
-	place := queue()[0]
+	// The waiter's Client is slowed down below, so that the queue can be
+	// read between its wake-up and its attempt.
+	w := queueSlowWaiter(t, e, WithFixedLease(10*time.Second))
+	held, got, p, c, m := w.held, w.got, w.proxy, w.c, w.m
+	place := queueOf(t, c, m)[0]
 	p.SetLatency(2 * time.Second)
 
 	require.NoError(t, held.Unlock(ctx))
 	st, err := m.Inspect(ctx)
 	require.NoError(t, err)
 	require.False(t, st.Locked, "a waiter with a fixed lease is woken, not handed the lock")
-	require.Equal(t, []rueidis.ZScore{place}, queue(), "the woken waiter keeps its place")
-	ttl, err := c.rc.Do(ctx, c.rc.B().Pttl().Key(m.keys.queue).Build()).AsInt64()
-	require.NoError(t, err)
-	require.Positive(t, ttl, "the queue expires again")
-	q, err := c.rc.Do(ctx, c.rc.B().Hget().Key(m.keys.lock).Field("q").Build()).ToString()
-	require.NoError(t, err)
-	require.Equal(t, "1", q)
+	require.Equal(t, []rueidis.ZScore{place}, queueOf(t, c, m), "the woken waiter keeps its place")
+	require.Positive(t, pttl(t, c, m.keys.queue), "the queue expires again")
+	require.Equal(t, "1", queueMark(t, c, m))
 
 	p.SetLatency(0)
 	l := <-got
 	require.NoError(t, l.Err())
 	require.Equal(t, held.Token()+1, l.Token())
-	require.Empty(t, queue(), "the waiter left the queue with the lock")
+	require.Empty(t, queueOf(t, c, m), "the waiter left the queue with the lock")
 	require.NoError(t, l.Unlock(ctx))
 }
 
