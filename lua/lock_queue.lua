@@ -159,10 +159,11 @@ end
 
 -- Put back a waiter that pop_live took off the queue with arrival number
 -- n, for its Client's deadline d (server ms, now at t). A queue that went
--- with it gets an expiry again: it is the only waiter there.
-local function kept(queue, h, n, d, t)
+-- with it (for sure when nobody else may wait, others false) gets an
+-- expiry again: it is the only waiter there.
+local function kept(queue, h, n, d, t, others)
   redis.call('ZADD', queue, n, h)
-  if redis.call('PTTL', queue) == -1 then
+  if not others or redis.call('PTTL', queue) == -1 then
     redis.call('PEXPIRE', queue, queue_keep * math.max(d - now_ms(t), 1))
   end
 end
@@ -225,7 +226,7 @@ local function vacate(lock, last, queue, waiters, channel, retention, mark, valu
     h, d, lease, hold, owner, t = first_live(queue, waiters, t)
     lease = nil
   elseif h and not lease then
-    kept(queue, h, n, d, t)
+    kept(queue, h, n, d, t, others)
   end
   if lease then
     dropped(waiters, h, others)
