@@ -26,7 +26,7 @@ if owner ~= false then
   end
   return {0, wait, 1}
 end
-local h, hd, _, _, _, t = first_live(KEYS[2], KEYS[3], nil)
+local h, _, hd, _, _, _, t = first_live(KEYS[2], KEYS[3], nil)
 if h == nil or h == ARGV[4] then
   -- The waiter is the head, or nobody waits (nothing to leave then).
   local others = h and dequeue(KEYS[2], KEYS[3], ARGV[4])

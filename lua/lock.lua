@@ -40,6 +40,11 @@ local function lock_of(lock, queue)
   return owner, v[2] or '', v[3], math.max(tonumber(v[3] or '0'), tonumber(v[4] or '0')), nil, v[5] == '1'
 end
 
+-- The server's TIME t in microseconds, as a decimal string.
+local function micros(t)
+  return string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
+
 -- The next fencing token of a lock whose last token handed out is last:
 -- one more, or while no token lives (last 0), the server's clock in
 -- microseconds (t, its TIME, read here when nil). Counting up from the
@@ -49,8 +54,7 @@ local function next_token(t, last)
   if last > 0 then
     return string.format('%d', last + 1)
   end
-  t = t or redis.call('TIME')
-  return string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  return micros(t or redis.call('TIME'))
 end
 
 -- Write the fields of lock in one HSET: f (names and values), the field

@@ -47,30 +47,29 @@ local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owne
     return
   end
   local t = redis.call('TIME')
-  local deadline = now_ms(t) + expiry
   local entry = ''
   if lease ~= '' then
     entry = lease .. ' ' .. hold .. ' ' .. owner
   end
-  local keep = queue_keep * expiry
+  local f = {id, entry, client_field(id), now_ms(t) + expiry}
+  local n
   if lock then
-    -- The first arrival of a new queue: its number is the clock in
-    -- microseconds, so it would still come after the arrivals of a queue
-    -- that q had missed.
-    local n = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    -- Nobody waits: the queue starts anew with this waiter, numbered by
+    -- the clock in microseconds, so that it would still come after the
+    -- arrivals of a queue that q had missed.
+    n = micros(t)
+    f[5], f[6] = '\0n', n
+  elseif new or redis.call('ZSCORE', queue, id) == false then
+    n = redis.call('HINCRBY', waiters, '\0n', 1)
+  end
+  if n then
     redis.call('ZADD', queue, n, id)
-    redis.call('HSET', waiters, id, entry, client_field(id), deadline, '\0n', n)
-    redis.call('PEXPIRE', queue, keep)
-    redis.call('PEXPIRE', waiters, keep)
-    return
   end
-  if new or redis.call('ZSCORE', queue, id) == false then
-    redis.call('ZADD', queue, redis.call('HINCRBY', waiters, '\0n', 1), id)
-  end
-  redis.call('HSET', waiters, id, entry, client_field(id), deadline)
-  -- Refreshed when half of the keep is gone: the Clients' presence passes
-  -- refresh it too.
-  if redis.call('PTTL', queue) < keep / 2 then
+  redis.call('HSET', waiters, unpack(f))
+  -- A new queue gets its expiry; a longer one has it refreshed once half
+  -- of it is gone (the Clients' presence passes refresh it too).
+  local keep = queue_keep * expiry
+  if lock or redis.call('PTTL', queue) < keep / 2 then
     redis.call('PEXPIRE', queue, keep)
     redis.call('PEXPIRE', waiters, keep)
   end
@@ -90,47 +89,24 @@ end
 
 -- The first member of a queue that is '*' or a live waiter, dropping the
 -- dead ones ahead of it; the waiters hash goes when the queue is found
--- empty. t is the server's TIME, read here when nil and needed. Returns the
--- member, its Client's deadline and its waiter() fields, and t; nil when
--- nobody waits.
-local function first_live(queue, waiters, t)
+-- empty. With pop, the member is taken off the queue as well: the caller
+-- then hands it the lock and drops its entry (dropped), or puts it back
+-- (kept). t is the server's TIME, read here when nil and needed. Returns
+-- the member (nil when nobody waits), its arrival number (with pop), its
+-- Client's deadline, its waiter() fields, t, and with pop whether others
+-- may still wait: somebody arrived after it (and may have left since).
+local function first_live(queue, waiters, t, pop)
   while true do
-    local h = redis.call('ZRANGE', queue, 0, 0)[1]
+    local h, n
+    if pop then
+      local p = redis.call('ZPOPMIN', queue)
+      h, n = p[1], p[2]
+    else
+      h = redis.call('ZRANGE', queue, 0, 0)[1]
+    end
     if not h then
       redis.call('DEL', waiters)
-      return nil, 0, nil, nil, nil, t
-    end
-    if h == '*' then
-      return h, 0, nil, nil, nil, t
-    end
-    t = t or redis.call('TIME')
-    local cf = client_field(h)
-    local v = redis.call('HMGET', waiters, cf, h)
-    local d = tonumber(v[1] or '0') or 0
-    if d > now_ms(t) then
-      local lease, hold, owner = waiter(v[2])
-      return h, d, lease, hold, owner, t
-    end
-    -- Its Client stopped renewing: every place of that Client is dead.
-    redis.call('ZREM', queue, h)
-    redis.call('HDEL', waiters, h, cf)
-  end
-end
-
--- Take the first member that is '*' or a live waiter off a queue, dropping
--- the dead ones ahead of it; the waiters hash goes when the queue is found
--- empty. t as for first_live. Returns the member, its arrival number, its
--- Client's deadline, its waiter() fields and t (nil when nobody waits), and
--- whether others may still wait: somebody arrived after it (and may have
--- left since). A live waiter's entry stays: the caller either hands it the
--- lock and drops it (dropped), or puts it back (kept).
-local function pop_live(queue, waiters, t)
-  while true do
-    local p = redis.call('ZPOPMIN', queue)
-    local h, n = p[1], p[2]
-    if not h then
-      redis.call('DEL', waiters)
-      return nil, 0, 0, nil, nil, nil, t, false
+      return nil, n, 0, nil, nil, nil, t, false
     end
     if h == '*' then
       return h, n, 0, nil, nil, nil, t, true
@@ -141,13 +117,17 @@ local function pop_live(queue, waiters, t)
     local d = tonumber(v[1] or '0') or 0
     if d > now_ms(t) then
       local lease, hold, owner = waiter(v[2])
-      return h, n, d, lease, hold, owner, t, tonumber(n) < (tonumber(v[3] or '0') or 0)
+      return h, n, d, lease, hold, owner, t, pop and tonumber(n) < (tonumber(v[3] or '0') or 0)
+    end
+    -- Its Client stopped renewing: every place of that Client is dead.
+    if not pop then
+      redis.call('ZREM', queue, h)
     end
     redis.call('HDEL', waiters, h, cf)
   end
 end
 
--- Drop the entry of a waiter that pop_live took off the queue, or the
+-- Drop the entry of a waiter that first_live took off the queue, or the
 -- waiters hash when nobody else waits.
 local function dropped(waiters, h, others)
   if others then
@@ -157,7 +137,7 @@ local function dropped(waiters, h, others)
   end
 end
 
--- Put back a waiter that pop_live took off the queue with arrival number
+-- Put back a waiter that first_live took off the queue with arrival number
 -- n, for its Client's deadline d (server ms, now at t). A queue that went
 -- with it (for sure when nobody else may wait, others false) gets an
 -- expiry again: it is the only waiter there.
@@ -220,10 +200,10 @@ end
 -- and q to whether others may still wait; a lock left free is kept retention
 -- ms. A lock without a hash (last 0) left free stays without one.
 local function vacate(lock, last, queue, waiters, channel, retention, mark, value)
-  local h, n, d, lease, hold, owner, t, others = pop_live(queue, waiters, nil)
+  local h, n, d, lease, hold, owner, t, others = first_live(queue, waiters, nil, true)
   if h == '*' then
     publish(channel, '1')
-    h, d, lease, hold, owner, t = first_live(queue, waiters, t)
+    h, n, d, lease, hold, owner, t = first_live(queue, waiters, t)
     lease = nil
   elseif h and not lease then
     kept(queue, h, n, d, t, others)
