@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -230,4 +231,57 @@ func TestNoFalseLoss(t *testing.T) {
 		require.Empty(t, matching(lines(), "lease lost"), "lease lost logged at WARN")
 		require.Zero(t, counted.Load(), "losses counted in Metrics.Lost")
 	})
+}
+
+// TestDialRESP2: Dial and DialURL connect with RESP2 (caching off, as
+// invalidations need RESP3): the Client locks and unlocks, its
+// LossDetection is DetectOnRenewal, and it still reports a deleted lock, at
+// its next renewal.
+func TestDialRESP2(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := context.Background()
+	opts := []Option{WithLogger(quietLogger()), WithWatchdogLease(600 * time.Millisecond)}
+	byOption, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, AlwaysRESP2: true}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { byOption.Close() })
+	byURL, err := DialURL("redis://"+e.addrs[0]+"/0?protocol=2", opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { byURL.Close() })
+	admin := e.rueidisClient(t)
+	for name, c := range map[string]*Client{"Dial": byOption, "DialURL": byURL} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, DetectOnRenewal, c.LossDetection())
+			m := c.Mutex(t.Name())
+			l := mustLock(t, ctx, m.Lock)
+			require.NoError(t, l.Unlock(ctx))
+			l = mustLock(t, ctx, m.Lock)
+			require.NoError(t, admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error())
+			lostWithin(t, l, time.Now(), 5*time.Second)
+			require.ErrorIs(t, l.Err(), ErrExpired)
+		})
+	}
+}
+
+// TestDialRejectsBadRueidisOptions: options rueidis refuses come back as
+// ErrInvalidArgument, with rueidis' error.
+func TestDialRejectsBadRueidisOptions(t *testing.T) {
+	e := standaloneEnv(t)
+	for name, tc := range map[string]struct {
+		opt     rueidis.ClientOption
+		rueidis error
+	}{
+		"no address":         {rueidis.ClientOption{}, rueidis.ErrNoAddr},
+		"pipeline multiplex": {rueidis.ClientOption{InitAddress: e.addrs, PipelineMultiplex: rueidis.MaxPipelineMultiplex + 1}, rueidis.ErrWrongPipelineMultiplex},
+		"redirect and replicas": {rueidis.ClientOption{InitAddress: e.addrs, Standalone: rueidis.StandaloneOption{
+			EnableRedirect: true, ReplicaAddress: []string{e.addrs[0]}}}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := Dial(tc.opt)
+			require.Nil(t, c)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			if tc.rueidis != nil {
+				require.ErrorIs(t, err, tc.rueidis)
+			}
+		})
+	}
 }

@@ -285,11 +285,20 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // connecting. With WithClientName, the connections are named after the
 // Client (opt.ClientName is replaced).
 //
-// Unless opt.DisableCache or opt.AlwaysRESP2 is set (invalidations need
-// RESP3), the Client's LossDetection is DetectOnChange: it installs an OnInvalidations hook (calling opt's own
-// hook, if any, as well) and tracks the keys of the locks it holds with
-// rueidis' client-side caching, so that a lock deleted or taken over
-// behind its holder is reported lost about one round trip later.
+// The Client's LossDetection is DetectOnChange: it installs an
+// OnInvalidations hook (calling opt's own hook, if any, as well) and tracks
+// the keys of the locks it holds with rueidis' client-side caching, so that
+// a lock deleted or taken over behind its holder is reported lost about one
+// round trip later. Invalidations need RESP3 and caching: with
+// opt.AlwaysRESP2 (a server that speaks RESP2 only, or protocol=2 in a
+// URL) Dial sets opt.DisableCache, and with opt.DisableCache the Client's
+// LossDetection is DetectOnRenewal.
+//
+// Options rueidis refuses (ClientOption.DisableCache must be true for a
+// server without RESP3, conflicting replica settings, no InitAddress...)
+// return an error that matches ErrInvalidArgument as well as rueidis'
+// error; nothing stays connected. A server that cannot be reached returns
+// rueidis' connection error.
 func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -299,12 +308,15 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	if cfg.named {
 		opt.ClientName = connectionName(id, cfg.clientName)
 	}
+	if opt.AlwaysRESP2 {
+		opt.DisableCache = true
+	}
 	var hook *invalidationHook
-	if !opt.DisableCache && !opt.AlwaysRESP2 {
+	if !opt.DisableCache {
 		hook = &invalidationHook{user: opt.OnInvalidations}
 		opt.OnInvalidations = hook.call
 	}
-	rc, err := rueidis.NewClient(opt)
+	rc, err := newRueidisClient(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -312,6 +324,38 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	c.ownsRC = true
 	c.tracker.dial = &opt
 	return c, nil
+}
+
+// rueidisOptionErrors are the errors with which rueidis refuses a
+// ClientOption: bad input, not a failure to reach Redis.
+var rueidisOptionErrors = []error{
+	rueidis.ErrNoAddr, rueidis.ErrNoCache, rueidis.ErrWrongPipelineMultiplex,
+	rueidis.ErrReplicaOnlyNotSupported, rueidis.ErrNoSendToReplicas,
+	rueidis.ErrReplicaOnlyConflict, rueidis.ErrReplicaOnlyConflictWithReplicaSelector,
+	rueidis.ErrReplicaOnlyConflictWithReadNodeSelector, rueidis.ErrReplicaSelectorConflictWithReadNodeSelector,
+	rueidis.ErrSendToReplicasNotSet, rueidis.ErrInvalidShardsRefreshInterval,
+	rueidis.ErrInvalidTopologyRefreshInterval,
+}
+
+// newRueidisClient is rueidis.NewClient, its refusals of opt wrapped with
+// ErrInvalidArgument.
+func newRueidisClient(opt rueidis.ClientOption) (rueidis.Client, error) {
+	switch {
+	case len(opt.InitAddress) == 0:
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, rueidis.ErrNoAddr)
+	case opt.Standalone.EnableRedirect && len(opt.Standalone.ReplicaAddress) > 0:
+		return nil, fmt.Errorf("%w: rueidis.ClientOption: Standalone.EnableRedirect and Standalone.ReplicaAddress cannot be used together", ErrInvalidArgument)
+	}
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		for _, e := range rueidisOptionErrors {
+			if errors.Is(err, e) {
+				return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+			}
+		}
+		return nil, err
+	}
+	return rc, nil
 }
 
 // newConfig applies opts over the defaults and checks the result.

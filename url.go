@@ -20,7 +20,9 @@ import (
 //	                                                 the primary the Sentinels monitor as NAME
 //
 // Query parameters also set dial_timeout and write_timeout (Go durations),
-// client_name, protocol=2 (RESP2 only), client_cache=0 and max_retries=0.
+// client_name, protocol=2 (RESP2 only, without client-side caching: the
+// Client's LossDetection is then DetectOnRenewal), client_cache=0 and
+// max_retries=0.
 // A Cluster is detected by asking the server. Behind Sentinel, the user and
 // password are the primary's: the Sentinels are asked without credentials.
 //

@@ -30,9 +30,11 @@
 // RouteRandomly), makes the clients of a Cluster's nodes (NewClient) or
 // caches on the client has no counterpart and is ignored: rueidis
 // multiplexes, redisync retries its acquisitions itself and sends every
-// command to primaries. Client-side caching stays on (unless Protocol is
-// 2): the Client tracks the keys of the locks it holds with it, to learn
-// of a lost lock within a round trip (redisync.DetectOnChange). What would change how a connection behaves and
+// command to primaries. Client-side caching stays on: the Client tracks
+// the keys of the locks it holds with it, to learn of a lost lock within a
+// round trip (redisync.DetectOnChange). With Protocol 2 (RESP2, which has
+// no invalidations) caching is off and the Client learns of a lost lock at
+// its next renewal (redisync.DetectOnRenewal). What would change how a connection behaves and
 // cannot be reproduced is refused with ErrUnsupported: OnConnect, a
 // StreamingCredentialsProvider, ClusterOptions.ClusterSlots,
 // FailoverOptions.ReplicaOnly and UseDisconnectedReplicas (locks live on

@@ -138,6 +138,39 @@ func TestStandalone(t *testing.T) {
 	require.Error(t, err, "wrong credentials reach the server")
 }
 
+// TestRESP2 dials a real server with Protocol 2: the Client works without
+// client-side caching, and finds a lost lock at its next renewal.
+func TestRESP2(t *testing.T) {
+	ctx := context.Background()
+	opts := []redisync.Option{redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), redisync.WithWatchdogLease(600 * time.Millisecond)}
+	for name, dial := range map[string]func() (*redisync.Client, error){
+		"options": func() (*redisync.Client, error) {
+			return goredis.Dial(&redis.Options{Addr: redisAddr, Protocol: 2}, opts...)
+		},
+		"universal options": func() (*redisync.Client, error) {
+			return goredis.Dial(&redis.UniversalOptions{Addrs: []string{redisAddr}, Protocol: 2}, opts...)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := dial()
+			require.NoError(t, err)
+			defer c.Close()
+			require.Equal(t, redisync.DetectOnRenewal, c.LossDetection())
+			m := c.Mutex(t.Name())
+			l, err := m.Lock(ctx)
+			require.NoError(t, err)
+			_, err = m.ForceUnlock(ctx)
+			require.NoError(t, err)
+			select {
+			case <-l.Lost():
+			case <-time.After(5 * time.Second):
+				t.Fatal("a force-unlocked lease was not reported lost")
+			}
+			require.ErrorIs(t, l.Err(), redisync.ErrForceUnlocked)
+		})
+	}
+}
+
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	roots := selfSigned(t, dir)
