@@ -515,6 +515,25 @@ var badInputCases = []biCase{
 		// A nil LockOption is ignored.
 		lockWorks(t, b, c, b.client(t), t.Name())
 	}},
+	{"WithRenewedLease not positive, or with WithFixedLease", func(t *testing.T, b *bi) {
+		ctx := b.ctx(t)
+		c := b.client(t)
+		name := t.Name()
+		for _, opts := range [][]LockOption{
+			{WithRenewedLease(0)}, {WithRenewedLease(-time.Second)}, {WithRenewedLease(time.Microsecond)},
+			{WithRenewedLease(time.Minute), WithFixedLease(time.Minute)},
+			{WithFixedLease(time.Minute), WithRenewedLease(time.Minute)},
+		} {
+			requireAllFail(t, c.Mutex(name, opts...), ErrInvalidArgument)
+			requireLockFails(t, "FairMutex", c.FairMutex(name, opts...), ErrInvalidArgument)
+			requireRWMutexFails(t, c.RWMutex(name, opts...), ErrInvalidArgument)
+			requireSemaphoreFails(t, c.Semaphore(name, opts...), ErrInvalidArgument)
+			requireLockFails(t, "Quorum", NewQuorum(name, []*Client{c}, opts...), ErrInvalidArgument)
+			_, err := NewGroup(c.Mutex(name, opts...)).TryLock(ctx)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+		}
+		lockWorks(t, b, c, b.client(t), name)
+	}},
 	{"options a lock does not use", func(t *testing.T, b *bi) {
 		// WithWaiterExpiry is for the queues of Mutex and FairMutex: every
 		// other lock that takes options reports it from every method.

@@ -70,7 +70,7 @@ func (c *Client) fairKeysFor(name string) lockKeys {
 // ErrInvalidArgument.
 func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	m := &FairMutex{c: c, name: name}
-	if m.cfg, m.err = newLockConfig(c, "FairMutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry, opts); m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, "FairMutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry|optRenewedLease, opts); m.err == nil {
 		m.keys = c.fairKeysFor(name)
 	}
 	return m

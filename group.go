@@ -67,7 +67,8 @@ import (
 //     member shows the member's own token, which is at most T.
 //   - Name is the names, quoted, in the order they are taken.
 //
-// Members keep their lease mode: renewed by the watchdog of their Client, or
+// Members keep their lease mode and duration: renewed by the watchdog of
+// their Client (with their own lease under WithRenewedLease), or
 // WithFixedLease, in which case the group lease ends with its earliest
 // member (taken one at a time, each member's lease starts when it is taken).
 //

@@ -118,6 +118,7 @@ type holder struct {
 	mu        sync.Mutex
 	leases    map[*Lease]struct{} // live leases sharing this ownership
 	lastOK    time.Time           // when the last successful acquire or renewal was sent
+	tried     time.Time           // when the watchdog last sent a pass that included it
 	releasing int                 // releases in flight: a renewal that finds the key gone is not a loss
 	doubts    int                 // leases whose last release attempt got no answer: likewise
 	done      bool                // released or lost: no longer renewed

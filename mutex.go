@@ -16,6 +16,7 @@ type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	fixedLease   time.Duration // 0: renewed by the watchdog
+	renewedLease time.Duration // 0: the Client's watchdog lease
 	waiterExpiry time.Duration // how long a waiter's place outlives its last visit
 	given        lockOptions   // the options given
 }
@@ -26,11 +27,12 @@ type lockOptions uint8
 const (
 	optFixedLease lockOptions = 1 << iota
 	optWaiterExpiry
+	optRenewedLease
 )
 
 // lockOptionNames name the LockOptions in errors, in the order of their
 // bits.
-var lockOptionNames = []string{"WithFixedLease", "WithWaiterExpiry"}
+var lockOptionNames = []string{"WithFixedLease", "WithWaiterExpiry", "WithRenewedLease"}
 
 // newLockConfig applies opts over base and checks what every lock handle
 // checks: a Client, a name, durations of at least a millisecond, and that
@@ -48,6 +50,10 @@ func newLockConfig(c *Client, kind, name string, base lockConfig, accepts lockOp
 		return base, validName(name)
 	case base.fixedLease < 0:
 		return base, fmt.Errorf("%w: fixed lease under a millisecond", ErrInvalidArgument)
+	case base.renewedLease < 0:
+		return base, fmt.Errorf("%w: renewed lease under a millisecond", ErrInvalidArgument)
+	case base.given&(optFixedLease|optRenewedLease) == optFixedLease|optRenewedLease:
+		return base, fmt.Errorf("%w: WithFixedLease and WithRenewedLease exclude each other", ErrInvalidArgument)
 	case base.waiterExpiry < 0:
 		return base, fmt.Errorf("%w: waiter expiry under a millisecond", ErrInvalidArgument)
 	}
@@ -71,25 +77,52 @@ func checkLockOptions(kind string, accepts lockOptions, opts []LockOption) error
 	return nil
 }
 
-// lease is the lease of a new ownership: the fixed lease, or the watchdog
-// lease of c.
+// lease is the lease of a new ownership: the fixed lease, the lock's
+// renewed lease, or the watchdog lease of c.
 func (cfg lockConfig) lease(c *Client) time.Duration {
-	if cfg.fixedLease > 0 {
+	switch {
+	case cfg.fixedLease > 0:
 		return cfg.fixedLease
+	case cfg.renewedLease > 0:
+		return cfg.renewedLease
 	}
 	return c.cfg.watchdogLease
 }
 
 // WithFixedLease gives every acquisition of the lock a lease of d that the
 // watchdog does not renew: the lock expires d after it was acquired unless
-// released first, and the lease reports ErrExpired a tenth of d before that.
-// Re-entering a held lock keeps the lease mode of the first acquisition and
-// never shortens its remaining lease. d must be at least a millisecond.
+// released first (or pushed further out by Lease.Extend), and the lease
+// reports ErrExpired a tenth of d before that. Re-entering a held lock
+// keeps the lease mode of the first acquisition and never shortens its
+// remaining lease. d must be at least a millisecond, and WithRenewedLease
+// cannot be given with it (ErrInvalidArgument).
 func WithFixedLease(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		c.fixedLease, c.given = d, c.given|optFixedLease
 		if d < time.Millisecond {
 			c.fixedLease = -1
+		}
+	}
+}
+
+// WithRenewedLease gives every acquisition of the lock a lease of d that
+// the Client's watchdog renews, in place of the Client's watchdog lease
+// (WithWatchdogLease): renewed every third of d, reported lost
+// (ErrConnectionLost) when no renewal has succeeded for nine tenths of d,
+// and held until Unlock or loss. d is also what a crash of the holder costs
+// the next one: a holder that dies without releasing keeps the lock until d
+// runs out. A short d lets another process take over soon after a crash, at
+// the price of a renewal every d/3 per held lock, and of a loss
+// (ErrConnectionLost) whenever Redis does not answer for 0.9·d; a Client
+// with many such locks renews each at its own pace. Re-entering a held lock
+// keeps the lease of the first acquisition. d must be at least a
+// millisecond, and WithFixedLease cannot be given with it
+// (ErrInvalidArgument).
+func WithRenewedLease(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		c.renewedLease, c.given = d, c.given|optRenewedLease
+		if d < time.Millisecond {
+			c.renewedLease = -1
 		}
 	}
 }
@@ -131,7 +164,7 @@ type Mutex struct {
 // name or option is reported by every method, as ErrInvalidArgument.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name}
-	if m.cfg, m.err = newLockConfig(c, "Mutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry, opts); m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, "Mutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry|optRenewedLease, opts); m.err == nil {
 		m.keys = c.keysFor(name)
 	}
 	return m

@@ -49,6 +49,26 @@ func ExampleWithFixedLease() {
 	// lease ran out: true
 }
 
+// WithRenewedLease gives one lock a lease of its own that the watchdog
+// renews (redsync's WithExpiry, set per mutex), here 8s instead of the
+// Client's 30s: a holder that crashes keeps the nightly job's lock 8s at
+// most, while the other locks of the Client keep the Client's lease.
+func ExampleWithRenewedLease() {
+	m := client().Mutex("example:nightly", redisync.WithRenewedLease(8*time.Second))
+
+	l, err := m.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer l.Unlock(ctx)
+	st, err := m.Inspect(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("lease left:", st.TTL > 0 && st.TTL <= 8*time.Second)
+	// Output: lease left: true
+}
+
 // Inspect reads in one round trip whether the mutex is locked, by whom,
 // how many holds its owner has and how long its lease has left. Whether a
 // lease still holds its lock, it tells itself: Err is nil until then.

@@ -54,7 +54,8 @@ import (
 //
 // The Lease has the contract of a Mutex lease. On each server that granted
 // it the lock is a Mutex lease, renewed by the watchdog of its Client (or a
-// fixed lease, WithFixedLease) and reported lost as a Mutex lease is. Lost
+// fixed lease, WithFixedLease, or a renewed lease of its own,
+// WithRenewedLease) and reported lost as a Mutex lease is. Lost
 // closes when fewer than N/2+1 of them still hold it: Err is then
 // ErrNoQuorum wrapping the servers' loss reasons, and the lock is released
 // on every server at once. Unlock releases it on every server, the ones that
@@ -113,7 +114,8 @@ type Quorum struct {
 
 // NewQuorum returns the Quorum lock name over clients, one Client per
 // independent server; opts apply to the lock on every server
-// (WithFixedLease, the only option). An empty name, no Client, a nil or
+// (WithFixedLease or WithRenewedLease, the only options). An empty name,
+// no Client, a nil or
 // repeated Client or an invalid or other option makes every method fail
 // with ErrInvalidArgument.
 func NewQuorum(name string, clients []*Client, opts ...LockOption) *Quorum {
@@ -122,7 +124,7 @@ func NewQuorum(name string, clients []*Client, opts ...LockOption) *Quorum {
 		q.err = fmt.Errorf("%w: a quorum needs at least one Client", ErrInvalidArgument)
 		return q
 	}
-	if q.err = checkLockOptions("Quorum", optFixedLease, opts); q.err != nil {
+	if q.err = checkLockOptions("Quorum", optFixedLease|optRenewedLease, opts); q.err != nil {
 		return q
 	}
 	for i, c := range clients {

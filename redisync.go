@@ -150,11 +150,13 @@ type config struct {
 	named          bool // WithClientName was given
 }
 
-// WithWatchdogLease sets the lease of locks acquired without a fixed lease
-// (default 30s). The watchdog renews such leases every third of it; a lease
-// whose renewal has not succeeded for nine tenths of it is reported lost
-// (ErrConnectionLost). Redis counts in milliseconds: it must be at least
-// one.
+// WithWatchdogLease sets the lease of locks acquired without a lease of
+// their own, WithFixedLease or WithRenewedLease (default 30s). The watchdog
+// renews such leases every third of it; a lease whose renewal has not
+// succeeded for nine tenths of it is reported lost (ErrConnectionLost). It
+// is also what a crash of a holder costs the next one: the lock stays held
+// until the lease runs out. Redis counts in milliseconds: it must be at
+// least one.
 func WithWatchdogLease(d time.Duration) Option {
 	return func(c *config) { c.watchdogLease = d }
 }

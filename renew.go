@@ -20,18 +20,18 @@ const (
 // watchdog keeps the leases of one Client alive: one goroutine, whatever the
 // number of leases. Every third of the watchdog lease it renews every
 // watchdog lease and checks every fixed lease, in batched scripts grouped by
-// cluster slot and sent in one pipeline. It reports a lease lost when Redis
-// says it is gone or held by another owner, and when no renewal has
-// succeeded by the time the lease could expire on the server.
+// cluster slot and sent in one pipeline. Leases shorter than the Client's
+// (WithRenewedLease, and a lock handed over on a short first lease) get
+// passes of their own in between, each a third into its lease. It reports
+// a lease lost when Redis says it is gone or held by another owner, and
+// when no renewal has succeeded by the time the lease could expire on the
+// server.
 type watchdog struct {
 	c      *Client
 	period time.Duration
 
 	mu      sync.Mutex
 	holders map[*holder]struct{}
-	// shortAt, when not zero, is when holders on a short first lease (a
-	// lock handed over) get a pass of their own.
-	shortAt time.Time
 	// sleepUntil is when the loop wakes next while it sleeps; zero while
 	// it runs, or sleeps with nothing to watch. A new holder wakes it only
 	// when it needs it sooner.
@@ -58,17 +58,14 @@ func newWatchdog(c *Client) *watchdog {
 // lease is never handed out unwatched.
 func (w *watchdog) add(h *holder) {
 	by := h.deadline()
-	w.mu.Lock()
-	w.holders[h] = struct{}{}
-	if h.initial > 0 {
+	if at, _, ok := h.ownRenewal(w.c.cfg.watchdogLease); ok {
 		// A short first lease gets the full one a third into it, as every
 		// lease is renewed a third into it: a holder that unlocks sooner
 		// costs no renewal.
-		by = h.lastOK.Add(h.initial / 3)
-		if w.shortAt.IsZero() || by.Before(w.shortAt) {
-			w.shortAt = by
-		}
+		by = at
 	}
+	w.mu.Lock()
+	w.holders[h] = struct{}{}
 	if !w.running || w.sleepUntil.IsZero() || by.Before(w.sleepUntil) {
 		w.startOrWake(w.run)
 	}
@@ -128,26 +125,23 @@ func (w *watchdog) run() {
 		w.sleepUntil = time.Time{} // awake: a new holder kicks
 		w.mu.Unlock()
 		now := time.Now()
-		wait, any := w.expire(now)
+		wait, any, ownAt := w.expire(now)
 		if any && !inflight {
 			due := !now.Before(next)
-			w.mu.Lock()
-			// Holders with a short first lease are renewed in a pass of
-			// their own, unless a full one is due.
-			shortDue := !w.shortAt.IsZero() && !now.Before(w.shortAt)
-			short := shortDue && !due
-			if shortDue || due {
-				w.shortAt = time.Time{}
+			// Holders on leases shorter than the Client's are renewed in
+			// passes of their own, unless a full one is due.
+			ownDue := !ownAt.IsZero() && !now.Before(ownAt)
+			if ownDue || due {
+				short := !due
 				inflight = true
 				go func() { passed <- result{w.pass(ctx, now, short), short} }()
 			}
-			w.mu.Unlock()
 		}
 		w.mu.Lock()
 		if any && !inflight {
 			wait = min(wait, next.Sub(now))
-			if !w.shortAt.IsZero() {
-				wait = min(wait, w.shortAt.Sub(now))
+			if !ownAt.IsZero() {
+				wait = min(wait, ownAt.Sub(now))
 			}
 		}
 		if any {
@@ -171,11 +165,9 @@ func (w *watchdog) run() {
 		case r := <-passed:
 			inflight = false
 			switch {
-			case r.short && r.ok:
 			case r.short:
-				if retry := time.Now().Add(jitter(renewRetry)); retry.Before(next) {
-					next = retry
-				}
+				// A holder the pass did not renew is retried on its own
+				// schedule (ownRenewal).
 			case r.ok:
 				next = time.Now().Add(w.period)
 			default:
@@ -186,14 +178,17 @@ func (w *watchdog) run() {
 }
 
 // expire reports lost the leases whose deadline has passed, and returns the
-// time until the next deadline (any is false when nothing is watched).
-func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
+// time until the next deadline (any is false when nothing is watched) and
+// the earliest time a holder needs a renewal pass of its own (zero when
+// none does; see ownRenewal).
+func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool, ownAt time.Time) {
 	w.mu.Lock()
 	var late []*holder
 	wait = time.Duration(1<<63 - 1)
 	for h := range w.holders {
 		h.mu.Lock()
 		d := h.deadline()
+		at, _, own := h.ownRenewal(w.c.cfg.watchdogLease)
 		h.mu.Unlock()
 		if !now.Before(d) {
 			late = append(late, h)
@@ -201,6 +196,9 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
 		}
 		any = true
 		wait = min(wait, d.Sub(now))
+		if own && (ownAt.IsZero() || at.Before(ownAt)) {
+			ownAt = at
+		}
 	}
 	w.mu.Unlock()
 	for _, h := range late {
@@ -210,21 +208,56 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool) {
 			h.runOut()
 		}
 	}
-	return wait, any
+	return wait, any, ownAt
+}
+
+// ownRenewal tells when h needs a renewal pass of its own, between the
+// Client's passes (every third of its watchdog lease, clientLease), and
+// the period of h's renewals: a third of a lease shorter than the
+// Client's (WithRenewedLease), or of a short first lease (a lock handed
+// over). After a pass that did not renew h, it is tried again after its
+// period or renewRetry, whichever is shorter. ok is false for a holder the
+// Client's passes serve. Call it with h.mu held.
+func (h *holder) ownRenewal(clientLease time.Duration) (at time.Time, period time.Duration, ok bool) {
+	switch {
+	case !h.watchdog:
+		return time.Time{}, 0, false
+	case h.initial > 0:
+		period = h.initial / 3
+	case h.lease < clientLease:
+		period = h.lease / 3
+	default:
+		return time.Time{}, 0, false
+	}
+	at = h.lastOK.Add(period)
+	if h.tried.After(h.lastOK) {
+		if retry := h.tried.Add(min(period, renewRetry)); retry.After(at) {
+			at = retry
+		}
+	}
+	return at, period, true
 }
 
 // pass renews or checks every watched lease once, or with short only the
-// leases still on a short first lease. It reports whether every batch got
-// an answer from Redis.
+// leases that need a pass of their own (see ownRenewal) by now or within a
+// quarter of their period, so that leases due about together share a pass.
+// It reports whether every batch got an answer from Redis.
 func (w *watchdog) pass(ctx context.Context, start time.Time, short bool) bool {
 	w.mu.Lock()
 	hs := make([]*holder, 0, len(w.holders))
 	soonest := time.Duration(1<<63 - 1)
 	for h := range w.holders {
 		h.mu.Lock()
-		skip := short && h.initial == 0
+		skip := false
+		if short {
+			at, period, own := h.ownRenewal(w.c.cfg.watchdogLease)
+			skip = !own || at.After(start.Add(period/4))
+		}
 		if !skip {
 			soonest = min(soonest, h.deadline().Sub(start))
+			if h.watchdog {
+				h.tried = start
+			}
 		}
 		h.mu.Unlock()
 		if !skip {

@@ -96,7 +96,8 @@ var rwWriteKind = &leaseKind{
 // out within seconds.
 //
 // Every read lease has its own share with its own expiry, renewed by the
-// watchdog (or a fixed lease, with WithFixedLease): the share of a reader
+// watchdog (the lock's own lease with WithRenewedLease, or a fixed lease
+// with WithFixedLease): the share of a reader
 // that crashed expires after its lease even while other readers keep
 // renewing theirs. A read lease is lost (Lost, Err) with ErrExpired when
 // its share is gone from Redis (it ran out, ForceUnlock, a restart),
@@ -154,12 +155,12 @@ type RWMutex struct {
 
 // RWMutex returns the reader/writer lock with the given name. Names are as
 // for Mutex; an RWMutex and a Mutex of the same name are different locks.
-// The only option is WithFixedLease, which applies to read and write leases
-// alike. An invalid name or option, or another option, is reported by every
+// The options are WithFixedLease and WithRenewedLease, which apply to read
+// and write leases alike. An invalid name or option, or another option, is reported by every
 // method, as ErrInvalidArgument.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	m := &RWMutex{c: c, name: name, registration: rwRegistration, refresh: rwRefresh}
-	if m.cfg, m.err = newLockConfig(c, "RWMutex", name, lockConfig{}, optFixedLease, opts); m.err == nil {
+	if m.cfg, m.err = newLockConfig(c, "RWMutex", name, lockConfig{}, optFixedLease|optRenewedLease, opts); m.err == nil {
 		m.keys = c.rwKeysFor(name)
 	}
 	return m

@@ -38,7 +38,8 @@ const (
 // # Leases
 //
 // Each acquisition of n permits is one Lease with the contract of a Mutex
-// lease: renewed by the Client's watchdog (or a fixed lease, WithFixedLease),
+// lease: renewed by the Client's watchdog (the lock's own lease with
+// WithRenewedLease, or a fixed lease, WithFixedLease),
 // Lost and Err when it ends otherwise than by Unlock, Unlock to give the
 // permits back (ErrNotHeld the second time). A holder that dies gives its
 // permits back when its lease runs out: holders' expiries are the Redis
@@ -126,11 +127,12 @@ var semaphoreKind = &leaseKind{
 
 // Semaphore returns the semaphore with the given name. Names are as for
 // Mutex; a Semaphore and a Mutex of the same name are unrelated. The only
-// option is WithFixedLease. An invalid name or option, or another option,
-// is reported by every method, as ErrInvalidArgument.
+// options are WithFixedLease and WithRenewedLease. An invalid name or
+// option, or another option, is reported by every method, as
+// ErrInvalidArgument.
 func (c *Client) Semaphore(name string, opts ...LockOption) *Semaphore {
 	s := &Semaphore{c: c, name: name}
-	if s.cfg, s.err = newLockConfig(c, "Semaphore", name, lockConfig{}, optFixedLease, opts); s.err == nil {
+	if s.cfg, s.err = newLockConfig(c, "Semaphore", name, lockConfig{}, optFixedLease|optRenewedLease, opts); s.err == nil {
 		s.keys = c.semKeysFor(name)
 	}
 	return s
