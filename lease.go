@@ -114,6 +114,9 @@ type holder struct {
 	// initial, when not 0, is the lease the key was given first, shorter
 	// than lease, until the watchdog's first renewal.
 	initial time.Duration
+	// extended, when not 0, is the fixed lease the last Extend gave, from
+	// lastOK (guarded by mu).
+	extended time.Duration
 
 	mu        sync.Mutex
 	leases    map[*Lease]struct{} // live leases sharing this ownership
@@ -132,7 +135,10 @@ type holder struct {
 // that set the expiry was sent.
 func (h *holder) deadline() time.Time {
 	d := h.lease
-	if h.initial > 0 {
+	switch {
+	case h.extended > 0:
+		d = h.extended
+	case h.initial > 0:
 		d = h.initial
 	}
 	return h.lastOK.Add(d - d/10)

@@ -69,6 +69,29 @@ func ExampleWithRenewedLease() {
 	// Output: lease left: true
 }
 
+// Extend pushes a fixed lease further out (redsync's Extend,
+// bsm/redislock's Refresh): a holder that chose a short lease asks for more
+// when its work runs long. It never extends a lock the lease no longer
+// holds.
+func ExampleLease_Extend() {
+	m := client().Mutex("example:batch", redisync.WithFixedLease(500*time.Millisecond))
+
+	l, err := m.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer l.Unlock(ctx)
+	if err := l.Extend(ctx, 10*time.Second); err != nil {
+		panic(err) // errors.Is(err, redisync.ErrNotHeld): lost, with its reason
+	}
+	st, err := m.Inspect(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("lease left:", st.TTL > 500*time.Millisecond)
+	// Output: lease left: true
+}
+
 // Inspect reads in one round trip whether the mutex is locked, by whom,
 // how many holds its owner has and how long its lease has left. Whether a
 // lease still holds its lock, it tells itself: Err is nil until then.

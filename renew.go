@@ -73,6 +73,16 @@ func (w *watchdog) add(h *holder) {
 	w.c.tracker.add(h)
 }
 
+// lookBy has the loop look at the holders by the given time, if it sleeps
+// longer (a fixed lease made shorter by Extend).
+func (w *watchdog) lookBy(by time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running && !w.sleepUntil.IsZero() && by.Before(w.sleepUntil) {
+		w.startOrWake(w.run)
+	}
+}
+
 // remove unregisters a holder: it is never renewed again.
 func (w *watchdog) remove(h *holder) {
 	w.mu.Lock()

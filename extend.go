@@ -1,0 +1,81 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Extend gives a fixed lease (WithFixedLease) d more from now: the lock
+// then expires d after Extend was sent, unless released first, and the
+// lease reports ErrExpired a tenth of d before that (Deadline moves with
+// it). d may be shorter than what is left, which brings the end closer, as
+// bsm/redislock's Refresh does. Every lease of the same ownership (its
+// re-entries) shares the new end.
+//
+// The lock's owner is checked and its expiry set in one script on the
+// server, so Extend never extends a lock its lease no longer holds. When
+// the lock is gone or held by another owner, the lease is reported lost
+// with the reason (ErrExpired, ErrForceUnlocked, ErrTakenOver) and Extend
+// returns ErrNotHeld wrapping it; a lease that had already ended returns
+// ErrNotHeld with its reason, without a round trip. A lease whose time ran
+// out while its Extend was on its way is reported expired even if the
+// script extended the key; Unlock then still frees the key.
+//
+// A lease the watchdog renews (the Client's lease or WithRenewedLease)
+// needs no extension: Extend returns ErrInvalidArgument, as it does for a
+// Group or Quorum lease, a nil ctx and a d under a millisecond. An error
+// from Redis or ctx is returned as is, the lease unchanged: Extend may be
+// retried.
+func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidArgument)
+	case d < time.Millisecond:
+		return fmt.Errorf("%w: extension %v is under a millisecond", ErrInvalidArgument, d)
+	}
+	if err := l.Err(); err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			return err
+		}
+		return errorf("%w: %w", ErrNotHeld, err)
+	}
+	h := l.h
+	switch {
+	case h.kind.spansClients:
+		return fmt.Errorf("%w: a lease over several locks cannot be extended", ErrInvalidArgument)
+	case h.watchdog:
+		return fmt.Errorf("%w: the watchdog renews this lease; Extend is for a fixed lease (WithFixedLease)", ErrInvalidArgument)
+	}
+	sent := time.Now()
+	// The renewal script of the lock's kind: it sets the expiry of what
+	// the owner holds, and only if it still holds it.
+	states, err := h.kind.renew.exec(ctx, h.c.rc, []string{h.key}, []string{h.owner, strconv.FormatInt(d.Milliseconds(), 10)}).AsIntSlice()
+	switch {
+	case err != nil:
+		return redisErr("extend", err)
+	case len(states) != 1:
+		return errors.New("redisync: extend: unexpected reply")
+	case states[0] == 1:
+		h.mu.Lock()
+		if !h.done {
+			h.lastOK, h.extended = sent, d
+			by := h.deadline()
+			h.mu.Unlock()
+			h.c.watchdog.lookBy(by)
+			return nil
+		}
+		h.mu.Unlock()
+	default:
+		h.c.watchdog.settle(ctx, h, states[0], sent, true)
+	}
+	h.mu.Lock()
+	reason := h.err
+	h.mu.Unlock()
+	if reason == nil {
+		return fmt.Errorf("%w: released while it was extended", ErrNotHeld)
+	}
+	return errorf("%w: %w", ErrNotHeld, reason)
+}

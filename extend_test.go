@@ -1,0 +1,142 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLeaseExtend: Extend gives a held fixed lease of every kind its new
+// length in Redis and in Deadline, and the lock stays held past the end of
+// the lease it was acquired with.
+func TestLeaseExtend(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		admin := e.rueidisClient(t)
+		const lease, extended = 500 * time.Millisecond, 3 * time.Second
+		name := t.Name()
+		sem := c.Semaphore(name, WithFixedLease(lease))
+		_, err := sem.SetSize(ctx, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { sem.Delete(context.Background()) })
+		m := c.Mutex(name+":m", WithFixedLease(lease))
+		f := c.FairMutex(name+":f", WithFixedLease(lease))
+		rw := c.RWMutex(name+":rw", WithFixedLease(lease))
+		rwRead := c.RWMutex(name+":rwr", WithFixedLease(lease))
+		for _, tc := range []struct {
+			what string
+			lock func(context.Context) (*Lease, error)
+			key  string
+		}{
+			{"Mutex", m.Lock, m.keys.lock},
+			{"FairMutex", f.Lock, f.keys.lock},
+			{"RWMutex write", rw.Lock, rw.keys.lock},
+			{"RWMutex read", rwRead.RLock, rwRead.keys.readers},
+			{"Semaphore", func(ctx context.Context) (*Lease, error) { return sem.Lock(ctx, 1) }, sem.keys.holders},
+		} {
+			t.Run(tc.what, func(t *testing.T) {
+				l := mustLock(t, ctx, tc.lock)
+				before, ok := l.Deadline()
+				require.True(t, ok)
+				require.NoError(t, l.Extend(ctx, extended))
+				after, ok := l.Deadline()
+				require.True(t, ok)
+				require.True(t, after.After(before), "Deadline did not move: %v, then %v", before, after)
+				pttl, err := admin.Do(ctx, admin.B().Pttl().Key(tc.key).Build()).AsInt64()
+				require.NoError(t, err)
+				require.Greater(t, time.Duration(pttl)*time.Millisecond, lease, "the key kept its first lease")
+				time.Sleep(lease + lease/2)
+				require.NoError(t, l.Err(), "lost after the lease it was acquired with")
+				require.NoError(t, l.Unlock(ctx))
+			})
+		}
+	})
+}
+
+// TestLeaseExtendRefusesLostLock: on a Client that learns of changes only
+// at renewals, Extend of a lease whose lock was deleted, taken or
+// force-unlocked behind it extends nothing, reports the lease lost with
+// the reason, and returns ErrNotHeld.
+func TestLeaseExtendRefusesLostLock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.renewalClient(t)
+		admin := e.rueidisClient(t)
+		other := e.client(t)
+		for _, tc := range []struct {
+			what   string
+			change func(m *Mutex) error
+			reason error
+			// ttl checks the lock key's TTL after Extend: not an hour.
+			ttl func(t *testing.T, pttl time.Duration)
+		}{
+			{"deleted", func(m *Mutex) error { return admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error() }, ErrExpired,
+				func(t *testing.T, pttl time.Duration) { require.Equal(t, -2*time.Millisecond, pttl, "the key is back") }},
+			{"taken", func(m *Mutex) error {
+				return admin.Do(ctx, admin.B().Hset().Key(m.keys.lock).FieldValue().FieldValue("owner", "someone:1").Build()).Error()
+			}, ErrTakenOver, func(t *testing.T, pttl time.Duration) {
+				require.LessOrEqual(t, pttl, time.Minute, "the other owner's lock was extended")
+			}},
+			{"force-unlocked", func(m *Mutex) error { _, err := other.Mutex(m.name).ForceUnlock(ctx); return err }, ErrForceUnlocked,
+				func(t *testing.T, pttl time.Duration) {
+					// A free lock's hash keeps the fence retention.
+					require.Equal(t, defaultFenceRetention, pttl.Round(time.Hour), "the free lock's expiry")
+				}},
+		} {
+			t.Run(tc.what, func(t *testing.T) {
+				m := c.Mutex(t.Name(), WithFixedLease(time.Minute))
+				l := mustLock(t, ctx, m.Lock)
+				require.NoError(t, tc.change(m))
+				err := l.Extend(ctx, time.Hour)
+				require.ErrorIs(t, err, ErrNotHeld)
+				require.ErrorIs(t, err, tc.reason)
+				require.ErrorIs(t, l.Err(), tc.reason)
+				select {
+				case <-l.Lost():
+				default:
+					t.Fatal("Lost not closed")
+				}
+				pttl, err := admin.Do(ctx, admin.B().Pttl().Key(m.keys.lock).Build()).AsInt64()
+				require.NoError(t, err)
+				tc.ttl(t, time.Duration(pttl)*time.Millisecond)
+				require.ErrorIs(t, l.Extend(ctx, time.Hour), ErrNotHeld, "a lost lease, again")
+			})
+		}
+	})
+}
+
+// TestLeaseExtendRejectsBadInput: Extend refuses what it cannot do with
+// ErrInvalidArgument, and a lease that does not hold with ErrNotHeld,
+// leaving the lease as it was.
+func TestLeaseExtendRejectsBadInput(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	fixed := mustLock(t, ctx, c.Mutex(t.Name()+":fixed", WithFixedLease(time.Minute)).Lock)
+	for _, d := range []time.Duration{0, -time.Second, time.Microsecond} {
+		require.ErrorIs(t, fixed.Extend(ctx, d), ErrInvalidArgument, "d %v", d)
+	}
+	var nilCtx context.Context
+	require.ErrorIs(t, fixed.Extend(nilCtx, time.Minute), ErrInvalidArgument) //nolint:staticcheck // a nil context on purpose
+	require.NoError(t, fixed.Err())
+
+	for what, l := range map[string]*Lease{
+		"watchdog lease": mustLock(t, ctx, c.Mutex(t.Name()+":watchdog").Lock),
+		"renewed lease":  mustLock(t, ctx, c.Mutex(t.Name()+":renewed", WithRenewedLease(time.Minute)).Lock),
+		"group lease":    mustLock(t, ctx, NewGroup(c.Mutex(t.Name()+":g", WithFixedLease(time.Minute))).Lock),
+	} {
+		require.ErrorIs(t, l.Extend(ctx, time.Minute), ErrInvalidArgument, what)
+		require.NoError(t, l.Err(), what)
+		require.NoError(t, l.Unlock(ctx), what)
+	}
+
+	require.NoError(t, fixed.Unlock(ctx))
+	err := fixed.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, ErrNotHeld)
+	require.ErrorIs(t, err, ErrReleased)
+	var none *Lease
+	require.ErrorIs(t, none.Extend(ctx, time.Minute), ErrNotHeld)
+}
