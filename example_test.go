@@ -53,6 +53,26 @@ func Example() {
 	// Output: holding example:orders:42
 }
 
+// A process that makes its own rueidis client and shares it with redisync
+// adds one line before making it, DetectChanges, so that its Client learns
+// of a lost lock within a round trip, as a dialed one does.
+func ExampleDetectChanges() {
+	opt := rueidis.ClientOption{InitAddress: []string{redisAddr()}}
+	detect := redisync.DetectChanges(&opt) // before rueidis.NewClient
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		panic(err)
+	}
+	defer rc.Close()
+	c, err := redisync.New(rc, detect)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	fmt.Println(c.LossDetection())
+	// Output: on change
+}
+
 // A Locker serves code written against sync.Locker.
 func ExampleMutex_Locker() {
 	var mu sync.Locker = client().Mutex("example:counter").Locker()

@@ -285,3 +285,68 @@ func TestDialRejectsBadRueidisOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestNewDetectChanges: Clients made with New on a rueidis.Client whose
+// option went through DetectChanges learn of a deleted lock about a round
+// trip later, not at the next renewal (10 s with the default lease), each
+// of several sharing it, also after another one closed; the option's own
+// hook still runs.
+func TestNewDetectChanges(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var userHook atomic.Int64
+		opt := rueidis.ClientOption{InitAddress: e.addrs, OnInvalidations: func([]rueidis.RedisMessage) { userHook.Add(1) }}
+		detect := DetectChanges(&opt)
+		rc, err := rueidis.NewClient(opt)
+		require.NoError(t, err)
+		t.Cleanup(rc.Close)
+		newClient := func() *Client {
+			c, err := New(rc, detect, WithLogger(quietLogger()))
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			require.Equal(t, DetectOnChange, c.LossDetection())
+			return c
+		}
+		first, second := newClient(), newClient()
+		admin := e.rueidisClient(t)
+		deleted := func(c *Client) {
+			t.Helper()
+			m := c.Mutex(t.Name())
+			l := mustLock(t, ctx, m.Lock)
+			time.Sleep(50 * time.Millisecond) // held a while: tracked
+			start := time.Now()
+			require.NoError(t, admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error())
+			took := lostWithin(t, l, start, 3*time.Second)
+			require.ErrorIs(t, l.Err(), ErrExpired)
+			t.Logf("lost %v after the DEL", took)
+		}
+		deleted(first)
+		deleted(second)
+		require.NoError(t, first.Close())
+		deleted(second)
+		require.Positive(t, userHook.Load(), "the option's own hook was not called")
+	})
+}
+
+// TestDetectChangesOptions: without client-side caching DetectChanges
+// installs nothing and New's Client stays on renewal; a nil option is
+// refused.
+func TestDetectChangesOptions(t *testing.T) {
+	e := standaloneEnv(t)
+	for _, opt := range []rueidis.ClientOption{
+		{InitAddress: e.addrs, DisableCache: true},
+		{InitAddress: e.addrs, DisableCache: true, AlwaysRESP2: true},
+	} {
+		detect := DetectChanges(&opt)
+		require.Nil(t, opt.OnInvalidations)
+		rc, err := rueidis.NewClient(opt)
+		require.NoError(t, err)
+		c, err := New(rc, detect)
+		require.NoError(t, err)
+		require.Equal(t, DetectOnRenewal, c.LossDetection())
+		require.NoError(t, c.Close())
+		rc.Close()
+	}
+	_, err := New(e.rueidisClient(t), DetectChanges(nil))
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}

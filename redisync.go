@@ -147,7 +147,9 @@ type config struct {
 	ackTimeout     time.Duration
 	metrics        Metrics
 	clientName     string
-	named          bool // WithClientName was given
+	named          bool              // WithClientName was given
+	changes        *invalidationHook // DetectChanges installed it
+	noChanges      bool              // DetectChanges was given a nil option
 }
 
 // WithWatchdogLease sets the lease of locks acquired without a lease of
@@ -220,6 +222,44 @@ func WithClientName(name string) Option {
 	return func(c *config) { c.clientName, c.named = name, true }
 }
 
+// DetectChanges gives a Client made by New on a rueidis.Client of the
+// caller's the LossDetection of a dialed one, DetectOnChange: a lock
+// deleted or taken over behind its holder is reported lost about one round
+// trip later instead of at the next renewal. Call it on the option before
+// making the rueidis.Client from it, and give what it returns to New with
+// that client:
+//
+//	detect := redisync.DetectChanges(&opt) // before rueidis.NewClient(opt)
+//	rc, err := rueidis.NewClient(opt)
+//	...
+//	c, err := redisync.New(rc, detect)
+//
+// It installs an OnInvalidations hook on opt (which calls the hook opt had,
+// if any, as well): rueidis' client-side caching then tells the Clients
+// made with the returned Option when a key they track changes. The Client
+// reads the key of each lock it holds once with client-side caching (two
+// commands, and an entry in rc's cache, per lock). Several Clients may
+// share rc and the Option; each stops receiving invalidations at Close.
+//
+// Give the Option only to New with a client made from opt after the call:
+// with another client no invalidation arrives, and losses are found at
+// renewals only. With opt.DisableCache or opt.AlwaysRESP2 (invalidations
+// need RESP3 and caching) nothing is installed and the Option does
+// nothing: the Client's LossDetection stays DetectOnRenewal. A nil opt
+// makes New fail with ErrInvalidArgument. Dial and DialURL install their
+// own hook and ignore the Option.
+func DetectChanges(opt *rueidis.ClientOption) Option {
+	if opt == nil {
+		return func(c *config) { c.noChanges = true }
+	}
+	if opt.DisableCache || opt.AlwaysRESP2 {
+		return func(*config) {}
+	}
+	hook := &invalidationHook{user: opt.OnInvalidations}
+	opt.OnInvalidations = hook.call
+	return func(c *config) { c.changes = hook }
+}
+
 // validClientName reports whether name is not empty and Redis takes it in
 // a connection name (CLIENT SETNAME).
 func validClientName(name string) bool {
@@ -246,6 +286,7 @@ func connectionName(id, name string) string {
 type Client struct {
 	rc      rueidis.Client
 	ownsRC  bool
+	unhook  func() // stops the invalidations of rc reaching the Client
 	id      string
 	cfg     config
 	log     *slog.Logger
@@ -269,8 +310,11 @@ type Client struct {
 // closed once nobody waits.
 //
 // Its LossDetection is DetectOnRenewal: rc does not tell the Client when a
-// key changes. Dial gives a Client that learns of a lost lock within about
-// a round trip.
+// key changes, and a lock deleted or taken over behind its holder is found
+// at the next renewal, up to a third of the watchdog lease later (10s by
+// default). With the Option DetectChanges returns, given for the option rc
+// was made from, it is DetectOnChange: about a round trip. Dial and DialURL
+// give DetectOnChange without it.
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
@@ -279,7 +323,7 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClient(rc, uuid.NewString(), cfg, nil), nil
+	return newClient(rc, uuid.NewString(), cfg, cfg.changes), nil
 }
 
 // Dial connects to Redis with opt and returns a Client that owns the
@@ -381,6 +425,8 @@ func newConfig(opts []Option) (config, error) {
 		return cfg, fmt.Errorf("%w: replica acknowledgement needs at least one replica and a positive timeout", ErrInvalidArgument)
 	case cfg.prefix == "" || strings.ContainsAny(cfg.prefix, "{}"):
 		return cfg, fmt.Errorf("%w: prefix %q must be non-empty and contain no '{' or '}'", ErrInvalidArgument, cfg.prefix)
+	case cfg.noChanges:
+		return cfg, fmt.Errorf("%w: DetectChanges of a nil rueidis.ClientOption", ErrInvalidArgument)
 	case cfg.named && !validClientName(cfg.clientName):
 		return cfg, fmt.Errorf("%w: client name %q: it must be printable ASCII without spaces, and not empty", ErrInvalidArgument, cfg.clientName)
 	}
@@ -409,24 +455,53 @@ func newClient(rc rueidis.Client, id string, cfg config, invalidations *invalida
 	c.watchdog = newWatchdog(c)
 	c.tracker = newTracker(c, invalidations != nil)
 	c.presence = newPresence(c)
+	c.unhook = func() {}
 	if invalidations != nil {
-		invalidations.set(c.tracker.invalidated)
+		c.unhook = invalidations.add(c.tracker.invalidated)
 	}
 	return c
 }
 
 // invalidationHook passes the invalidations of a rueidis.Client to the
-// Client made on it, which exists only after the rueidis.Client does.
+// Clients made on it, which exist only after the rueidis.Client does.
 type invalidationHook struct {
 	user func([]rueidis.RedisMessage)
-	to   atomic.Pointer[func([]rueidis.RedisMessage)]
+	mu   sync.Mutex                     // serializes add and remove
+	to   atomic.Pointer[[]*invalidated] // read by call, replaced by add and remove
 }
 
-func (h *invalidationHook) set(f func([]rueidis.RedisMessage)) { h.to.Store(&f) }
+// invalidated is one receiver of an invalidationHook.
+type invalidated struct{ f func([]rueidis.RedisMessage) }
+
+// add makes f receive the invalidations until remove is called.
+func (h *invalidationHook) add(f func([]rueidis.RedisMessage)) (remove func()) {
+	r := &invalidated{f}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var to []*invalidated
+	if p := h.to.Load(); p != nil {
+		to = append(to, *p...)
+	}
+	to = append(to, r)
+	h.to.Store(&to)
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		var rest []*invalidated
+		for _, x := range *h.to.Load() {
+			if x != r {
+				rest = append(rest, x)
+			}
+		}
+		h.to.Store(&rest)
+	}
+}
 
 func (h *invalidationHook) call(keys []rueidis.RedisMessage) {
-	if f := h.to.Load(); f != nil {
-		(*f)(keys)
+	if p := h.to.Load(); p != nil {
+		for _, r := range *p {
+			r.f(keys)
+		}
 	}
 	if h.user != nil {
 		h.user(keys)
@@ -460,6 +535,7 @@ func (c *Client) Close() error {
 		close(c.closed)
 		c.watchdog.close()
 		c.tracker.close()
+		c.unhook()
 		c.waiters.Wait()
 		c.presence.close()
 		c.notify.close()

@@ -16,8 +16,9 @@ const (
 	// every third of the watchdog lease (fixed leases are checked at the
 	// same passes), and a lease whose renewals fail is reported lost a
 	// tenth of its lease before it could expire. A Client made with New has
-	// this mode: the rueidis.Client it is given does not tell it about
-	// changes to keys.
+	// this mode (the rueidis.Client it is given does not tell it about
+	// changes to keys) unless given DetectChanges, and so has a Client
+	// dialed without client-side caching (DisableCache, or RESP2).
 	DetectOnRenewal LossDetection = iota
 	// DetectOnChange: in addition, Redis tells the Client when the key of
 	// a lock it holds changes (server-assisted client-side caching: the
@@ -27,8 +28,9 @@ const (
 	// once: a lock deleted, force-unlocked or taken over behind its holder
 	// is reported lost about one round trip after the change, and after a
 	// failover every held lock is checked as soon as the new primary
-	// answers. Dial gives a Client this mode unless the ClientOption
-	// disables client-side caching. It covers Mutex, FairMutex, the write
+	// answers. Dial and DialURL give a Client this mode unless the
+	// ClientOption disables client-side caching or asks for RESP2, and so
+	// does New with the Option DetectChanges returns. It covers Mutex, FairMutex, the write
 	// lock of RWMutex, and the members of Groups and Quorums; read locks and
 	// Semaphore permits, whose keys are shared by every holder, are found
 	// lost on renewal.
