@@ -350,3 +350,65 @@ func TestDetectChangesOptions(t *testing.T) {
 	_, err := New(e.rueidisClient(t), DetectChanges(nil))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
+
+// BenchmarkLostAfterDelete measures how long a held lock deleted behind its
+// holder (a DEL of its key) takes to be reported by Lost, for a Client of
+// each constructor with its default watchdog lease (30 s): New alone finds
+// it at the next renewal, the others through invalidations. Each op holds
+// a lock 50 ms (long enough to be tracked), deletes it and waits. Run it
+// with -benchtime Nx: an op of New takes up to 10 s.
+//
+//	GOWORK=off go test -run '^$' -bench BenchmarkLostAfterDelete -benchtime 5x .
+func BenchmarkLostAfterDelete(b *testing.B) {
+	e := standaloneEnv(b)
+	admin := e.rueidisClient(b)
+	constructors := []struct {
+		name string
+		make func(b *testing.B) *Client
+	}{
+		{"New", func(b *testing.B) *Client { return e.renewalClient(b) }},
+		{"New+DetectChanges", func(b *testing.B) *Client {
+			opt := rueidis.ClientOption{InitAddress: e.addrs}
+			detect := DetectChanges(&opt)
+			rc, err := rueidis.NewClient(opt)
+			require.NoError(b, err)
+			b.Cleanup(rc.Close)
+			c, err := New(rc, detect, WithLogger(quietLogger()))
+			require.NoError(b, err)
+			b.Cleanup(func() { c.Close() })
+			return c
+		}},
+		{"Dial", func(b *testing.B) *Client { return e.client(b) }},
+		{"DialURL", func(b *testing.B) *Client {
+			c, err := DialURL("redis://"+e.addrs[0], WithLogger(quietLogger()))
+			require.NoError(b, err)
+			b.Cleanup(func() { c.Close() })
+			return c
+		}},
+	}
+	for _, k := range constructors {
+		b.Run(k.name, func(b *testing.B) {
+			ctx := context.Background()
+			m := k.make(b).Mutex(b.Name())
+			var total, worst time.Duration
+			for b.Loop() {
+				l, err := m.Lock(ctx)
+				require.NoError(b, err)
+				time.Sleep(50 * time.Millisecond)
+				start := time.Now()
+				require.NoError(b, admin.Do(ctx, admin.B().Del().Key(m.keys.lock).Build()).Error())
+				select {
+				case <-l.Lost():
+				case <-time.After(time.Minute):
+					b.Fatal("not reported lost within a minute")
+				}
+				took := time.Since(start)
+				require.ErrorIs(b, l.Err(), ErrExpired)
+				total += took
+				worst = max(worst, took)
+			}
+			b.ReportMetric(float64(total)/float64(b.N)/float64(time.Millisecond), "lost-ms")
+			b.ReportMetric(float64(worst)/float64(time.Millisecond), "max-lost-ms")
+		})
+	}
+}

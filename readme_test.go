@@ -5,8 +5,10 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -64,4 +66,32 @@ func TestREADMEExamplesExist(t *testing.T) {
 	for _, m := range named {
 		require.True(t, defined[string(m[1])], "README names %s, which is not an example", m[1])
 	}
+}
+
+// TestREADMEQuickstartCompiles builds the README's quickstart, the first Go
+// block after "## Quickstart", as the program it says it is: a package of
+// its own inside this module, vetted and type-checked by the go command.
+func TestREADMEQuickstartCompiles(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(readme), "\n## Quickstart\n")
+	require.True(t, ok, "no Quickstart section")
+	_, block, ok := strings.Cut(after, "\n```go\n")
+	require.True(t, ok, "no Go block in the Quickstart")
+	src, _, ok := strings.Cut(block, "\n```\n")
+	require.True(t, ok, "unterminated Go block")
+	require.True(t, strings.HasPrefix(src, "package main\n"), "the quickstart is not a complete program")
+
+	dir, err := os.MkdirTemp(".", "quickstart")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(src+"\n"), 0o644))
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goCmd, "vet", "./"+filepath.ToSlash(dir))
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the README's quickstart does not compile:\n%s", out)
 }

@@ -7,7 +7,9 @@
 // id, the watchdog that keeps leases alive, and the pub/sub subscriptions that
 // wake waiters. Primitives are cheap handles made from a Client:
 //
-//	c, _ := redisync.New(rc)
+//	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+//	if err != nil { ... }
+//	defer c.Close()
 //	m := c.Mutex("orders:42")
 //	l, err := m.Lock(ctx)
 //	if err != nil { ... }
@@ -15,7 +17,11 @@
 //
 // A held lock is a Lease. Its Lost channel is closed when the lease is lost
 // (the watchdog could not renew it in time, the key expired or was deleted,
-// another owner took it, the Client was closed) and Err tells which.
+// another owner took it, the Client was closed) and Err tells which. A
+// Client from Dial or DialURL learns that a lock was deleted or taken over
+// behind its holder about a round trip later; one from New on a
+// rueidis.Client of the caller's, at its next renewal, unless DetectChanges
+// was called on that client's option (see LossDetection).
 //
 // Every key and channel of one lock share a Redis Cluster hash tag, so the
 // library works unchanged on standalone Redis, Sentinel and Cluster. Redis

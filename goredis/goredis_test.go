@@ -361,3 +361,39 @@ func optErr[C goredis.Config](opt C) error {
 	_, err := goredis.ClientOption(opt)
 	return err
 }
+
+// BenchmarkLostAfterDelete measures how long a held lock deleted behind its
+// holder (a DEL of its key) takes to be reported by Lost, for a Client from
+// Dial with the default watchdog lease, as redisync's benchmark of the same
+// name does for its constructors.
+//
+//	cd goredis && go test -run '^$' -bench BenchmarkLostAfterDelete -benchtime 5x .
+func BenchmarkLostAfterDelete(b *testing.B) {
+	ctx := context.Background()
+	c, err := goredis.Dial(&redis.Options{Addr: redisAddr}, redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(b, err)
+	defer c.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	name := b.Name()
+	m := c.Mutex(name)
+	var total, worst time.Duration
+	for b.Loop() {
+		l, err := m.Lock(ctx)
+		require.NoError(b, err)
+		time.Sleep(50 * time.Millisecond)
+		start := time.Now()
+		require.NoError(b, rdb.Del(ctx, "redisync:{"+name+"}").Err())
+		select {
+		case <-l.Lost():
+		case <-time.After(time.Minute):
+			b.Fatal("not reported lost within a minute")
+		}
+		took := time.Since(start)
+		require.ErrorIs(b, l.Err(), redisync.ErrExpired)
+		total += took
+		worst = max(worst, took)
+	}
+	b.ReportMetric(float64(total)/float64(b.N)/float64(time.Millisecond), "lost-ms")
+	b.ReportMetric(float64(worst)/float64(time.Millisecond), "max-lost-ms")
+}
