@@ -34,8 +34,10 @@ protects. At the end the counter must equal workers*rounds and the fencing
 tokens must have increased with every acquisition.
 
 Phase 2: a worker whose Client has a 1s watchdog lease holds the lock and an
-operator force-unlocks it. The worker's lease reports the loss, another
-worker takes the lock, and its fencing token is greater than the lost one.
+operator force-unlocks it. The worker's lease reports the loss (within
+milliseconds: every Client is dialed, as with redisync.Dial, and learns of
+changes to its locks), another worker takes the lock, and its fencing
+token is greater than the lost one.
 
 Redis is --addr, else $REDIS_URL (redis://[user:password@]host:port/db),
 else a redis-server started on a free loopback port for the demo and
@@ -66,8 +68,9 @@ const (
 	demoCounter = "demo:orders:counter"
 	// demoLease is the watchdog lease of the worker that loses its lock.
 	demoLease = time.Second
-	// demoLossTimeout bounds the wait for the lost lease to be noticed: the
-	// watchdog renews every third of demoLease.
+	// demoLossTimeout bounds the wait for the lost lease to be noticed:
+	// within a round trip for a dialed Client, at the next renewal (every
+	// third of demoLease) for one that cannot learn of changes (RESP2).
 	demoLossTimeout = 5 * time.Second
 	// demoCleanup bounds the Unlocks and the cleanup the demo sends after
 	// its context ended.
@@ -104,7 +107,8 @@ type acquisition struct {
 }
 
 // demoConn is what one worker (one process in real life) has: its own
-// connection to Redis and its own redisync Client on it.
+// redisync Client, dialed as programs dial it (so that it learns of a lost
+// lock within a round trip), and a connection of its own for the counter.
 type demoConn struct {
 	name string
 	rc   rueidis.Client
@@ -192,16 +196,19 @@ func redisVersion(ctx context.Context, rc rueidis.Client) string {
 	return ""
 }
 
-// connect opens a connection and a Client on it for one participant.
+// connect dials a Client and opens a connection for the counter, for one
+// participant.
 func (d *demo) connect(name string, opts ...redisync.Option) (*demoConn, error) {
-	rc, err := rueidis.NewClient(d.opt)
+	plain := d.opt
+	plain.DisableCache = true
+	rc, err := rueidis.NewClient(plain)
 	if err != nil {
 		return nil, err
 	}
 	// Loss of a lease is part of the show: keep the library's warnings
 	// about it out of the output.
 	opts = append([]redisync.Option{redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
-	c, err := redisync.New(rc, opts...)
+	c, err := redisync.Dial(d.opt, opts...)
 	if err != nil {
 		rc.Close()
 		return nil, err
@@ -397,12 +404,13 @@ func (d *demo) counter(ctx context.Context, rc rueidis.Client) (int64, error) {
 // phase2 shows a lease lost to a force-unlock, and the fencing token that
 // keeps its holder's late writes out.
 func (d *demo) phase2(ctx context.Context, admin, next *demoConn) error {
-	d.println("\nPhase 2: a holder loses its lease (watchdog lease %v, renewed every %v)", demoLease, (demoLease / 3).Round(time.Millisecond))
 	name := fmt.Sprintf("worker-%d", d.cfg.workers+1)
 	holder, err := d.connect(name, redisync.WithWatchdogLease(demoLease))
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", name, err)
 	}
+	d.println("\nPhase 2: a holder loses its lease (watchdog lease %v, renewed every %v; loss detection %v)",
+		demoLease, (demoLease / 3).Round(time.Millisecond), holder.c.LossDetection())
 	lease, err := holder.c.Mutex(demoLock).Lock(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: lock: %w", name, err)
