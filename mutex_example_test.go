@@ -92,6 +92,23 @@ func ExampleLease_Extend() {
 	// Output: lease left: true
 }
 
+// Deadline is redsync's Until: when the lease ends unless renewed first,
+// as the holder counts it (a fixed lease: when it runs out).
+func ExampleLease_Deadline() {
+	l, err := client().Mutex("example:until", redisync.WithFixedLease(2*time.Second)).Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	until, ok := l.Deadline()
+	fmt.Println("held:", ok, "ends within the lease:", time.Until(until) <= 2*time.Second)
+	l.Unlock(ctx)
+	_, ok = l.Deadline()
+	fmt.Println("held after Unlock:", ok)
+	// Output:
+	// held: true ends within the lease: true
+	// held after Unlock: false
+}
+
 // Inspect reads in one round trip whether the mutex is locked, by whom,
 // how many holds its owner has and how long its lease has left. Whether a
 // lease still holds its lock, it tells itself: Err is nil until then.

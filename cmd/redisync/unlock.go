@@ -20,9 +20,10 @@ var unlockCommand = &command{
 Breaks the lock NAME whoever holds it, as ForceUnlock does: the lock's key
 is deleted and its waiters are woken. The holder's lease reports
 ErrForceUnlocked (its Lost channel is closed): about one round trip later
-when its Client learns of changes to its keys (a Client from Dial), at its
-next renewal, within a third of its watchdog lease, otherwise (a Client made
-with New); until then it believes it still holds the lock. Use it for a lock
+when its Client learns of changes to its keys (Dial, DialURL, goredis.Dial,
+New with DetectChanges), at its next renewal, within a third of its
+lease, otherwise (New alone, RESP2, caching disabled); until then it
+believes it still holds the lock. Use it for a lock
 whose holder is gone or stuck, and rely on fencing tokens to keep a holder
 that is alive from writing late.
 
