@@ -171,6 +171,8 @@ type client struct {
 	// names are the names of the Clients seen holding locks, by client id
 	// ("" for a Client without a name).
 	names map[string]string
+	// prefix is the key prefix of the locks (--prefix).
+	prefix string
 }
 
 // Close closes the Client and its connection.
@@ -206,7 +208,7 @@ func (f *connFlags) dial(ctx context.Context) (*client, error) {
 		rc.Close()
 		return nil, err
 	}
-	return &client{Client: c, rc: rc, names: map[string]string{}}, nil
+	return &client{Client: c, rc: rc, names: map[string]string{}, prefix: f.prefix}, nil
 }
 
 // request returns the context of one request: ctx bounded by --timeout.

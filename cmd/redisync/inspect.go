@@ -33,12 +33,16 @@ allowed to run), the number of holds (re-entries count), the remaining
 lease and the fencing token. A
 FairMutex shows the places in its queue, an RWMutex its read shares and
 waiting writers, a Semaphore its size, holders and waiters, a Latch its
-count. A name with none of them prints "NAME: free (no lock of any kind)".
+count. Each also lists its Redis keys (keys:), with --prefix and the
+name's Cluster hash tag as the library writes them: {NAME} for a plain
+name, :NAME for a name with a hash tag of its own, {#hhhh}:NAME for other
+names with braces; some exist only while someone waits. A name with none
+of them prints "NAME: free (no lock of any kind)".
 
 --json prints one JSON object: {"name", "time", "free", "kinds": [...]},
 one element per primitive in use with a "kind" of mutex, fair, rw,
-semaphore or latch. Holders have a "client_id" and, when known, a
-"client_name". Durations are in milliseconds; a ttl_ms of -1 means the key
+semaphore or latch, and its Redis "keys". Holders have a "client_id" and,
+when known, a "client_name". Durations are in milliseconds; a ttl_ms of -1 means the key
 has no expiry.
 
 Inspecting a Semaphore drops its holders whose lease is over, as every
@@ -91,7 +95,16 @@ type kind interface {
 	row() watchRow
 	// clients are its holders' Clients.
 	clients() []*clientRef
+	// keyNames are its Redis keys.
+	keyNames() []string
 }
+
+// keyed is the Redis keys of one primitive, which every view embeds.
+type keyed struct {
+	Keys []string `json:"keys"`
+}
+
+func (k *keyed) keyNames() []string { return k.Keys }
 
 type field struct{ key, value string }
 
@@ -150,6 +163,7 @@ type queuedView struct {
 	Kind    string      `json:"kind"`   // "mutex" or "fair"
 	Holder  *holderView `json:"holder"` // nil when free
 	Waiters int         `json:"waiters"`
+	keyed
 }
 
 type mutexView struct{ queuedView }
@@ -180,6 +194,7 @@ type rwView struct {
 	Readers        int         `json:"readers"`
 	ReadTTLms      int64       `json:"read_ttl_ms"`
 	WritersWaiting int         `json:"writers_waiting"`
+	keyed
 }
 
 func (v *rwView) title() string { return "rw mutex" }
@@ -210,6 +225,7 @@ type semaphoreView struct {
 	Holders        []semHolderView `json:"holders"`
 	Waiters        int             `json:"waiters"`
 	WaitingPermits int             `json:"waiting_permits"`
+	keyed
 }
 
 func (v *semaphoreView) title() string { return "semaphore" }
@@ -242,6 +258,7 @@ func (v *semaphoreView) fields() []field {
 type latchView struct {
 	Kind  string `json:"kind"` // "latch"
 	Count int    `json:"count"`
+	keyed
 }
 
 func (v *latchView) title() string { return "latch" }
@@ -288,7 +305,9 @@ func lookMutex(ctx context.Context, c *client, name string) (kind, error) {
 	if err != nil || (!st.Locked && st.Waiters == 0) {
 		return nil, err
 	}
-	return &mutexView{newQueued("mutex", st)}, nil
+	v := &mutexView{newQueued("mutex", st)}
+	v.Keys = keysOf(c.prefix, "mutex", name)
+	return v, nil
 }
 
 func lookFair(ctx context.Context, c *client, name string) (kind, error) {
@@ -296,7 +315,9 @@ func lookFair(ctx context.Context, c *client, name string) (kind, error) {
 	if err != nil || (!st.Locked && st.Waiters == 0) {
 		return nil, err
 	}
-	return &fairView{newQueued("fair", st.MutexState)}, nil
+	v := &fairView{newQueued("fair", st.MutexState)}
+	v.Keys = keysOf(c.prefix, "fair", name)
+	return v, nil
 }
 
 func lookRW(ctx context.Context, c *client, name string) (kind, error) {
@@ -304,7 +325,8 @@ func lookRW(ctx context.Context, c *client, name string) (kind, error) {
 	if err != nil || (st.Free() && st.WritersWaiting == 0) {
 		return nil, err
 	}
-	v := &rwView{Kind: "rw", Readers: st.Readers, ReadTTLms: st.ReadTTL.Milliseconds(), WritersWaiting: st.WritersWaiting}
+	v := &rwView{Kind: "rw", Readers: st.Readers, ReadTTLms: st.ReadTTL.Milliseconds(), WritersWaiting: st.WritersWaiting,
+		keyed: keyed{keysOf(c.prefix, "rw", name)}}
 	if st.WriteLocked {
 		v.Writer = &holderView{Owner: st.Writer, clientRef: clientRef{ClientID: st.WriterClientID()}, Holds: st.WriteHolds, TTLms: ttlMillis(st.WriteTTL), Token: st.Token}
 	}
@@ -317,7 +339,8 @@ func lookSemaphore(ctx context.Context, c *client, name string) (kind, error) {
 		return nil, err
 	}
 	v := &semaphoreView{Kind: "semaphore", Size: st.Size, Acquired: st.Acquired, Available: st.Available,
-		Holders: []semHolderView{}, Waiters: st.Waiters, WaitingPermits: st.WaitingPermits}
+		Holders: []semHolderView{}, Waiters: st.Waiters, WaitingPermits: st.WaitingPermits,
+		keyed: keyed{keysOf(c.prefix, "semaphore", name)}}
 	for _, h := range st.Holders {
 		v.Holders = append(v.Holders, semHolderView{clientRef: clientRef{ClientID: h.ClientID()}, Permits: h.Permits, TTLms: ttlMillis(h.TTL)})
 	}
@@ -329,7 +352,7 @@ func lookLatch(ctx context.Context, c *client, name string) (kind, error) {
 	if err != nil || n == 0 {
 		return nil, err
 	}
-	return &latchView{Kind: "latch", Count: n}, nil
+	return &latchView{Kind: "latch", Count: n, keyed: keyed{keysOf(c.prefix, "latch", name)}}, nil
 }
 
 // writeText prints the snapshot as aligned "key: value" lines, one block
@@ -345,7 +368,15 @@ func (s *snapshot) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%s %s\n", k.title(), strconv.Quote(s.Name))
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-		for _, f := range k.fields() {
+		fields := k.fields()
+		for i, key := range k.keyNames() {
+			label := ""
+			if i == 0 {
+				label = "keys"
+			}
+			fields = append(fields, field{label, key})
+		}
+		for _, f := range fields {
 			key := ""
 			if f.key != "" {
 				key = f.key + ":"

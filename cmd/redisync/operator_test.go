@@ -53,6 +53,56 @@ func TestOperatorCommands(t *testing.T) {
 		require.NotContains(t, stdout, "fair")
 	})
 
+	t.Run("inspect keys", func(t *testing.T) {
+		t.Parallel()
+		c := dialT(t, srv.Addr)
+		// A plain name, one with a hash tag of its own, one with braces
+		// that are no tag.
+		for _, name := range []string{"op:keys", "{user:7}:op-keys", "op}keys{x"} {
+			mustLock(t, ctx, c.Mutex(name).Lock)
+			mustLock(t, ctx, c.FairMutex(name).Lock)
+			mustLock(t, ctx, c.RWMutex(name).Lock)
+			s := c.Semaphore(name)
+			_, err := s.SetSize(ctx, 2)
+			require.NoError(t, err)
+			mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return s.Lock(ctx, 1) })
+			_, err = c.Latch(name).TrySetCount(ctx, 3)
+			require.NoError(t, err)
+
+			stdout, stderr, code := cli(t, "inspect", "--json", name)
+			require.Equal(t, 0, code, stderr)
+			var got struct {
+				Kinds []struct {
+					Kind string   `json:"kind"`
+					Keys []string `json:"keys"`
+				} `json:"kinds"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(stdout), &got), stdout)
+			require.Len(t, got.Kinds, 5, stdout)
+			listed := map[string]bool{}
+			for _, k := range got.Kinds {
+				require.NotEmpty(t, k.Keys, k.Kind)
+				for _, key := range k.Keys {
+					listed[key] = true
+				}
+			}
+			// Every key Redis has of the name is listed.
+			inRedis, err := srv.Do("KEYS", "redisync:*"+name+"*")
+			require.NoError(t, err)
+			require.NotEmpty(t, inRedis)
+			for _, key := range strings.Split(inRedis, "\n") {
+				require.True(t, key == "" || listed[key], "%q: key %q not shown; shown: %v", name, key, listed)
+			}
+
+			stdout, stderr, code = cli(t, "inspect", name)
+			require.Equal(t, 0, code, stderr)
+			require.Regexp(t, `(?m)^  keys: +redisync:`, stdout)
+			for key := range listed {
+				require.Contains(t, stdout, key)
+			}
+		}
+	})
+
 	t.Run("inspect json", func(t *testing.T) {
 		t.Parallel()
 		c := dialT(t, srv.Addr)
