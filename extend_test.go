@@ -88,6 +88,7 @@ func TestLeaseExtendRefusesLostLock(t *testing.T) {
 		} {
 			t.Run(tc.what, func(t *testing.T) {
 				m := c.Mutex(t.Name(), WithFixedLease(time.Minute))
+				t.Cleanup(func() { admin.Do(context.Background(), admin.B().Del().Key(m.keys.lock).Build()) })
 				l := mustLock(t, ctx, m.Lock)
 				require.NoError(t, tc.change(m))
 				err := l.Extend(ctx, time.Hour)
