@@ -349,7 +349,7 @@ func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 	if a.try {
 		return fmt.Errorf("%w: %q", ErrLocked, blocked.name)
 	}
-	if err := a.w.join(c, blocked.keys.channel); err != nil {
+	if err := a.w.join(ctx, c, blocked.keys.channel); err != nil {
 		return err
 	}
 	return a.w.wait(ctx, a.g.clients, reply.wait)
@@ -362,7 +362,8 @@ func (a *atomicAcquisition) grant(ctx context.Context, reply groupReply, sent ti
 	c := a.g.clients[0]
 	for i, mb := range a.ms {
 		m := mb.m
-		l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, mb.parent, mb.owner, mb.hold, int64(reply.tokens[i]), mb.ttl, m.cfg.fixedLease == 0, sent)
+		l, err := c.grant(ctx, grant{kind: mutexKind, name: m.name, keys: m.keys, key: m.keys.lock, parent: mb.parent, owner: mb.owner, hold: mb.hold,
+			token: int64(reply.tokens[i]), lease: mb.ttl, watchdog: m.cfg.fixedLease == 0, sent: sent})
 		if err != nil {
 			a.undo(ctx)
 			return nil, err

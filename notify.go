@@ -87,7 +87,9 @@ func newNotifier(c *Client) *notifier {
 
 // join adds a waiter to the channel's subscription, subscribing first when
 // it has none. The waiter must call leave. Ready tells when messages flow.
-func (n *notifier) join(channel string) (*subscription, error) {
+// It returns ctx's error, having joined nothing, when ctx ends while an
+// old subscription of the channel is being dropped.
+func (n *notifier) join(ctx context.Context, channel string) (*subscription, error) {
 	n.mu.Lock()
 	for {
 		if n.closed {
@@ -107,7 +109,11 @@ func (n *notifier) join(channel string) (*subscription, error) {
 		// Subscribing again before the old subscription is dropped would let
 		// its UNSUBSCRIBE end the new one.
 		n.mu.Unlock()
-		<-old.gone
+		select {
+		case <-old.gone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		n.mu.Lock()
 	}
 	s := &subscription{
@@ -231,6 +237,17 @@ func (n *notifier) wakeAll(channel string) {
 	n.mu.Unlock()
 	if s != nil {
 		s.wakeAll()
+	}
+}
+
+// wake wakes the local waiter id of channel, if it waits: the presence
+// pass found the lock handed over to it.
+func (n *notifier) wake(channel, id string) {
+	n.mu.Lock()
+	s := n.subs[channel]
+	n.mu.Unlock()
+	if s != nil {
+		s.target(id, "")
 	}
 }
 

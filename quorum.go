@@ -278,7 +278,7 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 			return nil, out.err
 		}
 		for _, i := range out.busy {
-			if err := w.join(q.clients[i], q.ms[i].keys.channel); err != nil {
+			if err := w.join(ctx, q.clients[i], q.ms[i].keys.channel); err != nil {
 				return nil, err
 			}
 		}
@@ -553,7 +553,8 @@ func trySrv(ctx context.Context, mb *member) quorumResult {
 	if !ok {
 		return quorumResult{busy: true, wait: time.Duration(val)*time.Millisecond + time.Millisecond}
 	}
-	l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, mb.parent, mb.owner, mb.hold, val, mb.ttl, m.cfg.fixedLease == 0, sent)
+	l, err := c.grant(ctx, grant{kind: mutexKind, name: m.name, keys: m.keys, key: m.keys.lock, parent: mb.parent, owner: mb.owner, hold: mb.hold,
+		token: val, lease: mb.ttl, watchdog: m.cfg.fixedLease == 0, sent: sent})
 	if err != nil {
 		m.queued().releaseAbandoned(ctx, mb.owner, mb.hold)
 		return quorumResult{err: err}

@@ -257,6 +257,11 @@ type Client struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
+	// cleanups are the releases and leaves of acquisitions whose context
+	// ended, sent in the background (cleanup); cleanupMu orders their
+	// start with Close.
+	cleanupMu sync.Mutex
+	cleanups  sync.WaitGroup
 	waiters   sync.WaitGroup // goroutines started by Acquire
 }
 
@@ -415,6 +420,9 @@ func (c *Client) Close() error {
 		c.watchdog.close()
 		c.tracker.close()
 		c.waiters.Wait()
+		c.cleanupMu.Lock()
+		c.cleanupMu.Unlock() //nolint:staticcheck // no cleanup starts once closed is seen under it
+		c.cleanups.Wait()
 		c.presence.close()
 		c.notify.close()
 		if c.ownsRC {

@@ -33,14 +33,15 @@ type waitSet struct {
 	woken *subscription   // the one whose wake-up ended the last wait
 }
 
-// join subscribes to channel on c, unless the set already has it.
-func (w *waitSet) join(c *Client, channel string) error {
+// join subscribes to channel on c, unless the set already has it. It
+// returns ctx's error when ctx ends first.
+func (w *waitSet) join(ctx context.Context, c *Client, channel string) error {
 	for _, s := range w.subs {
 		if s.n.c == c && s.channel == channel {
 			return nil
 		}
 	}
-	s, err := c.notify.join(channel)
+	s, err := c.notify.join(ctx, channel)
 	if err != nil {
 		return err
 	}
