@@ -73,6 +73,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	retry := errorBackoff()
 	failures := retryLog{log: a.c.log, msg: "redisync: acquire failed"}
 	for {
+		w.mark()
 		l, wait, err := a.attempt(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -120,6 +121,16 @@ func (a *acquisition) listen() string {
 type waiting struct {
 	sub      *subscription
 	targeted <-chan string
+	// gen is the subscription's broadcast generation, read before the last
+	// attempt: a broadcast since then ends the next wait at once.
+	gen uint64
+}
+
+// mark reads the broadcast generation before an attempt.
+func (w *waiting) mark() {
+	if w.sub != nil {
+		w.gen = w.sub.sema.Gen()
+	}
 }
 
 // end leaves the subscription, if any.
@@ -134,9 +145,10 @@ func (w *waiting) end(a *acquisition) {
 
 // await waits, at most wait, for a reason to attempt again: the first time,
 // for the subscription to take effect (a release published before it was
-// missed); then for a message naming the waiter, or a release message. It
-// returns the Lease when a release handed the lock over, nil to attempt
-// again, or an error to give up with.
+// missed); then for a message naming the waiter, or a broadcast since the
+// generation read before the last attempt. It returns the Lease when a
+// release handed the lock over, nil to attempt again, or an error to give
+// up with.
 func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration) (*Lease, error) {
 	if w.sub == nil {
 		var err error
@@ -162,8 +174,10 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 		}
 		return a.keep(ctx, l)
 	}
-	t := w.sub.sema.Wait()
-	_, err := sleep(ctx, a.c, t.C, t.Cancel, wait)
+	// A broadcast since the generation was read, before the attempt, ends
+	// the wait at once: it cannot have been meant for a later attempt.
+	wake := w.sub.sema.Wait(w.gen)
+	_, err := sleep(ctx, a.c, wake, nil, wait)
 	return nil, err
 }
 

@@ -265,6 +265,7 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 	a := g.newAtomic(ctx, try)
 	defer a.w.leave()
 	for {
+		a.w.mark()
 		sent := time.Now()
 		res, err := a.attempt(ctx)
 		var reply groupReply
@@ -273,7 +274,6 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 		}
 		switch {
 		case err != nil:
-			a.w.passOn(nil, "")
 			if err := a.retry(ctx, err); err != nil {
 				return nil, err
 			}
@@ -345,10 +345,10 @@ func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
 func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 	c := a.g.clients[0]
 	blocked := a.g.ms[reply.blocker]
-	a.w.passOn(c, blocked.keys.channel)
 	if a.try {
 		return fmt.Errorf("%w: %q", ErrLocked, blocked.name)
 	}
+	a.w.keepOnly(c, blocked.keys.channel)
 	if err := a.w.join(c, blocked.keys.channel); err != nil {
 		return err
 	}

@@ -30,8 +30,9 @@ var errLatchOpen = errors.New("redisync: latch open")
 // Waiting costs one round trip when the latch is open. Otherwise the
 // waiter subscribes to the latch's channel, shared by every waiter of the
 // Client; the count-down that opens the latch publishes one message, which
-// wakes every local waiter. A waiter returns once the latch it waited for
-// opened, even if the latch was set again before it looked.
+// wakes every local waiter that read the latch before it, whenever it
+// starts waiting (see notifier). A waiter returns once the latch it waited
+// for opened, even if the latch was set again before it looked.
 //
 // In Metrics, a Wait that returns nil counts as an acquisition of the
 // primitive "latch", with the time it waited; it has no release.

@@ -261,13 +261,11 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 				return nil, ErrClosed
 			}
 		}
+		w.mark()
 		l, out := q.attempt(ctx, since)
 		if l != nil {
 			return l, nil
 		}
-		// A wake-up is not passed on: a failed attempt releases the servers
-		// it took, which announces their release again.
-		w.woken = nil
 		if out.err != nil {
 			lastErr = out.err
 		}
