@@ -42,6 +42,10 @@ type acquisition struct {
 	// granted, if set, takes the lock a release handed over to target with
 	// token, without asking Redis. On an error the attempts go on.
 	granted func(ctx context.Context, token string) (*Lease, error)
+	// lostIfTimed, if set, says that a broadcast always comes before an
+	// attempt can succeed (a latch opens with one): an attempt that succeeds
+	// after a wait its timer ended reports a lost wake-up (fellBack).
+	lostIfTimed bool
 }
 
 func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
@@ -96,6 +100,9 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		retry.reset()
 		failures.succeeded("key", a.key)
 		if l != nil {
+			if w.timedOut && a.lostIfTimed {
+				a.c.fellBack(a.primitive, a.name, a.key)
+			}
 			return a.keep(ctx, l)
 		}
 		if once {
@@ -124,6 +131,8 @@ type waiting struct {
 	// gen is the subscription's broadcast generation, read before the last
 	// attempt: a broadcast since then ends the next wait at once.
 	gen uint64
+	// timedOut tells that the last wait for a broadcast ended by its timer.
+	timedOut bool
 }
 
 // mark reads the broadcast generation before an attempt.
@@ -150,6 +159,7 @@ func (w *waiting) end(a *acquisition) {
 // release handed the lock over, nil to attempt again, or an error to give
 // up with.
 func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration) (*Lease, error) {
+	w.timedOut = false
 	if w.sub == nil {
 		var err error
 		if w.sub, err = a.c.notify.join(a.listen()); err != nil {
@@ -178,6 +188,13 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 	// the wait at once: it cannot have been meant for a later attempt.
 	wake := w.sub.sema.Wait(w.gen)
 	_, err := sleep(ctx, a.c, wake, nil, wait)
+	if err == nil {
+		select {
+		case <-wake:
+		default:
+			w.timedOut = true
+		}
+	}
 	return nil, err
 }
 

@@ -341,7 +341,9 @@ func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
 }
 
 // wait waits for the release of the lock that blocked the attempt, at most
-// its remaining lease. A single attempt fails with ErrLocked instead.
+// its remaining lease. A single attempt fails with ErrLocked instead. A
+// wait that its timer ended while the lock was in fact released reports a
+// lost wake-up (fellBack).
 func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 	c := a.g.clients[0]
 	blocked := a.g.ms[reply.blocker]
@@ -352,7 +354,11 @@ func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 	if err := a.w.join(c, blocked.keys.channel); err != nil {
 		return err
 	}
-	return a.w.wait(ctx, a.g.clients, reply.wait)
+	timedOut, err := a.w.wait(ctx, a.g.clients, reply.wait)
+	if timedOut {
+		freeAfterTimer(ctx, c, groupPrimitive, a.g.name, blocked.keys.lock)
+	}
+	return err
 }
 
 // grant turns a successful run of the acquire script, sent at sent, into

@@ -11,7 +11,8 @@ import (
 // latchRecheck is how long a latch waiter waits for a message before it
 // looks at the count again. Messages are not expected to be lost (a broken
 // subscription makes every waiter look again when it is restored); this
-// only bounds the cost of one that was.
+// only bounds the cost of one that was, and a waiter that finds the latch
+// opened when it ends reports the lost wake-up (Metrics.WaitFallback).
 const latchRecheck = 15 * time.Second
 
 // errLatchOpen marks, inside Wait, an attempt that found the latch open.
@@ -190,6 +191,8 @@ func (l *Latch) Wait(ctx context.Context) error {
 			return nil, latchRecheck, nil
 		},
 		undo: func(context.Context) {},
+		// Only a message says that a latch opened.
+		lostIfTimed: true,
 	}
 	_, err := a.run(ctx, false)
 	return err

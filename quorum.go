@@ -305,7 +305,15 @@ func (q *Quorum) pause(ctx context.Context, w *waitSet, out roundOutcome, b *bac
 			return err
 		}
 	}
-	return w.wait(ctx, q.clients, out.wait)
+	timedOut, err := w.wait(ctx, q.clients, out.wait)
+	if timedOut {
+		for _, i := range out.busy {
+			if freeAfterTimer(ctx, q.clients[i], quorumPrimitive, q.name, q.ms[i].keys.lock) {
+				break
+			}
+		}
+	}
+	return err
 }
 
 // quorumResult is what one server answered to an attempt.

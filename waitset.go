@@ -61,12 +61,12 @@ func (w *waitSet) mark() {
 }
 
 // wait blocks until a broadcast on one of the subscriptions since mark, for
-// at most d. If subscriptions
+// at most d, and reports whether d ran out (timedOut). If subscriptions
 // were joined since the last wait, it waits instead until they are in
 // effect: a release published before was missed, so the caller looks again
 // then. It returns ctx's error when ctx ends, ErrClosed when one of clients
 // is closed.
-func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) error {
+func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) (timedOut bool, err error) {
 	timer := time.NewTimer(max(d, time.Millisecond))
 	defer timer.Stop()
 	base := []reflect.SelectCase{recvCase(ctx.Done()), recvCase(timer.C)}
@@ -78,10 +78,10 @@ func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) 
 		for _, s := range fresh {
 			i, _, _ := reflect.Select(append(slices.Clip(base), recvCase(s.ready)))
 			if i < len(base) {
-				return waitErr(ctx, i)
+				return i == 1, waitErr(ctx, i)
 			}
 		}
-		return nil
+		return false, nil
 	}
 	cases := slices.Clip(base)
 	for i, s := range w.subs {
@@ -89,9 +89,9 @@ func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) 
 	}
 	i, _, _ := reflect.Select(cases)
 	if i >= len(base) {
-		return nil
+		return false, nil
 	}
-	return waitErr(ctx, i)
+	return i == 1, waitErr(ctx, i)
 }
 
 // waitErr maps the index of a base case of wait: 0 ctx, 1 the timer, then
@@ -130,11 +130,26 @@ func (w *waitSet) leave() {
 	w.subs, w.gens, w.fresh = nil, nil, nil
 }
 
+// freeAfterTimer reports a lost wake-up (fellBack), and true, when a wait
+// that its timer ended was for the lock key of c that is in fact free:
+// released (its hash kept with no owner), whose release announced it,
+// rather than held, or expired with a holder that died, for which nothing
+// is published.
+func freeAfterTimer(ctx context.Context, c *Client, primitive, name, key string) bool {
+	owner, err := c.rc.Do(ctx, c.rc.B().Hget().Key(key).Field("owner").Build()).ToString()
+	if err != nil || owner != "" {
+		return false
+	}
+	c.fellBack(primitive, name, key)
+	return true
+}
+
 // sleepAll sleeps for d, or until ctx ends (its error) or one of clients
 // is closed (ErrClosed).
 func sleepAll(ctx context.Context, clients []*Client, d time.Duration) error {
 	var w waitSet
-	return w.wait(ctx, clients, d)
+	_, err := w.wait(ctx, clients, d)
+	return err
 }
 
 func recvCase(ch any) reflect.SelectCase {
