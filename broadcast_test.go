@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -95,5 +96,132 @@ func TestRWMutexHammerOneClient(t *testing.T) {
 		require.Greater(t, len(at), readers+writers)
 		require.Less(t, gap, 500*time.Millisecond, "the lock was left free while its waiters slept")
 		requireRWFree(t, m)
+	})
+}
+
+// TestLatchWakeUpOwedToAWaiterInFlight opens and closes a latch again while
+// a waiter's read of it (closed) is still on its way back, then has another
+// Wait of the same Client start: the waiter in flight still learns that
+// the latch opened, at once rather than after latchRecheck, and the new
+// Wait, which came after the opening, keeps waiting.
+func TestLatchWakeUpOwedToAWaiterInFlight(t *testing.T) {
+	e := ownServer(t)
+	ctx := withTimeout(t, time.Minute)
+	var fell atomic.Int64
+	c, proxy := e.proxied(t, fallbacks(&fell))
+	setter := e.client(t).Latch(t.Name())
+	_, err := setter.Reset(ctx, 1)
+	require.NoError(t, err)
+	l := c.Latch(t.Name())
+
+	waitFor := func() (done chan error) {
+		done = make(chan error, 1)
+		go func() { done <- l.Wait(ctx) }()
+		return done
+	}
+	// A first waiter keeps the subscription live, so that the next one
+	// joins it at once.
+	first := waitFor()
+	e.awaitChannels(t, 1, 10*time.Second, "the first waiter did not subscribe")
+	time.Sleep(100 * time.Millisecond) // its look after subscribing
+
+	// The waiter in flight: its two reads (before and after joining) each
+	// take a second through the proxy. Once the second has run, the latch
+	// opens and closes while its reply is on its way.
+	before := scriptCalls(t, e)
+	proxy.SetLatency(500 * time.Millisecond)
+	inFlight := waitFor()
+	eventually(t, 10*time.Second, func() bool { return scriptCalls(t, e) >= before+2 },
+		"the waiter in flight did not read the latch twice")
+	proxy.SetLatency(0)
+	_, err = setter.CountDown(ctx)
+	require.NoError(t, err)
+	_, err = setter.Reset(ctx, 1)
+	require.NoError(t, err)
+	// A Wait that starts after the opening: it reads the latch closed, joins
+	// the subscription and waits, while the reply of the one in flight is
+	// still held by the proxy.
+	later := waitFor()
+	// The scripts so far: the two reads in flight, the opening and the
+	// closing, the first waiter's look after the opening, and the later
+	// Wait's two reads.
+	eventually(t, 5*time.Second, func() bool { return scriptCalls(t, e) >= before+7 },
+		"the later Wait did not read the latch twice")
+	opened := time.Now()
+	for _, w := range []chan error{first, inFlight} {
+		select {
+		case err := <-w:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a waiter missed the opening (recheck after %v)", latchRecheck)
+		}
+	}
+	t.Logf("the waiter in flight returned %v after the later Wait began waiting (its reply held by the proxy until then)", time.Since(opened).Round(time.Millisecond))
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-later:
+		t.Fatalf("a Wait that began after the opening returned: %v", err)
+	default:
+	}
+	_, err = setter.CountDown(ctx)
+	require.NoError(t, err)
+	select {
+	case err := <-later:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the later Wait missed the second opening")
+	}
+	require.Zero(t, fell.Load(), "waits ended by their fallback timer")
+}
+
+// TestLatchOpeningsReachEveryLocalWaiter has goroutines of one Client wait
+// on a latch in a loop while it opens and closes again: every opening lets
+// every Wait that began before it return.
+func TestLatchOpeningsReachEveryLocalWaiter(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const waiters, cycles = 8, 100
+		ctx := withTimeout(t, 2*time.Minute)
+		var fell atomic.Int64
+		setter := e.client(t).Latch(t.Name())
+		_, err := setter.Reset(ctx, 1)
+		require.NoError(t, err)
+		l := e.client(t, fallbacks(&fell)).Latch(t.Name())
+		// began[i] is when waiter i began its current Wait (UnixNano).
+		began := make([]atomic.Int64, waiters)
+		wctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i := range waiters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for wctx.Err() == nil {
+					began[i].Store(time.Now().UnixNano())
+					if err := l.Wait(wctx); err != nil && wctx.Err() == nil {
+						t.Errorf("Wait: %v", err)
+					}
+				}
+			}()
+		}
+		for cycle := range cycles {
+			time.Sleep(time.Duration(cycle%4) * time.Millisecond)
+			opened := time.Now()
+			_, err := setter.CountDown(ctx)
+			require.NoError(t, err)
+			_, err = setter.Reset(ctx, 1)
+			require.NoError(t, err)
+			eventually(t, 5*time.Second, func() bool {
+				for i := range began {
+					if began[i].Load() < opened.UnixNano() {
+						return false
+					}
+				}
+				return true
+			}, "cycle %d: a Wait that began before the opening missed it (recheck after %v)", cycle, latchRecheck)
+		}
+		stop()
+		wg.Wait()
+		_, err = setter.Reset(ctx, 0)
+		require.NoError(t, err)
+		require.Zero(t, fell.Load(), "waits ended by their fallback timer")
 	})
 }
