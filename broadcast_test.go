@@ -225,3 +225,118 @@ func TestLatchOpeningsReachEveryLocalWaiter(t *testing.T) {
 		require.Zero(t, fell.Load(), "waits ended by their fallback timer")
 	})
 }
+
+// TestGroupsOfOneClientAllWokenByARelease has several Groups of one Client
+// wait for one lock, which a holder with a long fixed lease releases: the
+// release's one message lets all of them take it in turn, each releasing
+// at once, rather than the first alone while the others wait out the
+// holder's lease.
+func TestGroupsOfOneClientAllWokenByARelease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const groups = 3
+		ctx := withTimeout(t, time.Minute)
+		var fell atomic.Int64
+		names := taggedNames(t.Name(), "x", "a", "b", "c")
+		holder := mustLock(t, ctx, e.client(t).Mutex(names[0], WithFixedLease(30*time.Second)).Lock)
+		c := e.client(t, fallbacks(&fell))
+		got := make([]<-chan *Lease, groups)
+		for i := range got {
+			g := NewGroup(c.Mutex(names[0]), c.Mutex(names[1+i]))
+			require.True(t, g.atomic)
+			got[i] = g.Acquire(ctx)
+		}
+		channel := c.Mutex(names[0]).keys.channel
+		eventually(t, 10*time.Second, func() bool {
+			c.notify.mu.Lock()
+			defer c.notify.mu.Unlock()
+			s := c.notify.subs[channel]
+			return s != nil && s.refs == groups && s.confirms.Load() == 1
+		}, "the groups did not subscribe")
+		time.Sleep(200 * time.Millisecond) // their looks after subscribing
+		released := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		unlockEach(t, ctx, got, 10*time.Second, "a group after the release")
+		took := time.Since(released)
+		t.Logf("%d groups took the lock in turn %v after its release", groups, took.Round(time.Millisecond))
+		require.Less(t, took, 5*time.Second, "a group waited out the holder's lease")
+		require.Zero(t, fell.Load(), "waits ended by their fallback timer")
+	})
+}
+
+// TestQuorumAndGroupsOfOneClientWokenByOneRelease has a Quorum wait beside
+// Groups of the same Clients for the same Mutex lock on each server: the
+// releases wake the Quorum too, though the Groups take the locks first.
+func TestQuorumAndGroupsOfOneClientWokenByOneRelease(t *testing.T) {
+	const servers = 3
+	ctx := withTimeout(t, time.Minute)
+	var fell atomic.Int64
+	var holders, clients []*Client
+	for range servers {
+		e := ownServer(t)
+		holders = append(holders, e.client(t))
+		clients = append(clients, e.client(t, fallbacks(&fell)))
+	}
+	name := t.Name()
+	holder := mustLock(t, ctx, NewQuorum(name, holders, WithFixedLease(30*time.Second)).Lock)
+	var groups []<-chan *Lease
+	for _, c := range clients {
+		groups = append(groups, NewGroup(c.Mutex(name)).Acquire(ctx))
+	}
+	subscribed := func(n int) func() bool {
+		return func() bool {
+			for _, c := range clients {
+				c.notify.mu.Lock()
+				s := c.notify.subs[c.Mutex(name).keys.channel]
+				ok := s != nil && s.refs == n && s.confirms.Load() == 1
+				c.notify.mu.Unlock()
+				if !ok {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, 10*time.Second, subscribed(1), "the groups did not subscribe")
+	time.Sleep(200 * time.Millisecond)
+	q := NewQuorum(name, clients).Acquire(ctx)
+	eventually(t, 10*time.Second, subscribed(2), "the quorum did not subscribe")
+	time.Sleep(200 * time.Millisecond)
+	released := time.Now()
+	require.NoError(t, holder.Unlock(ctx))
+	unlockEach(t, ctx, append(groups, q), 10*time.Second, "a group or the quorum after the release")
+	took := time.Since(released)
+	t.Logf("the groups and the quorum took the lock %v after its release", took.Round(time.Millisecond))
+	require.Less(t, took, 5*time.Second, "a waiter waited out the holder's lease")
+	require.Zero(t, fell.Load(), "waits ended by their fallback timer")
+}
+
+// unlockEach receives a Lease from each of chs, within d of the call, and
+// releases it as soon as it comes: the acquisitions may take the lock in
+// any order.
+func unlockEach(t *testing.T, ctx context.Context, chs []<-chan *Lease, d time.Duration, what string) {
+	t.Helper()
+	deadline := time.After(d)
+	done := make(chan error, len(chs))
+	for _, ch := range chs {
+		go func() {
+			select {
+			case l := <-ch:
+				if err := l.Err(); err != nil {
+					done <- err
+					return
+				}
+				done <- l.Unlock(ctx)
+			case <-ctx.Done():
+				done <- ctx.Err()
+			}
+		}()
+	}
+	for range chs {
+		select {
+		case err := <-done:
+			require.NoError(t, err, what)
+		case <-deadline:
+			t.Fatalf("%s: not all within %v", what, d)
+		}
+	}
+}
