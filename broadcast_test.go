@@ -340,3 +340,29 @@ func unlockEach(t *testing.T, ctx context.Context, chs []<-chan *Lease, d time.D
 		}
 	}
 }
+// TestGroupWaitEndedByItsTimerReportsFallback frees a lock that a Group
+// waits for without announcing it: the Group gets the lock when its timer
+// (the holder's lease) ends, and reports the lost wake-up.
+func TestGroupWaitEndedByItsTimerReportsFallback(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := withTimeout(t, time.Minute)
+	var fell atomic.Int64
+	names := taggedNames(t.Name(), "x", "y")
+	holder := mustLock(t, ctx, e.client(t).Mutex(names[0], WithFixedLease(time.Second)).Lock)
+	c := e.client(t, fallbacks(&fell))
+	got := NewGroup(c.Mutex(names[0]), c.Mutex(names[1])).Acquire(ctx)
+	time.Sleep(200 * time.Millisecond)
+	require.True(t, pending(got))
+	// Freed as a release frees it (kept for the fence retention), without
+	// its message.
+	rc := e.rueidisClient(t)
+	key := holder.h.keys.lock
+	for _, err := range rc.DoMulti(ctx,
+		rc.B().Hset().Key(key).FieldValue().FieldValue("owner", "").FieldValue("holds", "").Build(),
+		rc.B().Pexpire().Key(key).Milliseconds(time.Minute.Milliseconds()).Build()) {
+		require.NoError(t, err.Error())
+	}
+	l := recv(t, got, 10*time.Second, "the group after its timer")
+	require.Equal(t, int64(1), fell.Load(), "fallbacks reported")
+	require.NoError(t, l.Unlock(ctx))
+}
