@@ -100,11 +100,13 @@ func TestRWMutexHammerOneClient(t *testing.T) {
 }
 
 // TestLatchWakeUpOwedToAWaiterInFlight opens and closes a latch again while
-// a waiter's read of it (closed) is still on its way back, then has another
-// Wait of the same Client start: the waiter in flight still learns that
-// the latch opened, at once rather than after latchRecheck, and the new
-// Wait, which came after the opening, keeps waiting.
+// a waiter's read of it (closed) is still on its way back, then has other
+// Waits of the same Client start: the waiter in flight still learns that
+// the latch opened, at once rather than after latchRecheck, and the Waits
+// that began after the opening keep waiting, until the next round opens
+// the latch for them.
 func TestLatchWakeUpOwedToAWaiterInFlight(t *testing.T) {
+	const rounds, later = 4, 3
 	e := ownServer(t)
 	ctx := withTimeout(t, time.Minute)
 	var fell atomic.Int64
@@ -119,57 +121,63 @@ func TestLatchWakeUpOwedToAWaiterInFlight(t *testing.T) {
 		go func() { done <- l.Wait(ctx) }()
 		return done
 	}
-	// A first waiter keeps the subscription live, so that the next one
-	// joins it at once.
-	first := waitFor()
-	e.awaitChannels(t, 1, 10*time.Second, "the first waiter did not subscribe")
-	time.Sleep(100 * time.Millisecond) // its look after subscribing
-
-	// The waiter in flight: its two reads (before and after joining) each
-	// take a second through the proxy. Once the second has run, the latch
-	// opens and closes while its reply is on its way.
-	before := scriptCalls(t, e)
-	proxy.SetLatency(500 * time.Millisecond)
-	inFlight := waitFor()
-	eventually(t, 10*time.Second, func() bool { return scriptCalls(t, e) >= before+2 },
-		"the waiter in flight did not read the latch twice")
-	proxy.SetLatency(0)
-	_, err = setter.CountDown(ctx)
-	require.NoError(t, err)
-	_, err = setter.Reset(ctx, 1)
-	require.NoError(t, err)
-	// A Wait that starts after the opening: it reads the latch closed, joins
-	// the subscription and waits, while the reply of the one in flight is
-	// still held by the proxy.
-	later := waitFor()
-	// The scripts so far: the two reads in flight, the opening and the
-	// closing, the first waiter's look after the opening, and the later
-	// Wait's two reads.
-	eventually(t, 5*time.Second, func() bool { return scriptCalls(t, e) >= before+7 },
-		"the later Wait did not read the latch twice")
-	opened := time.Now()
-	for _, w := range []chan error{first, inFlight} {
+	returned := func(w chan error, d time.Duration, msg string, args ...any) {
+		t.Helper()
 		select {
 		case err := <-w:
 			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("a waiter missed the opening (recheck after %v)", latchRecheck)
+		case <-time.After(d):
+			t.Fatalf(msg, args...)
 		}
 	}
-	t.Logf("the waiter in flight returned %v after the later Wait began waiting (its reply held by the proxy until then)", time.Since(opened).Round(time.Millisecond))
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case err := <-later:
-		t.Fatalf("a Wait that began after the opening returned: %v", err)
-	default:
+	// A first waiter makes the subscription, so that the next ones join it
+	// at once.
+	waiting := []chan error{waitFor()}
+	e.awaitChannels(t, 1, 10*time.Second, "the first waiter did not subscribe")
+	time.Sleep(100 * time.Millisecond) // its look after subscribing
+	for round := range rounds {
+		// The waiter in flight: its two reads (before and after joining)
+		// each take half a second through the proxy. Once the second has run,
+		// the latch opens and closes while its reply is on its way.
+		before := scriptCalls(t, e)
+		proxy.SetLatency(250 * time.Millisecond)
+		inFlight := waitFor()
+		eventually(t, 10*time.Second, func() bool { return scriptCalls(t, e) >= before+2 },
+			"round %d: the waiter in flight did not read the latch twice", round)
+		proxy.SetLatency(0)
+		_, err = setter.CountDown(ctx)
+		require.NoError(t, err)
+		_, err = setter.Reset(ctx, 1)
+		require.NoError(t, err)
+		// Waits that start after the opening: each reads the latch closed,
+		// joins the subscription and waits, while the reply of the one in
+		// flight may still be held by the proxy.
+		var next []chan error
+		for range later {
+			next = append(next, waitFor())
+		}
+		// The scripts so far: the two reads in flight, the opening and the
+		// closing, a look of each earlier waiter after the opening, and
+		// two reads of each later Wait.
+		eventually(t, 5*time.Second, func() bool { return scriptCalls(t, e) >= before+4+int64(len(waiting)+2*later) },
+			"round %d: the later Waits did not read the latch twice", round)
+		for _, w := range append(waiting, inFlight) {
+			returned(w, 5*time.Second, "round %d: a waiter missed the opening (recheck after %v)", round, latchRecheck)
+		}
+		time.Sleep(100 * time.Millisecond)
+		for _, w := range next {
+			select {
+			case err := <-w:
+				t.Fatalf("round %d: a Wait that began after the opening returned: %v", round, err)
+			default:
+			}
+		}
+		waiting = next
 	}
 	_, err = setter.CountDown(ctx)
 	require.NoError(t, err)
-	select {
-	case err := <-later:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the later Wait missed the second opening")
+	for _, w := range waiting {
+		returned(w, 5*time.Second, "a Wait missed the last opening")
 	}
 	require.Zero(t, fell.Load(), "waits ended by their fallback timer")
 }
