@@ -94,7 +94,9 @@ func TestRWMutexHammerOneClient(t *testing.T) {
 		}
 		t.Logf("%d acquisitions, longest gap between two: %v", len(at), gap)
 		require.Greater(t, len(at), readers+writers)
-		require.Less(t, gap, 500*time.Millisecond, "the lock was left free while its waiters slept")
+		// A wake-up taken by the wrong goroutine leaves a gap of about the
+		// refresh interval; a loaded machine, pauses of 100-400ms.
+		require.Less(t, gap, 750*time.Millisecond, "the lock was left free while its waiters slept")
 		requireRWFree(t, m)
 	})
 }
