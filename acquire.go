@@ -45,6 +45,10 @@ type acquisition struct {
 	// hand-over that is not to be trusted; then, as on an error, the
 	// attempts go on.
 	granted func(ctx context.Context, msg string) (*Lease, error)
+	// lostIfTimed, if set, says that a broadcast always comes before an
+	// attempt can succeed (a latch opens with one): an attempt that succeeds
+	// after a wait its timer ended reports a lost wake-up (fellBack).
+	lostIfTimed bool
 }
 
 func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
@@ -74,6 +78,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	retry := errorBackoff()
 	failures := retryLog{log: a.c.log, msg: "redisync: acquire failed"}
 	for {
+		w.mark()
 		l, wait, err := a.attempt(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -96,6 +101,9 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		retry.reset()
 		failures.succeeded("key", a.key)
 		if l != nil {
+			if w.timedOut && a.lostIfTimed {
+				a.c.fellBack(a.primitive, a.name, a.key)
+			}
 			return a.keep(ctx, l)
 		}
 		if once {
@@ -121,6 +129,18 @@ func (a *acquisition) listen() string {
 type waiting struct {
 	sub      *subscription
 	targeted <-chan string
+	// gen is the subscription's broadcast generation, read before the last
+	// attempt: a broadcast since then ends the next wait at once.
+	gen uint64
+	// timedOut tells that the last wait for a broadcast ended by its timer.
+	timedOut bool
+}
+
+// mark reads the broadcast generation before an attempt.
+func (w *waiting) mark() {
+	if w.sub != nil {
+		w.gen = w.sub.sema.Gen()
+	}
 }
 
 // end leaves the subscription, if any.
@@ -135,10 +155,12 @@ func (w *waiting) end(a *acquisition) {
 
 // await waits, at most wait, for a reason to attempt again: the first time,
 // for the subscription to take effect (a release published before it was
-// missed); then for a message naming the waiter, or a release message. It
-// returns the Lease when a release handed the lock over, nil to attempt
-// again, or an error to give up with.
+// missed); then for a message naming the waiter, or a broadcast since the
+// generation read before the last attempt. It returns the Lease when a
+// release handed the lock over, nil to attempt again, or an error to give
+// up with.
 func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration) (*Lease, error) {
+	w.timedOut = false
 	first := w.sub == nil
 	if first {
 		var err error
@@ -188,8 +210,17 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 		}
 		return a.keep(ctx, l)
 	}
-	t := w.sub.sema.Wait()
-	_, err := sleep(ctx, a.c, t.C, t.Cancel, wait)
+	// A broadcast since the generation was read, before the attempt, ends
+	// the wait at once: it cannot have been meant for a later attempt.
+	wake := w.sub.sema.Wait(w.gen)
+	_, err := sleep(ctx, a.c, wake, nil, wait)
+	if err == nil {
+		select {
+		case <-wake:
+		default:
+			w.timedOut = true
+		}
+	}
 	return nil, err
 }
 

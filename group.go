@@ -265,6 +265,7 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 	a := g.newAtomic(ctx, try)
 	defer a.w.leave()
 	for {
+		a.w.mark()
 		sent := time.Now()
 		res, err := a.attempt(ctx)
 		var reply groupReply
@@ -273,7 +274,6 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 		}
 		switch {
 		case err != nil:
-			a.w.passOn(nil, "")
 			if err := a.retry(ctx, err); err != nil {
 				return nil, err
 			}
@@ -341,18 +341,24 @@ func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
 }
 
 // wait waits for the release of the lock that blocked the attempt, at most
-// its remaining lease. A single attempt fails with ErrLocked instead.
+// its remaining lease. A single attempt fails with ErrLocked instead. A
+// wait that its timer ended while the lock was in fact released reports a
+// lost wake-up (fellBack).
 func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 	c := a.g.clients[0]
 	blocked := a.g.ms[reply.blocker]
-	a.w.passOn(c, blocked.keys.channel)
 	if a.try {
 		return fmt.Errorf("%w: %q", ErrLocked, blocked.name)
 	}
+	a.w.keepOnly(c, blocked.keys.channel)
 	if err := a.w.join(ctx, c, blocked.keys.channel); err != nil {
 		return err
 	}
-	return a.w.wait(ctx, a.g.clients, reply.wait)
+	timedOut, err := a.w.wait(ctx, a.g.clients, reply.wait)
+	if timedOut {
+		freeAfterTimer(ctx, c, groupPrimitive, a.g.name, blocked.keys.lock)
+	}
+	return err
 }
 
 // grant turns a successful run of the acquire script, sent at sent, into

@@ -15,14 +15,23 @@ import (
 // notifier wakes the waiters of a Client. It keeps one pub/sub subscription
 // per lock channel that has local waiters, sharded (SSUBSCRIBE) where the
 // server supports it, counted by reference and dropped when the last waiter
-// leaves. Messages are fanned out to the waiters through a per-channel
-// sema.Sema: a release message ("1") wakes one local waiter, a "*" message
-// wakes all of them, "w:ID" wakes the waiter that expects ID (locks with a
-// queue name the waiter at its head) and "g:ID TOKEN" tells it that the lock
-// was handed to it with that token. These two go to the waiter's Client
-// alone, on a channel of its own (waiterChannel). When a subscription is
-// re-established after the connection broke (messages sent meanwhile are
-// lost), every waiter of it looks again.
+// leaves. "w:ID" wakes the waiter that expects ID (locks with a queue name
+// the waiter at its head) and "g:ID TOKEN" tells it that the lock was handed
+// to it with that token. These two go to the waiter's Client alone, on a
+// channel of its own (waiterChannel). Every other message is a broadcast to
+// all the local waiters of the channel: "*" (a latch opened, an RWMutex let
+// its readers in) and "1" (a lock that Groups and Quorums wait for was
+// released: look again). When a subscription is re-established after the
+// connection broke (messages sent meanwhile are lost), every waiter of it
+// looks again.
+//
+// Messages are for latency, never for liveness: every waiter also looks
+// again when a timer of its own ends (the holder's lease, a refresh
+// interval), and a message only makes it look sooner. Broadcasts wake by
+// generation (sema.Sema): a waiter reads its subscription's generation
+// before the attempt that found the lock taken, and its wait ends at once
+// if a broadcast came since. A broadcast thus reaches every local waiter it
+// was meant for, and no other goroutine can take it.
 //
 // The subscriptions share connections of their own (rueidis dedicated
 // connections with pub/sub hooks), whatever their number: one, a link, for
@@ -59,7 +68,7 @@ type subscription struct {
 	channel string
 	refs    int         // guarded by n.mu
 	linger  *time.Timer // drops the subscription once idle; guarded by n.mu
-	sema    sema.Sema
+	sema    sema.Sema   // the broadcasts' generations
 
 	// Guarded by n.mu.
 	link    *link // where it is subscribed, or to be; nil until routed
@@ -98,7 +107,6 @@ func (n *notifier) join(ctx context.Context, channel string) (*subscription, err
 		}
 		if s := n.subs[channel]; s != nil {
 			s.refs++
-			s.sema.Join()
 			n.mu.Unlock()
 			return s, nil
 		}
@@ -120,7 +128,6 @@ func (n *notifier) join(ctx context.Context, channel string) (*subscription, err
 		n: n, channel: channel, refs: 1,
 		ready: make(chan struct{}), gone: make(chan struct{}),
 	}
-	s.sema.Join()
 	n.subs[channel] = s
 	n.place(s)
 	if f := n.c.cfg.metrics.Subscribed; f != nil {
@@ -147,7 +154,6 @@ func (n *notifier) joinLive(channel string) *subscription {
 		return nil
 	}
 	s.refs++
-	s.sema.Join()
 	return s
 }
 
@@ -164,7 +170,6 @@ func (s *subscription) leave() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s.refs--
-	s.sema.Leave()
 	if s.refs > 0 || n.subs[s.channel] != s {
 		return
 	}
@@ -222,7 +227,7 @@ func (s *subscription) confirmed() {
 
 // wakeAll makes every waiter of the subscription look again.
 func (s *subscription) wakeAll() {
-	s.sema.ReleaseAll()
+	s.sema.Broadcast()
 	s.tmu.Lock()
 	for _, ch := range s.targets {
 		signal(ch, "")
@@ -271,15 +276,14 @@ func (n *notifier) message(m rueidis.PubSubMessage) {
 // message must not block.
 func (s *subscription) message(m rueidis.PubSubMessage) {
 	switch {
-	case m.Message == "*":
-		s.sema.ReleaseAll()
 	case strings.HasPrefix(m.Message, "w:"):
 		s.target(m.Message[2:], "")
 	case strings.HasPrefix(m.Message, "g:"):
 		id, token, _ := strings.Cut(m.Message[2:], " ")
 		s.target(id, token)
 	default:
-		s.sema.Release(1)
+		// "*" and "1": every local waiter of the channel looks again.
+		s.sema.Broadcast()
 	}
 }
 

@@ -261,13 +261,11 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 				return nil, ErrClosed
 			}
 		}
+		w.mark()
 		l, out := q.attempt(ctx, since)
 		if l != nil {
 			return l, nil
 		}
-		// A wake-up is not passed on: a failed attempt releases the servers
-		// it took, which announces their release again.
-		w.woken = nil
 		if out.err != nil {
 			lastErr = out.err
 		}
@@ -307,7 +305,15 @@ func (q *Quorum) pause(ctx context.Context, w *waitSet, out roundOutcome, b *bac
 			return err
 		}
 	}
-	return w.wait(ctx, q.clients, out.wait)
+	timedOut, err := w.wait(ctx, q.clients, out.wait)
+	if timedOut {
+		for _, i := range out.busy {
+			if freeAfterTimer(ctx, q.clients[i], quorumPrimitive, q.name, q.ms[i].keys.lock) {
+				break
+			}
+		}
+	}
+	return err
 }
 
 // quorumResult is what one server answered to an attempt.
