@@ -45,6 +45,11 @@ type acquisition struct {
 	// hand-over that is not to be trusted; then, as on an error, the
 	// attempts go on.
 	granted func(ctx context.Context, msg string) (*Lease, error)
+	// probe, if set, is what the Client's presence pass reads for the
+	// waiters of channel (see subscription.follow): waiters that have no
+	// place in a queue learn from it within one pass what a lost message
+	// would have told them.
+	probe probe
 	// lostIfTimed, if set, says that a broadcast always comes before an
 	// attempt can succeed (a latch opens with one): an attempt that succeeds
 	// after a wait its timer ended reports a lost wake-up (fellBack).
@@ -166,6 +171,9 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 		var err error
 		if w.sub, err = a.c.notify.join(ctx, a.listen()); err != nil {
 			return nil, err
+		}
+		if a.probe != nil {
+			w.sub.follow(a.probe)
 		}
 		if a.target == "" {
 			_, err = sleep(ctx, a.c, w.sub.ready, nil, wait)

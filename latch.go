@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // latchRecheck is how long a latch waiter waits for a message before it
@@ -191,7 +193,10 @@ func (l *Latch) Wait(ctx context.Context) error {
 			return nil, latchRecheck, nil
 		},
 		undo: func(context.Context) {},
-		// Only a message says that a latch opened.
+		// The generation changes when the latch opens (no hash: none) and
+		// whenever it is set again.
+		probe: func(rc rueidis.Client) rueidis.Completed { return rc.B().Hget().Key(l.key).Field("g").Build() },
+		// Only a message or the presence pass says that a latch opened.
 		lostIfTimed: true,
 	}
 	_, err := a.run(ctx, false)

@@ -67,6 +67,11 @@ type subscription struct {
 	n       *notifier
 	channel string
 	refs    int         // guarded by n.mu
+	// probe, when set, is what the Client's presence pass reads for the
+	// waiters of the channel that have no place in a queue (see follow);
+	// probed is what it read last. Guarded by n.mu.
+	probe  probe
+	probed *string
 	linger  *time.Timer // drops the subscription once idle; guarded by n.mu
 	sema    sema.Sema   // the broadcasts' generations
 
@@ -233,6 +238,53 @@ func (s *subscription) wakeAll() {
 		signal(ch, "")
 	}
 	s.tmu.Unlock()
+}
+
+// A probe is one command that reads what the waiters of a subscription
+// wait for, such as the owner of a lock or the generation of a latch: the
+// empty string (or no value) when it is free, and something that changes
+// whenever it may have become free for them.
+type probe func(rc rueidis.Client) rueidis.Completed
+
+// follow has the Client's presence pass read p for the waiters of the
+// subscription, once per pass while it has waiters: the waiters that have
+// no place in a queue (Groups and Quorums on a Mutex, Latch waiters) learn
+// within one pass what a lost message would have told them. The first
+// probe given to the subscription is kept.
+func (s *subscription) follow(p probe) {
+	n := s.n
+	n.mu.Lock()
+	if s.probe == nil {
+		s.probe = p
+	}
+	n.mu.Unlock()
+	n.c.presence.follow()
+}
+
+// followed returns the subscriptions with waiters whose probe the presence
+// pass reads.
+func (n *notifier) followed() []*subscription {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var subs []*subscription
+	for _, s := range n.subs {
+		if s.probe != nil && s.refs > 0 {
+			subs = append(subs, s)
+		}
+	}
+	return subs
+}
+
+// probedAs records what a presence pass read of the subscription's probe,
+// and reports whether its waiters must look again: it reads free, or it
+// changed since the previous pass.
+func (s *subscription) probedAs(v string) bool {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	changed := s.probed != nil && *s.probed != v
+	s.probed = &v
+	return v == "" || changed
 }
 
 // wakeAll makes every local waiter of channel look again.

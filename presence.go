@@ -11,7 +11,14 @@ import (
 )
 
 // presence keeps a Client's waiters alive in the queues of the Mutex and
-// FairMutex locks they wait for. A waiter's place is alive while its
+// FairMutex locks they wait for, and is how every waiter learns, whatever
+// messages were lost, what they would have told it: messages are for
+// latency, the presence pass is for liveness. Each pass (a third of the
+// shortest waiter expiry, a second by default) reads, per lock and not per
+// waiter, whether the Client's places there are whole, whether the lock is
+// free, and whether it was handed to one of the Client's waiters; and for
+// the waiters without a place in a queue (Groups and Quorums on a Mutex,
+// Latch waiters) whether what they wait for became free (follow). A waiter's place is alive while its
 // Client's deadline in the lock's waiters hash has not passed (see the
 // prelude), and the Client renews that one deadline for all its waiters on
 // the lock, every third of the waiter expiry, in batched scripts: what
@@ -176,17 +183,30 @@ func (p *presence) run() {
 		now := time.Now()
 		if ok && !now.Before(nextPass) {
 			p.pass(period)
+			p.probe(period)
 			nextPass = now.Add(period)
 		}
 		p.check(now, period)
 	}
 }
 
+// follow has the loop run for subscriptions followed by probes (see
+// subscription.follow): it runs while any has waiters.
+func (p *presence) follow() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.startOrWake(p.run)
+}
+
 // schedule returns the time between passes (a third of the shortest waiter
 // expiry) and the soonest check; ok is false when nothing is waited for.
 func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
+	followed := len(p.c.notify.followed()) > 0
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if followed {
+		period, ok = defaultWaiterExpiry/3, true
+	}
 	for _, e := range p.locks {
 		if !ok || e.expiry/3 < period {
 			period, ok = e.expiry/3, true
@@ -295,6 +315,31 @@ func (p *presence) pass(timeout time.Duration) {
 			p.mu.Lock()
 			p.orphans = append(p.orphans, o)
 			p.mu.Unlock()
+		}
+	}
+}
+
+// probe reads, in one pipeline, the probe of every subscription followed
+// (see subscription.follow), and wakes the waiters of those found free or
+// changed since the previous pass.
+func (p *presence) probe(timeout time.Duration) {
+	subs := p.c.notify.followed()
+	if len(subs) == 0 {
+		return
+	}
+	cmds := make(rueidis.Commands, len(subs))
+	for i, s := range subs {
+		cmds[i] = s.probe(p.c.rc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
+	defer cancel()
+	for i, r := range p.c.rc.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			continue // the waiters look again once resubscribed, or at the next pass
+		}
+		if subs[i].probedAs(v) {
+			subs[i].wakeAll()
 		}
 	}
 }

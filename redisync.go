@@ -479,6 +479,12 @@ type lockKeys struct {
 	waiters string // hash: waiter id -> deadline in server ms
 }
 
+// ownerProbe reads the owner of the lock, empty or none while it is free:
+// what Groups and Quorums waiting for it follow (see subscription.follow).
+func (k lockKeys) ownerProbe(rc rueidis.Client) rueidis.Completed {
+	return rc.B().Hget().Key(k.lock).Field("owner").Build()
+}
+
 // keysFor names the keys of a Mutex: prefix:T for the lock (with its
 // fencing counter), prefix:ch:T for its channel and prefix:q:T and
 // prefix:w:T for its waiters, where T is tagged(name). Other primitives name

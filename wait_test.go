@@ -620,3 +620,75 @@ func TestHandOverWithoutMessageFoundAtNextPass(t *testing.T) {
 		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
 	})
 }
+
+// TestGroupWaiterWithoutMessageFoundAtNextPass: a Group waiting for a lock
+// whose release announced nothing (the '1' was lost: here, its '*' was
+// taken off the queue before the release) learns at its Client's next
+// presence pass that the lock is free, not at the end of the holder's
+// lease; no fallback ends its wait.
+func TestGroupWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		var fallbacks atomic.Int64
+		holder := e.client(t)
+		waiting := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		name := "{silentg}:a"
+		l, err := holder.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		done := make(chan lockOutcome, 1)
+		go func() {
+			gl, err := NewGroup(waiting.Mutex(name), waiting.Mutex("{silentg}:b")).Lock(ctx)
+			done <- lockOutcome{gl, err, time.Now()}
+		}()
+		keys := holder.keysFor(name)
+		awaitQueued(t, ctx, rc, keys, 1) // the Group's '*'
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, rc.Do(ctx, rc.B().Zrem().Key(keys.queue).Member("*").Build()).Error())
+		require.NoError(t, l.Unlock(ctx))
+		released := time.Now()
+		select {
+		case o := <-done:
+			require.NoError(t, o.err)
+			t.Logf("the Group got the lock %v after its release", o.at.Sub(released).Round(time.Millisecond))
+			require.NoError(t, o.l.Unlock(ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Group whose release message was lost still waits after several presence passes")
+		}
+		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+	})
+}
+
+// TestLatchWaiterWithoutMessageFoundAtNextPass: a latch that opened without
+// a message (here, its key deleted) releases its waiters at their Client's
+// next presence pass, not at the recheck; no fallback ends their wait.
+func TestLatchWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		var fallbacks atomic.Int64
+		c := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		lt := c.Latch("silent-latch:" + t.Name())
+		ok, err := lt.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		const waiters = 3
+		done := make(chan error, waiters)
+		for range waiters {
+			go func() { done <- lt.Wait(ctx) }()
+		}
+		time.Sleep(300 * time.Millisecond) // waiting
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(lt.key).Build()).Error())
+		opened := time.Now()
+		for range waiters {
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a latch waiter still waits after several presence passes")
+			}
+		}
+		t.Logf("the waiters returned %v after the latch opened", time.Since(opened).Round(time.Millisecond))
+		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+	})
+}

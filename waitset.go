@@ -34,9 +34,10 @@ type waitSet struct {
 	fresh []*subscription // joined since the last wait: not known to be in effect
 }
 
-// join subscribes to channel on c, unless the set already has it. It
-// returns ctx's error when ctx ends first.
-func (w *waitSet) join(ctx context.Context, c *Client, channel string) error {
+// join subscribes to channel on c, unless the set already has it, and has
+// c's presence pass read p for it (see subscription.follow). It returns
+// ctx's error when ctx ends first.
+func (w *waitSet) join(ctx context.Context, c *Client, channel string, p probe) error {
 	for _, s := range w.subs {
 		if s.n.c == c && s.channel == channel {
 			return nil
@@ -46,6 +47,7 @@ func (w *waitSet) join(ctx context.Context, c *Client, channel string) error {
 	if err != nil {
 		return err
 	}
+	s.follow(p)
 	w.subs = append(w.subs, s)
 	w.gens = append(w.gens, s.sema.Gen())
 	w.fresh = append(w.fresh, s)
