@@ -69,13 +69,16 @@ func TestPushFaults(t *testing.T) {
 	p.DelayPushes(600 * time.Millisecond)
 	start := time.Now()
 	publish("four")
+	for p.Pushes().Delayed == 0 && time.Since(start) < 500*time.Millisecond {
+		time.Sleep(time.Millisecond) // until the proxy has read it
+	}
+	require.Equal(t, 1, p.Pushes().Delayed)
 	p.DelayPushes(0)
 	publish("five") // queued behind "four"
 	require.NoError(t, await("four", 3*time.Second))
 	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond)
 	require.NoError(t, await("five", 2*time.Second))
 	require.Equal(t, 2, p.Pushes().Dropped)
-	require.Equal(t, 1, p.Pushes().Delayed)
 
 	// A large reply parsed in pieces goes through whole.
 	rc := newClient(t, p)
