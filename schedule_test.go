@@ -150,6 +150,7 @@ type world struct {
 	names  map[string]*nameState
 	faults []fault
 	sizes  map[string]int // semaphore sizes
+	unsure []*rec         // leases whose Unlock failed in this schedule
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -697,8 +698,13 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	}
 	w.checkNothingLeft(n)
 	w.mu.Lock()
-	w.held, w.names = map[string][]*rec{}, map[string]*nameState{}
+	unsure := w.unsure
+	w.held, w.names, w.unsure = map[string][]*rec{}, map[string]*nameState{}, nil
 	w.mu.Unlock()
+	for _, r := range unsure {
+		// Close released it, or it says it was lost.
+		w.count(w.failures, fmt.Sprintf("lease whose Unlock failed: Lost closed after Close=%v", lostNow(r.lease)))
+	}
 	w.vmu.Lock()
 	w.schedules++
 	w.vmu.Unlock()
@@ -802,7 +808,11 @@ func errClass(err error) string {
 			return e.Error()
 		}
 	}
-	return "other"
+	msg := err.Error()
+	if len(msg) > 90 {
+		msg = msg[:90] + "..."
+	}
+	return msg
 }
 
 // lossReason reports whether err is one of the reasons a held lease is lost.
@@ -911,7 +921,6 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	ucancel()
 	switch {
 	case err == nil:
-		close(r.done)
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
 		if !lostBefore && took < t.lease/10 {
@@ -923,10 +932,14 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	default:
 		w.count(w.failures, t.prim+" unlock: "+errClass(err))
 		w.vacate(r, t.lease+time.Second)
+		w.mu.Lock()
+		w.unsure = append(w.unsure, r)
+		w.mu.Unlock()
 	}
+	close(r.done)
 }
 
-// watchLoss waits for r's loss until its Unlock returns nil: a loss within
+// watchLoss waits for r's loss until its Unlock returns: a loss within
 // 100ms of the delivery is counted, and the liveness monitor learns that
 // the lock may stay held until its key expires.
 func (w *world) watchLoss(r *rec) {
