@@ -224,7 +224,7 @@ func TestFencedLinearizable(t *testing.T) {
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
-		w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 3)), clients, stop)
+		w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 3)), clients, stop, false)
 	}()
 	time.Sleep(run)
 	close(stop)

@@ -225,13 +225,22 @@ func (w *world) faultsAround(from, to time.Time, grace time.Duration) string {
 
 // allowance is how much longer than a presence pass and its slack a waiter
 // may wait for a free lock between from and to: each fault that acted then,
-// or shortly before, adds its length and a recovery time.
+// or shortly before, adds its length and a recovery time, but a dropped
+// message adds nothing.
 func (w *world) allowanceLocked(from, to time.Time) time.Duration {
 	var d time.Duration
 	for _, f := range w.faults {
-		recovery := 3 * time.Second
-		if f.kind == "restart" {
+		var recovery time.Duration
+		switch f.kind {
+		case "drop-push":
+			// Messages are for latency: the presence pass is what waiting
+			// relies on, and the limit has one already.
+		case "delay-push", "cut-subscriber":
+			recovery = time.Second // the delay, or a new subscription
+		case "restart":
 			recovery = 6 * time.Second
+		default:
+			recovery = 3 * time.Second
 		}
 		if !f.start.After(to) && !f.end.Add(recovery).Before(from) {
 			d += f.end.Sub(f.start) + recovery
@@ -616,7 +625,10 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	t := w.t
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	const nClients, perClient = 5, 4
-	quiet := rnd.IntN(3) == 0
+	// A third of the schedules run without faults, a third with pub/sub
+	// faults only (dropped, delayed messages, cut subscriptions), a third
+	// with every kind.
+	mode := []string{"quiet", "pubsub", "all"}[rnd.IntN(3)]
 	var clients []*schedClient
 	var settings []string
 	for i := range nClients {
@@ -653,7 +665,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	for _, sc := range clients {
 		targets = append(targets, w.targets(rnd, sc, clients))
 	}
-	t.Logf("schedule %d (seed %d) at %s for %v, quiet %v: %s", n, seed, w.rel(time.Now()), d, quiet, strings.Join(settings, "; "))
+	t.Logf("schedule %d (seed %d) at %s for %v, faults %s: %s", n, seed, w.rel(time.Now()), d, mode, strings.Join(settings, "; "))
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -673,8 +685,8 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
-		if !quiet {
-			w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 2)), clients, stop)
+		if mode != "quiet" {
+			w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 2)), clients, stop, mode == "pubsub")
 		}
 	}()
 	time.Sleep(d)
@@ -773,7 +785,11 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 			w.latchOp(rnd, sc)
 			continue
 		}
-		w.acquireOnce(rnd, sc, ts[rnd.IntN(len(ts))])
+		t := ts[rnd.IntN(len(ts))]
+		if rnd.IntN(2) == 0 { // half the time a Mutex or FairMutex: the locks with queues
+			t = ts[rnd.IntN(len(mutexNames)+len(fairNames))]
+		}
+		w.acquireOnce(rnd, sc, t)
 	}
 }
 
@@ -966,8 +982,9 @@ func (w *world) watchLoss(r *rec) {
 }
 
 // injectFaults injects random faults until stop: on average one every
-// 0.8s, each one of the kinds below (a restart at most once a schedule).
-func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}) {
+// 0.8s, each one of the kinds below (a restart at most once a schedule), or
+// only pub/sub faults.
+func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, pubsubOnly bool) {
 	proxied := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.p == nil })
 	restarted := false
 	var wg sync.WaitGroup
@@ -985,6 +1002,9 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		kind := kinds[rnd.IntN(len(kinds)-1)]
 		if !restarted && rnd.IntN(12) == 0 {
 			kind = "restart"
+		}
+		if pubsubOnly {
+			kind = []string{"drop-push", "drop-push", "delay-push", "cut-subscriber"}[rnd.IntN(4)]
 		}
 		start := time.Now()
 		end := start
