@@ -36,3 +36,10 @@ bench: deps
 # peers compares redisync with the Go lock libraries (bench/peers, a module of its own).
 peers: deps
 	cd bench/peers && go run . $(ARGS)
+
+.PHONY: soak-schedule
+
+# soak-schedule runs only the randomized schedule and fencing checks at soak
+# size; SEED=N replays one run.
+soak-schedule: deps
+	REDISYNC_SOAK=1 GOWORK=off go test -race -count=1 -timeout 90m -v -run '^(TestSchedule|TestFencedLinearizable)$$' . $(if $(SEED),-seed $(SEED))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -39,9 +40,20 @@ type acquisition struct {
 	// come on the Client's own channel of the lock (waiterChannel), which
 	// the acquisition then listens to instead of channel.
 	target string
-	// granted, if set, takes the lock a release handed over to target with
-	// token, without asking Redis. On an error the attempts go on.
-	granted func(ctx context.Context, token string) (*Lease, error)
+	// granted, if set, takes the lock a release handed over to target, as
+	// its message (what follows the id) told. It returns nil for a
+	// hand-over that is not to be trusted; then, as on an error, the
+	// attempts go on.
+	granted func(ctx context.Context, msg string) (*Lease, error)
+	// probe, if set, is what the Client's presence pass reads for the
+	// waiters of channel (see subscription.follow): waiters that have no
+	// place in a queue learn from it within one pass what a lost message
+	// would have told them.
+	probe probe
+	// lostIfTimed, if set, says that a broadcast always comes before an
+	// attempt can succeed (a latch opens with one): an attempt that succeeds
+	// after a wait its timer ended reports a lost wake-up (fellBack).
+	lostIfTimed bool
 }
 
 func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
@@ -56,9 +68,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	if a.leave != nil && !once {
 		defer func() {
 			if granted == nil {
-				dctx, cancel := detached(ctx)
-				defer cancel()
-				a.leave(dctx)
+				a.c.cleanup(ctx, a.leave)
 			}
 		}()
 	}
@@ -73,6 +83,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	retry := errorBackoff()
 	failures := retryLog{log: a.c.log, msg: "redisync: acquire failed"}
 	for {
+		w.mark()
 		l, wait, err := a.attempt(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -95,6 +106,9 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		retry.reset()
 		failures.succeeded("key", a.key)
 		if l != nil {
+			if w.timedOut && a.lostIfTimed {
+				a.c.fellBack(a.primitive, a.name, a.key)
+			}
 			return a.keep(ctx, l)
 		}
 		if once {
@@ -120,6 +134,18 @@ func (a *acquisition) listen() string {
 type waiting struct {
 	sub      *subscription
 	targeted <-chan string
+	// gen is the subscription's broadcast generation, read before the last
+	// attempt: a broadcast since then ends the next wait at once.
+	gen uint64
+	// timedOut tells that the last wait for a broadcast ended by its timer.
+	timedOut bool
+}
+
+// mark reads the broadcast generation before an attempt.
+func (w *waiting) mark() {
+	if w.sub != nil {
+		w.gen = w.sub.sema.Gen()
+	}
 }
 
 // end leaves the subscription, if any.
@@ -134,54 +160,130 @@ func (w *waiting) end(a *acquisition) {
 
 // await waits, at most wait, for a reason to attempt again: the first time,
 // for the subscription to take effect (a release published before it was
-// missed); then for a message naming the waiter, or a release message. It
-// returns the Lease when a release handed the lock over, nil to attempt
-// again, or an error to give up with.
+// missed); then for a message naming the waiter, or a broadcast since the
+// generation read before the last attempt. It returns the Lease when a
+// release handed the lock over, nil to attempt again, or an error to give
+// up with.
 func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration) (*Lease, error) {
-	if w.sub == nil {
+	w.timedOut = false
+	first := w.sub == nil
+	if first {
 		var err error
-		if w.sub, err = a.c.notify.join(a.listen()); err != nil {
+		if w.sub, err = a.c.notify.join(ctx, a.listen()); err != nil {
 			return nil, err
 		}
-		if a.target != "" {
-			w.targeted = w.sub.expect(a.target)
+		if a.probe != nil {
+			w.sub.follow(a.probe)
 		}
-		_, err = sleep(ctx, a.c, w.sub.ready, nil, wait)
-		return nil, err
+		if a.target == "" {
+			_, err = sleep(ctx, a.c, w.sub.ready, nil, wait)
+			return nil, err
+		}
+		w.targeted = w.sub.expect(a.target)
 	}
 	if w.targeted != nil {
-		// A wake-up or the timer gives "", a lock handed over its token.
-		token, err := sleep(ctx, a.c, w.targeted, nil, wait)
-		if err != nil || token == "" || a.granted == nil {
-			return nil, err
+		// A wake-up gives "", a lock handed over its token; the first time,
+		// the subscription taking effect ends the wait too. The Client's
+		// presence pass wakes the waiter whatever messages were lost: a
+		// wait that the fallback timer ends is counted.
+		var ready <-chan struct{}
+		if first {
+			ready = w.sub.ready
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		var token string
+		select {
+		case token = <-w.targeted:
+		case <-ready:
+		case <-timer.C:
+			if wait >= waiterFallback {
+				a.c.fellBack(a.primitive, a.name, a.key)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-a.c.closed:
+			return nil, ErrClosed
+		}
+		if token == "" || a.granted == nil {
+			return nil, nil
 		}
 		l, err := a.granted(ctx, token)
 		if err != nil {
 			a.c.log.Warn("redisync: taking a lock handed over failed; asking again", "key", a.key, "err", err)
 			return nil, nil
 		}
+		if l == nil {
+			return nil, nil // a hand-over that came late: ask again
+		}
 		return a.keep(ctx, l)
 	}
-	t := w.sub.sema.Wait()
-	_, err := sleep(ctx, a.c, t.C, t.Cancel, wait)
+	// A broadcast since the generation was read, before the attempt, ends
+	// the wait at once: it cannot have been meant for a later attempt.
+	wake := w.sub.sema.Wait(w.gen)
+	_, err := sleep(ctx, a.c, wake, nil, wait)
+	if err == nil {
+		select {
+		case <-wake:
+		default:
+			w.timedOut = true
+		}
+	}
 	return nil, err
 }
 
 // keep returns a granted lease, unless ctx ended meanwhile: then the lease
-// is given back.
+// is given back, in the background.
 func (a *acquisition) keep(ctx context.Context, l *Lease) (*Lease, error) {
-	if ctx.Err() != nil {
-		l.abandon(ctx.Err())
-		return nil, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		a.c.cleanup(ctx, func(context.Context) { l.abandon(err) })
+		return nil, err
 	}
 	return l, nil
 }
 
-// abandon runs undo with a detached context.
+// abandon runs undo, in the background once ctx ended.
 func (a *acquisition) abandon(ctx context.Context) {
-	dctx, cancel := detached(ctx)
-	defer cancel()
-	a.undo(dctx)
+	a.c.cleanup(ctx, a.undo)
+}
+
+// cleanup runs f, a release or a leave that the library sends on its own
+// when an acquisition ends without the lease, with a detached context
+// (bounded by cleanupTimeout). Once ctx ended, the caller waits for it
+// inflightGrace at most, so that what it undoes is undone when it returns
+// while Redis answers, and returns at once while Redis cannot be reached:
+// f then goes on in the background, and Close waits for it before it
+// closes the connection. A closing Client runs it to its end.
+func (c *Client) cleanup(ctx context.Context, f func(context.Context)) {
+	run := func() {
+		dctx, cancel := detached(ctx)
+		defer cancel()
+		f(dctx)
+	}
+	if ctx.Err() == nil {
+		run()
+		return
+	}
+	c.cleanupMu.Lock()
+	if c.isClosed() {
+		c.cleanupMu.Unlock()
+		run()
+		return
+	}
+	c.cleanups.Add(1)
+	c.cleanupMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer c.cleanups.Done()
+		defer close(done)
+		run()
+	}()
+	timer := time.NewTimer(inflightGrace)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
 
 // checkHandle checks what every method of a primitive's handle checks: the
@@ -290,13 +392,18 @@ func (c *Client) acquireAsync(ctx context.Context, check error, acquire func(con
 }
 
 // transient reports whether an acquisition error is worth retrying: the
-// connection failed, rather than Redis refusing the command.
+// connection failed, or Redis cannot serve the command for a while (a
+// server loading its data after a restart, a Cluster slot moving or
+// without a master), rather than Redis refusing the command.
 func transient(err error) bool {
 	var re *rueidis.RedisError
 	if errors.Is(err, ErrNotReplicated) {
 		return true
 	}
-	return !errors.As(err, &re) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrInvalidArgument)
+	if errors.As(err, &re) {
+		return re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() || strings.HasPrefix(re.Error(), "MASTERDOWN")
+	}
+	return !errors.Is(err, ErrClosed) && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrInvalidArgument)
 }
 
 // ctxErr is ctx's error, with the last Redis error seen while retrying.

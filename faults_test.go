@@ -101,7 +101,7 @@ func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 	waiter, p := e.proxied(t)
 	ctx := withTimeout(t, 2*time.Minute)
 	m := waiter.FairMutex("rebreak", WithWaiterExpiry(time.Minute))
-	sub, err := waiter.notify.join(m.keys.channel)
+	sub, err := waiter.notify.join(t.Context(), m.keys.channel)
 	require.NoError(t, err)
 	defer sub.leave()
 	eventually(t, 10*time.Second, func() bool { return sub.confirms.Load() > 0 }, "never subscribed")
@@ -348,4 +348,117 @@ func TestMutexWaitersWithoutShardedPubSub(t *testing.T) {
 		require.NoError(t, err)
 	})
 	e.requireNoSubscriptions(t)
+}
+
+// TestAcquireEndsAtOnceWhileRedisHangs: when ctx ends while Redis cannot be
+// reached, Acquire delivers at once (its attempt in flight is waited for
+// half a second at most) rather than after the releases it sends on its
+// own, which run in the background; once Redis answers again, nothing is
+// left. For every primitive that queues.
+func TestAcquireEndsAtOnceWhileRedisHangs(t *testing.T) {
+	e := ownServer(t)
+	holder := e.client(t)
+	waiter, p := e.proxied(t)
+	ctx := withTimeout(t, 30*time.Second)
+	prefix := "hang:"
+	for _, tc := range []struct {
+		name    string
+		hold    func() (*Lease, error)
+		acquire func(context.Context) <-chan *Lease
+	}{
+		{"mutex", func() (*Lease, error) { return holder.Mutex(prefix + "m").Lock(ctx) }, waiter.Mutex(prefix + "m").Acquire},
+		{"fair", func() (*Lease, error) { return holder.FairMutex(prefix + "f").Lock(ctx) }, waiter.FairMutex(prefix + "f").Acquire},
+		{"rwmutex", func() (*Lease, error) { return holder.RWMutex(prefix + "rw").Lock(ctx) }, waiter.RWMutex(prefix + "rw").RAcquire},
+		{"semaphore", func() (*Lease, error) {
+			s := holder.Semaphore(prefix + "s")
+			if _, err := s.SetSize(ctx, 1); err != nil {
+				return nil, err
+			}
+			return s.Lock(ctx, 1)
+		}, func(ctx context.Context) <-chan *Lease { return waiter.Semaphore(prefix+"s").Acquire(ctx, 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := tc.hold()
+			require.NoError(t, err)
+			actx, cancel := context.WithCancel(ctx)
+			ch := tc.acquire(actx)
+			time.Sleep(200 * time.Millisecond) // queued
+			p.Blackhole()
+			cancel()
+			ended := time.Now()
+			select {
+			case got := <-ch:
+				require.ErrorIs(t, got.Err(), context.Canceled)
+				require.Less(t, time.Since(ended), 2*time.Second, "Acquire delivered late after its context ended")
+				t.Logf("delivered %v after the context ended", time.Since(ended).Round(time.Millisecond))
+			case <-time.After(3 * time.Second):
+				t.Fatal("Acquire did not deliver within 3s of its context ending")
+			}
+			p.Heal()
+			require.NoError(t, l.Unlock(ctx))
+		})
+	}
+	require.NoError(t, waiter.Close())
+	_, err := holder.Semaphore(prefix + "s").Delete(ctx)
+	require.NoError(t, err)
+	e.requireNothingLeft(t, "redisync:")
+}
+
+// TestTransientServerStates: replies that say Redis cannot serve the
+// command for a while (loading its data after a restart, a Cluster slot
+// moving or without a master) are retried like connection errors, and
+// replies that refuse the command are not.
+func TestTransientServerStates(t *testing.T) {
+	e := standaloneEnv(t)
+	rc := e.rueidisClient(t)
+	ctx := withTimeout(t, 10*time.Second)
+	reply := func(text string) error {
+		return rc.Do(ctx, rc.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).Arg(text).Build()).Error()
+	}
+	for _, text := range []string{"LOADING Redis is loading the dataset in memory", "TRYAGAIN Multiple keys request during rehashing of slot",
+		"CLUSTERDOWN The cluster is down", "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'"} {
+		err := reply(text)
+		require.Error(t, err)
+		require.True(t, transient(redisErr("acquire", err)), "%q is not retried", text)
+	}
+	for _, text := range []string{"WRONGTYPE Operation against a key holding the wrong kind of value", "ERR something"} {
+		require.False(t, transient(redisErr("acquire", reply(text))), "%q is retried", text)
+	}
+}
+
+// TestUnlockWithoutAnswerLockMovedOn: an Unlock whose answer never came,
+// and that is not retried, does not hide what happens to the lock next:
+// once another Client holds it, the lease reports the loss at the next
+// renewal, not at its deadline as a lost connection. A retry still
+// reports the release that landed.
+func TestUnlockWithoutAnswerLockMovedOn(t *testing.T) {
+	e := ownServer(t)
+	const lease = 3 * time.Second
+	a, p := e.proxied(t, WithWatchdogLease(lease))
+	b := e.client(t)
+	ctx := withTimeout(t, 20*time.Second)
+	warm := mustLock(t, ctx, a.Mutex("warm-up").Lock)
+	require.NoError(t, warm.Unlock(ctx))
+
+	l := mustLock(t, ctx, a.Mutex("moved-on").Lock)
+	p.SetLatency(300 * time.Millisecond)
+	short, cancel := context.WithCancel(ctx)
+	stop := time.AfterFunc(100*time.Millisecond, cancel)
+	err := l.Unlock(short)
+	stop.Stop()
+	cancel()
+	require.ErrorIs(t, err, context.Canceled, "the reply is late")
+	bl := mustLock(t, ctx, b.Mutex("moved-on").Lock) // the release landed
+	taken := time.Now()
+	p.SetLatency(0)
+	select {
+	case <-l.Lost():
+		require.Less(t, time.Since(taken), lease/3+time.Second, "the loss was reported late")
+		require.NotErrorIs(t, l.Err(), ErrConnectionLost, "the loss was put down to the connection")
+		t.Logf("lost %v after another Client took the lock: %v", time.Since(taken).Round(time.Millisecond), l.Err())
+	case <-time.After(lease):
+		t.Fatal("the loss was not reported")
+	}
+	require.NoError(t, l.Unlock(ctx), "the retry reports the release that landed")
+	require.NoError(t, bl.Unlock(ctx))
 }

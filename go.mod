@@ -3,6 +3,7 @@ module github.com/redisync/redisync
 go 1.25.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/uuid v1.6.0
 	github.com/redis/rueidis v1.0.79
 	github.com/stretchr/testify v1.12.1

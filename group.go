@@ -266,6 +266,7 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 	a := g.newAtomic(ctx, try)
 	defer a.w.leave()
 	for {
+		a.w.mark()
 		sent := time.Now()
 		res, err := a.attempt(ctx)
 		var reply groupReply
@@ -274,7 +275,6 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 		}
 		switch {
 		case err != nil:
-			a.w.passOn(nil, "")
 			if err := a.retry(ctx, err); err != nil {
 				return nil, err
 			}
@@ -342,18 +342,24 @@ func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
 }
 
 // wait waits for the release of the lock that blocked the attempt, at most
-// its remaining lease. A single attempt fails with ErrLocked instead.
+// its remaining lease. A single attempt fails with ErrLocked instead. A
+// wait that its timer ended while the lock was in fact released reports a
+// lost wake-up (fellBack).
 func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 	c := a.g.clients[0]
 	blocked := a.g.ms[reply.blocker]
-	a.w.passOn(c, blocked.keys.channel)
 	if a.try {
 		return fmt.Errorf("%w: %q", ErrLocked, blocked.name)
 	}
-	if err := a.w.join(c, blocked.keys.channel); err != nil {
+	a.w.keepOnly(c, blocked.keys.channel)
+	if err := a.w.join(ctx, c, blocked.keys.channel, blocked.keys.ownerProbe); err != nil {
 		return err
 	}
-	return a.w.wait(ctx, a.g.clients, reply.wait)
+	timedOut, err := a.w.wait(ctx, a.g.clients, reply.wait)
+	if timedOut {
+		freeAfterTimer(ctx, c, groupPrimitive, a.g.name, blocked.keys.lock)
+	}
+	return err
 }
 
 // grant turns a successful run of the acquire script, sent at sent, into
@@ -363,7 +369,8 @@ func (a *atomicAcquisition) grant(ctx context.Context, reply groupReply, sent ti
 	c := a.g.clients[0]
 	for i, mb := range a.ms {
 		m := mb.m
-		l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, mb.parent, mb.owner, mb.hold, int64(reply.tokens[i]), mb.ttl, m.cfg.fixedLease == 0, sent)
+		l, err := c.grant(ctx, grant{kind: mutexKind, name: m.name, keys: m.keys, key: m.keys.lock, parent: mb.parent, owner: mb.owner, hold: mb.hold,
+			token: int64(reply.tokens[i]), lease: mb.ttl, watchdog: m.cfg.fixedLease == 0, sent: sent})
 		if err != nil {
 			a.undo(ctx)
 			return nil, err

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // latchRecheck is how long a latch waiter waits for a message before it
 // looks at the count again. Messages are not expected to be lost (a broken
 // subscription makes every waiter look again when it is restored); this
-// only bounds the cost of one that was.
+// only bounds the cost of one that was, and a waiter that finds the latch
+// opened when it ends reports the lost wake-up (Metrics.WaitFallback).
 const latchRecheck = 15 * time.Second
 
 // errLatchOpen marks, inside Wait, an attempt that found the latch open.
@@ -30,8 +33,9 @@ var errLatchOpen = errors.New("redisync: latch open")
 // Waiting costs one round trip when the latch is open. Otherwise the
 // waiter subscribes to the latch's channel, shared by every waiter of the
 // Client; the count-down that opens the latch publishes one message, which
-// wakes every local waiter. A waiter returns once the latch it waited for
-// opened, even if the latch was set again before it looked.
+// wakes every local waiter that read the latch before it, whenever it
+// starts waiting (see notifier). A waiter returns once the latch it waited
+// for opened, even if the latch was set again before it looked.
 //
 // In Metrics, a Wait that returns nil counts as an acquisition of the
 // primitive "latch", with the time it waited; it has no release.
@@ -189,6 +193,11 @@ func (l *Latch) Wait(ctx context.Context) error {
 			return nil, latchRecheck, nil
 		},
 		undo: func(context.Context) {},
+		// The generation changes when the latch opens (no hash: none) and
+		// whenever it is set again.
+		probe: func(rc rueidis.Client) rueidis.Completed { return rc.B().Hget().Key(l.key).Field("g").Build() },
+		// Only a message or the presence pass says that a latch opened.
+		lostIfTimed: true,
 	}
 	_, err := a.run(ctx, false)
 	return err

@@ -4,27 +4,82 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
+// grant is what an acquisition learnt of a lock it holds in Redis: what
+// the Lease is made of.
+type grant struct {
+	kind   *leaseKind
+	name   string
+	keys   lockKeys
+	key    string // the key the watchdog renews
+	parent *Lease // the lease re-entered, or nil
+	owner  string
+	hold   string
+	token  int64
+	lease  time.Duration
+	// watchdog: renewed by the watchdog; otherwise a fixed lease.
+	watchdog bool
+	// sent is a moment before the key got its lease: when the command that
+	// set it was sent.
+	sent time.Time
+	// initial, when not 0, is a shorter lease than lease that the key got
+	// first (the lock handed over to a waiter): the watchdog renews the
+	// full lease a third into it, and until then the lease ends as initial
+	// does.
+	initial time.Duration
+}
+
+// first is the lease the key got first.
+func (g *grant) first() time.Duration {
+	if g.initial > 0 {
+		return g.initial
+	}
+	return g.lease
+}
+
+// errLostBeforeDelivery reports a lock that was granted but found lost when
+// its late grant was checked: a connection held up the reply, or the
+// message that handed the lock over, for most of its lease. It is retried
+// as a connection error is.
+var errLostBeforeDelivery = errors.New("redisync: the lock was lost before its lease could be delivered")
+
+// confirm renews the lease of a grant that arrived late, a third of its
+// first lease or more after the command that set it was sent (the watchdog
+// would have renewed it by then), and counts the grant from the renewal: a
+// Lease is delivered only when it is held for most of its lease ahead. A
+// lock found not held (expired, taken) is errLostBeforeDelivery.
+func (c *Client) confirm(ctx context.Context, g *grant) error {
+	sent := time.Now()
+	actx, done := inflight(ctx)
+	states, err := g.kind.renew.exec(actx, c.rc, []string{g.key}, []string{g.owner, strconv.FormatInt(g.lease.Milliseconds(), 10)}).AsIntSlice()
+	done()
+	switch {
+	case err != nil:
+		return redisErr("renew", err)
+	case len(states) != 1 || states[0] != 1:
+		return errLostBeforeDelivery
+	}
+	g.sent, g.initial = sent, 0
+	return nil
+}
+
 // grant turns a successful acquire script run into a Lease: the first hold
 // of a new holder, registered with the watchdog before it is returned, or
 // one more hold of the parent's holder. It fails when the parent's
 // ownership ended meanwhile; the caller then releases the hold.
-func (c *Client) grant(ctx context.Context, kind *leaseKind, name string, keys lockKeys, key string, parent *Lease,
-	owner, hold string, token int64, lease time.Duration, watchdog bool, sent time.Time) (*Lease, error) {
-	return c.grantShort(ctx, kind, name, keys, key, parent, owner, hold, token, lease, watchdog, sent, 0)
-}
-
-// grantShort is grant for a lock whose key was given a shorter lease,
-// initial, than the holder's: the lock handed over to a waiter. The watchdog
-// renews the full lease a third into initial, and until then the lease ends
-// as initial does.
-func (c *Client) grantShort(ctx context.Context, kind *leaseKind, name string, keys lockKeys, key string, parent *Lease,
-	owner, hold string, token int64, lease time.Duration, watchdog bool, sent time.Time, initial time.Duration) (*Lease, error) {
+func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
+	kind, key, parent, owner, hold := g.kind, g.key, g.parent, g.owner, g.hold
+	if parent == nil && g.watchdog && time.Since(g.sent) > g.first()/3 {
+		if err := c.confirm(ctx, &g); err != nil {
+			return nil, err
+		}
+	}
 	if parent != nil && parent.h.owner == owner {
 		h := parent.h
 		h.mu.Lock()
@@ -37,9 +92,9 @@ func (c *Client) grantShort(ctx context.Context, kind *leaseKind, name string, k
 		return l, nil
 	}
 	h := &holder{
-		c: c, kind: kind, name: name, keys: keys, key: key, owner: owner, token: uint64(token),
-		lease: lease, watchdog: watchdog, initial: initial,
-		leases: make(map[*Lease]struct{}, 1), lastOK: sent, lost: make(chan struct{}),
+		c: c, kind: kind, name: g.name, keys: g.keys, key: key, owner: owner, token: uint64(g.token),
+		lease: g.lease, watchdog: g.watchdog, initial: g.initial,
+		leases: make(map[*Lease]struct{}, 1), lastOK: g.sent, lost: make(chan struct{}),
 	}
 	l := newLease(ctx, h, hold)
 	h.leases[l] = struct{}{}
@@ -123,7 +178,6 @@ type holder struct {
 	lastOK    time.Time           // when the last successful acquire or renewal was sent
 	tried     time.Time           // when the watchdog last sent a pass that included it
 	releasing int                 // releases in flight: a renewal that finds the key gone is not a loss
-	doubts    int                 // leases whose last release attempt got no answer: likewise
 	done      bool                // released or lost: no longer renewed
 	err       error               // the loss reason
 	lostAt    time.Time           // when the loss was noticed
@@ -377,12 +431,6 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Unlock()
 	h.mu.Lock()
 	lostAt := h.lostAt
-	switch {
-	case err != nil && unsure.IsZero():
-		h.doubts++
-	case err == nil && !unsure.IsZero():
-		h.doubts--
-	}
 	h.mu.Unlock()
 	if err != nil {
 		return err

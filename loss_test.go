@@ -412,3 +412,36 @@ func BenchmarkLostAfterDelete(b *testing.B) {
 		})
 	}
 }
+
+// TestProbeIgnoresReplicas: a probe for a lock's owner, which asks every
+// node the Client knows, takes no answer from a replica, whose copy may lag
+// behind or differ: only a master's answer settles the lease.
+func TestProbeIgnoresReplicas(t *testing.T) {
+	e := ownServer(t)
+	replica := e.replica(t)
+	ctx := withTimeout(t, 10*time.Second)
+	c := e.client(t)
+	l, err := c.Mutex("probe").Lock(ctx)
+	require.NoError(t, err)
+	defer l.Unlock(ctx)
+	// The replica's copy says somebody else holds the lock.
+	_, err = replica.Do("CONFIG", "SET", "replica-read-only", "no")
+	require.NoError(t, err)
+	_, err = replica.Do("HSET", c.keysFor("probe").lock, "owner", "someone:1")
+	require.NoError(t, err)
+	node := func(addr string) rueidis.Client {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+		require.NoError(t, err)
+		t.Cleanup(rc.Close)
+		return rc
+	}
+	master, copyNode := node(e.server.Addr), node(replica.Addr)
+	none := func(string) rueidis.Client { return nil }
+	_, ok := c.tracker.probeOne(ctx, map[string]rueidis.Client{replica.Addr: copyNode}, none, l.h)
+	require.False(t, ok, "a replica's answer settled the lease")
+	for range 10 { // whichever node the map yields first
+		state, ok := c.tracker.probeOne(ctx, map[string]rueidis.Client{replica.Addr: copyNode, e.server.Addr: master}, none, l.h)
+		require.True(t, ok)
+		require.Equal(t, int64(1), state, "the master says the lease holds")
+	}
+}

@@ -29,6 +29,22 @@ type Metrics struct {
 	// Subscribed is called with +1 when a pub/sub subscription is made and
 	// -1 when it is dropped.
 	Subscribed func(delta int)
+	// WaitFallback is called when a wait for a lock ended by its fallback
+	// timer rather than by a message or the Client's presence pass: a
+	// waiter that would otherwise have slept through its turn. Waiting
+	// never relies on it (messages are for latency, the presence pass for
+	// liveness), so any call is a bug worth reporting; each is also logged
+	// at WARN.
+	WaitFallback func(primitive, name string)
+}
+
+// fellBack counts and logs a wait of a primitive's lock (name, key) that
+// its fallback timer ended.
+func (c *Client) fellBack(primitive, name, key string) {
+	c.log.Warn("redisync: a wait was ended by its fallback timer, not by a message or a presence pass", "primitive", primitive, "key", key)
+	if f := c.cfg.metrics.WaitFallback; f != nil {
+		f(primitive, name)
+	}
 }
 
 // WithMetrics sends the Client's measurements to m.

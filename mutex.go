@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -177,9 +178,10 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 // backoff (up to a second apart) until ctx ends, then returns ctx's error
 // wrapping the last of them. Errors Redis replies with (a key of the wrong
 // type, a script error) are returned at once. Whenever Lock returns an
-// error nothing is held: if ctx ended while an attempt was on its way to
-// Redis, Lock waits for its outcome (half a second at most) and releases
-// what it took before returning.
+// error nothing stays held: if ctx ended while an attempt was on its way to
+// Redis, Lock waits for its outcome and releases what it took (half a
+// second at most for each) before returning; while Redis cannot be
+// reached, the release goes on in the background (Close waits for it).
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, false) }
 
 // TryLock makes a single attempt. It returns ErrLocked when another owner
@@ -231,11 +233,9 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 		c: c, primitive: q.kind.primitive, name: q.name,
 		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
 		attempt: qa.attempt,
-		granted: func(ctx context.Context, token string) (*Lease, error) {
-			return c.handedOver(ctx, q.kind, q.name, q.keys, qa.owner, qa.hold, token, qa.lease, qa.short, qa.lastSent)
-		},
-		undo:  func(ctx context.Context) { q.releaseAbandoned(ctx, qa.owner, qa.hold) },
-		leave: qa.leave,
+		granted: qa.handedOver,
+		undo:    func(ctx context.Context) { q.releaseAbandoned(ctx, qa.owner, qa.hold) },
+		leave:   qa.leave,
 	}
 	l, err := a.run(ctx, try)
 	if qa.joined {
@@ -259,6 +259,9 @@ type queuedAcquisition struct {
 	args     []string
 	joined   bool      // counted by the Client's presence in the queue
 	lastSent time.Time // when the last attempt was sent
+	// What the last attempt that found the lock taken saw: the last token
+	// handed out, and the server's clock in ms (0 when not known).
+	seen, seenAt int64
 }
 
 func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquisition {
@@ -278,18 +281,26 @@ func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquis
 }
 
 // acquireArgs are the arguments of acquire.lua and fair_acquire.lua; the
-// mode ("first", "try", "queued" or "") is at modeArg.
+// mode ("first", "try", "queued" or "") is at modeArg, and whether the
+// Client has no other waiter on the lock at firstArg, set per attempt.
 func acquireArgs(owner, hold string, lease time.Duration, waiter string, waiterExpiry time.Duration, mode string, short time.Duration) []string {
 	return []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10),
-		waiter, strconv.FormatInt(waiterExpiry.Milliseconds(), 10), mode, msArg(short)}
+		waiter, strconv.FormatInt(waiterExpiry.Milliseconds(), 10), mode, msArg(short), ""}
 }
 
-const modeArg = 5
+const (
+	modeArg  = 5
+	firstArg = 7
+)
 
 // attempt runs the acquire script once: the Lease when it took the lock,
 // or how long to wait for a message before looking again.
 func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	q, c := qa.q, qa.q.c
+	qa.args[firstArg] = ""
+	if qa.args[modeArg] != "try" && c.presence.alone(q.keys, qa.joined) {
+		qa.args[firstArg] = "1"
+	}
 	sent := time.Now()
 	qa.lastSent = sent
 	res, err := q.attempt(ctx, qa.args)
@@ -305,7 +316,8 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 	if !ok {
 		return nil, qa.queued(res, val), nil
 	}
-	l, err := c.grant(ctx, q.kind, q.name, q.keys, q.keys.lock, qa.parent, qa.owner, qa.hold, val, qa.lease, q.cfg.fixedLease == 0, sent)
+	l, err := c.grant(ctx, grant{kind: q.kind, name: q.name, keys: q.keys, key: q.keys.lock, parent: qa.parent, owner: qa.owner, hold: qa.hold,
+		token: val, lease: qa.lease, watchdog: q.cfg.fixedLease == 0, sent: sent})
 	if err != nil {
 		q.releaseAbandoned(ctx, qa.owner, qa.hold)
 	}
@@ -319,6 +331,10 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 func (qa *queuedAcquisition) queued(res []rueidis.RedisMessage, val int64) time.Duration {
 	q, c := qa.q, qa.q.c
 	qa.args[modeArg] = "queued"
+	if len(res) > 4 {
+		qa.seen, _ = res[3].AsInt64()
+		qa.seenAt, _ = res[4].AsInt64()
+	}
 	if !qa.joined {
 		qa.joined = true
 		c.presence.join(q.keys, q.cfg.waiterExpiry)
@@ -377,36 +393,41 @@ func msArg(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10)
 }
 
-// handedOver takes a lock that a release handed over to a waiter with
-// token. The key got the lease short at a moment after sent, when the
-// waiter's last attempt, which found the lock taken, was sent.
-func (c *Client) handedOver(ctx context.Context, kind *leaseKind, name string, keys lockKeys, owner, hold, token string,
-	lease, short time.Duration, sent time.Time) (*Lease, error) {
-	tok, err := strconv.ParseInt(token, 10, 64)
+// handedOver takes a lock that a release handed over to the waiter, as
+// the message "TOKEN MS" told: the token it got, and the server's clock in
+// ms at the release. The message is trusted only as far as it can be:
+//   - A token not above the last one the waiter's last attempt saw is a
+//     hand-over that came late (the attempt would have found the lock its
+//     own otherwise), and the lock may have moved on since: it is ignored,
+//     and the waiter asks Redis again.
+//   - The key got the lease short at the release, which the server's clock
+//     places (MS - seenAt) after the last attempt ran, and so after it was
+//     sent: the lease is counted from there, and a grant that comes late
+//     is confirmed by a renewal that checks ownership before it is
+//     delivered (grant).
+//
+// It returns nil without an error when the lock is not the waiter's: the
+// wait goes on.
+func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease, error) {
+	q := qa.q
+	tokText, msText, _ := strings.Cut(msg, " ")
+	tok, err := strconv.ParseInt(tokText, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("redisync: lock handed over with a bad token %q", token)
+		return nil, fmt.Errorf("redisync: lock handed over with a bad message %q", msg)
 	}
-	var initial time.Duration
-	if short < lease {
-		initial = short
+	if tok <= qa.seen {
+		return nil, nil
 	}
-	if initial > 0 && time.Since(sent) > initial/2 {
-		// The waiter slept since its last attempt: that no longer bounds
-		// when the release set the key's lease closely enough. Renew the
-		// full lease now and count from there.
-		renewed := time.Now()
-		actx, done := inflight(ctx)
-		states, err := renewScript.exec(actx, c.rc, []string{keys.lock}, []string{owner, strconv.FormatInt(lease.Milliseconds(), 10)}).AsIntSlice()
-		done()
-		switch {
-		case err != nil:
-			return nil, redisErr("renew", err)
-		case len(states) != 1 || states[0] != 1:
-			return nil, fmt.Errorf("%w: the lock handed over expired before it was taken", ErrNotHeld)
-		}
-		sent, initial = renewed, 0
+	at := qa.lastSent
+	if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && qa.seenAt > 0 && ms > qa.seenAt {
+		at = at.Add(time.Duration(ms-qa.seenAt) * time.Millisecond)
 	}
-	return c.grantShort(ctx, kind, name, keys, keys.lock, nil, owner, hold, tok, lease, true, sent, initial)
+	g := grant{kind: q.kind, name: q.name, keys: q.keys, key: q.keys.lock, owner: qa.owner, hold: qa.hold,
+		token: tok, lease: qa.lease, watchdog: true, sent: at}
+	if qa.short < qa.lease {
+		g.initial = qa.short
+	}
+	return q.c.grant(ctx, g)
 }
 
 // leaveQueue gives up a waiter's place in the queue of a Mutex or FairMutex;

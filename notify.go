@@ -15,14 +15,23 @@ import (
 // notifier wakes the waiters of a Client. It keeps one pub/sub subscription
 // per lock channel that has local waiters, sharded (SSUBSCRIBE) where the
 // server supports it, counted by reference and dropped when the last waiter
-// leaves. Messages are fanned out to the waiters through a per-channel
-// sema.Sema: a release message ("1") wakes one local waiter, a "*" message
-// wakes all of them, "w:ID" wakes the waiter that expects ID (locks with a
-// queue name the waiter at its head) and "g:ID TOKEN" tells it that the lock
-// was handed to it with that token. These two go to the waiter's Client
-// alone, on a channel of its own (waiterChannel). When a subscription is
-// re-established after the connection broke (messages sent meanwhile are
-// lost), every waiter of it looks again.
+// leaves. "w:ID" wakes the waiter that expects ID (locks with a queue name
+// the waiter at its head) and "g:ID TOKEN" tells it that the lock was handed
+// to it with that token. These two go to the waiter's Client alone, on a
+// channel of its own (waiterChannel). Every other message is a broadcast to
+// all the local waiters of the channel: "*" (a latch opened, an RWMutex let
+// its readers in) and "1" (a lock that Groups and Quorums wait for was
+// released: look again). When a subscription is re-established after the
+// connection broke (messages sent meanwhile are lost), every waiter of it
+// looks again.
+//
+// Messages are for latency, never for liveness: every waiter also looks
+// again when a timer of its own ends (the holder's lease, a refresh
+// interval), and a message only makes it look sooner. Broadcasts wake by
+// generation (sema.Sema): a waiter reads its subscription's generation
+// before the attempt that found the lock taken, and its wait ends at once
+// if a broadcast came since. A broadcast thus reaches every local waiter it
+// was meant for, and no other goroutine can take it.
 //
 // The subscriptions share connections of their own (rueidis dedicated
 // connections with pub/sub hooks), whatever their number: one, a link, for
@@ -58,8 +67,13 @@ type subscription struct {
 	n       *notifier
 	channel string
 	refs    int         // guarded by n.mu
+	// probe, when set, is what the Client's presence pass reads for the
+	// waiters of the channel that have no place in a queue (see follow);
+	// probed is what it read last. Guarded by n.mu.
+	probe  probe
+	probed *string
 	linger  *time.Timer // drops the subscription once idle; guarded by n.mu
-	sema    sema.Sema
+	sema    sema.Sema   // the broadcasts' generations
 
 	// Guarded by n.mu.
 	link    *link // where it is subscribed, or to be; nil until routed
@@ -87,7 +101,9 @@ func newNotifier(c *Client) *notifier {
 
 // join adds a waiter to the channel's subscription, subscribing first when
 // it has none. The waiter must call leave. Ready tells when messages flow.
-func (n *notifier) join(channel string) (*subscription, error) {
+// It returns ctx's error, having joined nothing, when ctx ends while an
+// old subscription of the channel is being dropped.
+func (n *notifier) join(ctx context.Context, channel string) (*subscription, error) {
 	n.mu.Lock()
 	for {
 		if n.closed {
@@ -96,7 +112,6 @@ func (n *notifier) join(channel string) (*subscription, error) {
 		}
 		if s := n.subs[channel]; s != nil {
 			s.refs++
-			s.sema.Join()
 			n.mu.Unlock()
 			return s, nil
 		}
@@ -107,14 +122,17 @@ func (n *notifier) join(channel string) (*subscription, error) {
 		// Subscribing again before the old subscription is dropped would let
 		// its UNSUBSCRIBE end the new one.
 		n.mu.Unlock()
-		<-old.gone
+		select {
+		case <-old.gone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		n.mu.Lock()
 	}
 	s := &subscription{
 		n: n, channel: channel, refs: 1,
 		ready: make(chan struct{}), gone: make(chan struct{}),
 	}
-	s.sema.Join()
 	n.subs[channel] = s
 	n.place(s)
 	if f := n.c.cfg.metrics.Subscribed; f != nil {
@@ -141,7 +159,6 @@ func (n *notifier) joinLive(channel string) *subscription {
 		return nil
 	}
 	s.refs++
-	s.sema.Join()
 	return s
 }
 
@@ -158,7 +175,6 @@ func (s *subscription) leave() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s.refs--
-	s.sema.Leave()
 	if s.refs > 0 || n.subs[s.channel] != s {
 		return
 	}
@@ -216,12 +232,59 @@ func (s *subscription) confirmed() {
 
 // wakeAll makes every waiter of the subscription look again.
 func (s *subscription) wakeAll() {
-	s.sema.ReleaseAll()
+	s.sema.Broadcast()
 	s.tmu.Lock()
 	for _, ch := range s.targets {
 		signal(ch, "")
 	}
 	s.tmu.Unlock()
+}
+
+// A probe is one command that reads what the waiters of a subscription
+// wait for, such as the owner of a lock or the generation of a latch: the
+// empty string (or no value) when it is free, and something that changes
+// whenever it may have become free for them.
+type probe func(rc rueidis.Client) rueidis.Completed
+
+// follow has the Client's presence pass read p for the waiters of the
+// subscription, once per pass while it has waiters: the waiters that have
+// no place in a queue (Groups and Quorums on a Mutex, Latch waiters) learn
+// within one pass what a lost message would have told them. The first
+// probe given to the subscription is kept.
+func (s *subscription) follow(p probe) {
+	n := s.n
+	n.mu.Lock()
+	if s.probe == nil {
+		s.probe = p
+	}
+	n.mu.Unlock()
+	n.c.presence.follow()
+}
+
+// followed returns the subscriptions with waiters whose probe the presence
+// pass reads.
+func (n *notifier) followed() []*subscription {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var subs []*subscription
+	for _, s := range n.subs {
+		if s.probe != nil && s.refs > 0 {
+			subs = append(subs, s)
+		}
+	}
+	return subs
+}
+
+// probedAs records what a presence pass read of the subscription's probe,
+// and reports whether its waiters must look again: it reads free, or it
+// changed since the previous pass.
+func (s *subscription) probedAs(v string) bool {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	changed := s.probed != nil && *s.probed != v
+	s.probed = &v
+	return v == "" || changed
 }
 
 // wakeAll makes every local waiter of channel look again.
@@ -231,6 +294,17 @@ func (n *notifier) wakeAll(channel string) {
 	n.mu.Unlock()
 	if s != nil {
 		s.wakeAll()
+	}
+}
+
+// wake wakes the local waiter id of channel, if it waits: the presence
+// pass found the lock handed over to it.
+func (n *notifier) wake(channel, id string) {
+	n.mu.Lock()
+	s := n.subs[channel]
+	n.mu.Unlock()
+	if s != nil {
+		s.target(id, "")
 	}
 }
 
@@ -254,15 +328,14 @@ func (n *notifier) message(m rueidis.PubSubMessage) {
 // message must not block.
 func (s *subscription) message(m rueidis.PubSubMessage) {
 	switch {
-	case m.Message == "*":
-		s.sema.ReleaseAll()
 	case strings.HasPrefix(m.Message, "w:"):
 		s.target(m.Message[2:], "")
 	case strings.HasPrefix(m.Message, "g:"):
 		id, token, _ := strings.Cut(m.Message[2:], " ")
 		s.target(id, token)
 	default:
-		s.sema.Release(1)
+		// "*" and "1": every local waiter of the channel looks again.
+		s.sema.Broadcast()
 	}
 }
 

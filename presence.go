@@ -11,7 +11,14 @@ import (
 )
 
 // presence keeps a Client's waiters alive in the queues of the Mutex and
-// FairMutex locks they wait for. A waiter's place is alive while its
+// FairMutex locks they wait for, and is how every waiter learns, whatever
+// messages were lost, what they would have told it: messages are for
+// latency, the presence pass is for liveness. Each pass (a third of the
+// shortest waiter expiry, a second by default) reads, per lock and not per
+// waiter, whether the Client's places there are whole, whether the lock is
+// free, and whether it was handed to one of the Client's waiters; and for
+// the waiters without a place in a queue (Groups and Quorums on a Mutex,
+// Latch waiters) whether what they wait for became free (follow). A waiter's place is alive while its
 // Client's deadline in the lock's waiters hash has not passed (see the
 // prelude), and the Client renews that one deadline for all its waiters on
 // the lock, every third of the waiter expiry, in batched scripts: what
@@ -26,6 +33,11 @@ type presence struct {
 	locks   map[string]*presenceEntry // by waiters key
 	orphans []orphanLeave             // leaves that failed, retried at the next passes
 	loop
+
+	// stall, held, stalls the passes, as a paused process or a Client
+	// whose connection is held up would: tests hold it to make the
+	// Client's deadlines lapse.
+	stall sync.Mutex
 }
 
 // presenceEntry is one lock that the Client has waiters on.
@@ -72,6 +84,22 @@ func (p *presence) join(keys lockKeys, expiry time.Duration) {
 	e.expiry = min(e.expiry, expiry)
 	e.waiters++
 	p.startOrWake(p.run)
+}
+
+// alone reports whether the Client has no waiter on the lock but the
+// caller (counted when joined): a place the caller takes then vouches that
+// none of the Client's places there were dropped (see lock_queue.lua).
+func (p *presence) alone(keys lockKeys, joined bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.locks[keys.waiters]
+	if e == nil {
+		return true
+	}
+	if joined {
+		return e.waiters <= 1
+	}
+	return e.waiters == 0
 }
 
 // leave counts a waiter out; once none is left, the deadline is no longer
@@ -130,8 +158,10 @@ func (p *presence) run() {
 		if !ok {
 			nextPass = time.Time{}
 			period = time.Hour // idle until the next join
-		} else if nextPass.IsZero() {
-			nextPass = time.Now().Add(period)
+		} else if next := time.Now().Add(period); nextPass.IsZero() || next.Before(nextPass) {
+			// A lock joined with a shorter waiter expiry brings the pass
+			// forward: its deadline must not lapse at the old pace.
+			nextPass = next
 		}
 		wake := nextPass
 		if wake.IsZero() {
@@ -148,20 +178,35 @@ func (p *presence) run() {
 			continue
 		case <-timer.C:
 		}
+		p.stall.Lock()
+		p.stall.Unlock() //nolint:staticcheck // an empty critical section: waits while a test holds it
 		now := time.Now()
 		if ok && !now.Before(nextPass) {
 			p.pass(period)
+			p.probe(period)
 			nextPass = now.Add(period)
 		}
 		p.check(now, period)
 	}
 }
 
+// follow has the loop run for subscriptions followed by probes (see
+// subscription.follow): it runs while any has waiters.
+func (p *presence) follow() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.startOrWake(p.run)
+}
+
 // schedule returns the time between passes (a third of the shortest waiter
 // expiry) and the soonest check; ok is false when nothing is waited for.
 func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
+	followed := len(p.c.notify.followed()) > 0
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if followed {
+		period, ok = defaultWaiterExpiry/3, true
+	}
 	for _, e := range p.locks {
 		if !ok || e.expiry/3 < period {
 			period, ok = e.expiry/3, true
@@ -210,21 +255,28 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 		if st.Locked {
 			pttl = st.TTL.Milliseconds()
 		}
-		p.found(due[i], pttl, false)
+		p.found(due[i], pttl, false, "")
 	}
 }
 
-// found acts on what a check or a pass read of a lock: its key's PTTL, and
-// whether the Client's place there was gone. When either says the lock may
-// be free, every local waiter looks again, and the lock is checked again a
-// waiter expiry later in case nobody takes it; otherwise it is checked when
-// the holder's lease runs out.
-func (p *presence) found(keys lockKeys, pttl int64, gone bool) {
+// found acts on what a check or a pass read of a lock: its key's PTTL,
+// whether places of the Client there may be gone, and the holder when it
+// is of this Client (mine). A holder of this Client may be a waiter that a
+// release handed the lock to and whose message was lost: that waiter looks
+// again, and finds the lock its own. When the lock may be free or places
+// may be gone, every local waiter looks again, and the lock is checked
+// again a waiter expiry later in case nobody takes it; otherwise it is
+// checked when the holder's lease runs out.
+func (p *presence) found(keys lockKeys, pttl int64, gone bool, mine string) {
+	channel := waiterChannel(keys.channel, p.c.id)
+	if mine != "" {
+		p.c.notify.wake(channel, mine)
+	}
 	if !gone && pttl != -2 {
 		p.watch(keys, pttl)
 		return
 	}
-	p.c.notify.wakeAll(waiterChannel(keys.channel, p.c.id))
+	p.c.notify.wakeAll(channel)
 	p.mu.Lock()
 	e := p.locks[keys.waiters]
 	var expiry time.Duration
@@ -249,12 +301,12 @@ func (p *presence) pass(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
 	defer cancel()
 	for i, r := range presenceScript.batch(ctx, p.c.rc, batch) {
-		gone, pttl, err := presenceReply(r, len(entries[i]))
+		gone, pttl, mine, err := presenceReply(r, len(entries[i]))
 		if err != nil {
 			continue // the places expire; the waiters look again once resubscribed
 		}
 		for j, keys := range entries[i] {
-			p.found(keys, pttl[j], gone[j] == 1)
+			p.found(keys, pttl[j], gone[j] == 1, mine[j])
 		}
 	}
 	for _, o := range orphans {
@@ -267,18 +319,48 @@ func (p *presence) pass(timeout time.Duration) {
 	}
 }
 
-// presenceReply reads the reply of the presence script for n locks.
-func presenceReply(r rueidis.RedisResult, n int) (gone, pttl []int64, err error) {
-	v, err := r.ToArray()
-	if err == nil && len(v) == 2 {
-		if gone, err = v[0].AsIntSlice(); err == nil {
-			pttl, err = v[1].AsIntSlice()
+// probe reads, in one pipeline, the probe of every subscription followed
+// (see subscription.follow), and wakes the waiters of those found free or
+// changed since the previous pass.
+func (p *presence) probe(timeout time.Duration) {
+	subs := p.c.notify.followed()
+	if len(subs) == 0 {
+		return
+	}
+	cmds := make(rueidis.Commands, len(subs))
+	for i, s := range subs {
+		cmds[i] = s.probe(p.c.rc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
+	defer cancel()
+	for i, r := range p.c.rc.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			continue // the waiters look again once resubscribed, or at the next pass
+		}
+		if subs[i].probedAs(v) {
+			subs[i].wakeAll()
 		}
 	}
-	if err == nil && (len(gone) != n || len(pttl) != n) {
-		err = fmt.Errorf("redisync: presence script replied for %d and %d locks, not %d", len(gone), len(pttl), n)
+}
+
+// presenceReply reads the reply of the presence script for n locks.
+func presenceReply(r rueidis.RedisResult, n int) (gone, pttl []int64, mine []string, err error) {
+	v, err := r.ToArray()
+	if err == nil && len(v) != 3 {
+		err = fmt.Errorf("redisync: presence script replied with %d arrays, not 3", len(v))
 	}
-	return gone, pttl, err
+	if err == nil {
+		if gone, err = v[0].AsIntSlice(); err == nil {
+			if pttl, err = v[1].AsIntSlice(); err == nil {
+				mine, err = v[2].AsStrSlice()
+			}
+		}
+	}
+	if err == nil && (len(gone) != n || len(pttl) != n || len(mine) != n) {
+		err = fmt.Errorf("redisync: presence script replied for %d, %d and %d locks, not %d", len(gone), len(pttl), len(mine), n)
+	}
+	return gone, pttl, mine, err
 }
 
 // batch builds a pass's scripts (with the keys of their locks), and takes
@@ -295,13 +377,12 @@ func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, entries [][]lo
 		}
 		slots[slot] = append(slots[slot], e)
 	}
-	field := "\x00c" + p.c.id
 	for _, es := range slots {
 		for len(es) > 0 {
 			chunk := es[:min(len(es), renewBatch)]
 			es = es[len(chunk):]
 			b := rueidis.LuaExec{Keys: make([]string, 0, 3*len(chunk)), Args: make([]string, 1, 1+2*len(chunk))}
-			b.Args[0] = field
+			b.Args[0] = p.c.id
 			ks := make([]lockKeys, len(chunk))
 			for i, e := range chunk {
 				touch := "0"

@@ -263,13 +263,11 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 				return nil, ErrClosed
 			}
 		}
+		w.mark()
 		l, out := q.attempt(ctx, since)
 		if l != nil {
 			return l, nil
 		}
-		// A wake-up is not passed on: a failed attempt releases the servers
-		// it took, which announces their release again.
-		w.woken = nil
 		if out.err != nil {
 			lastErr = out.err
 		}
@@ -280,7 +278,7 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 			return nil, out.err
 		}
 		for _, i := range out.busy {
-			if err := w.join(q.clients[i], q.ms[i].keys.channel); err != nil {
+			if err := w.join(ctx, q.clients[i], q.ms[i].keys.channel, q.ms[i].keys.ownerProbe); err != nil {
 				return nil, err
 			}
 		}
@@ -309,7 +307,15 @@ func (q *Quorum) pause(ctx context.Context, w *waitSet, out roundOutcome, b *bac
 			return err
 		}
 	}
-	return w.wait(ctx, q.clients, out.wait)
+	timedOut, err := w.wait(ctx, q.clients, out.wait)
+	if timedOut {
+		for _, i := range out.busy {
+			if freeAfterTimer(ctx, q.clients[i], quorumPrimitive, q.name, q.ms[i].keys.lock) {
+				break
+			}
+		}
+	}
+	return err
 }
 
 // quorumResult is what one server answered to an attempt.
@@ -555,7 +561,8 @@ func trySrv(ctx context.Context, mb *member) quorumResult {
 	if !ok {
 		return quorumResult{busy: true, wait: time.Duration(val)*time.Millisecond + time.Millisecond}
 	}
-	l, err := c.grant(ctx, mutexKind, m.name, m.keys, m.keys.lock, mb.parent, mb.owner, mb.hold, val, mb.ttl, m.cfg.fixedLease == 0, sent)
+	l, err := c.grant(ctx, grant{kind: mutexKind, name: m.name, keys: m.keys, key: m.keys.lock, parent: mb.parent, owner: mb.owner, hold: mb.hold,
+		token: val, lease: mb.ttl, watchdog: m.cfg.fixedLease == 0, sent: sent})
 	if err != nil {
 		m.queued().releaseAbandoned(ctx, mb.owner, mb.hold)
 		return quorumResult{err: err}

@@ -306,6 +306,11 @@ type Client struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
+	// cleanups are the releases and leaves of acquisitions whose context
+	// ended, sent in the background (cleanup); cleanupMu orders their
+	// start with Close.
+	cleanupMu sync.Mutex
+	cleanups  sync.WaitGroup
 	waiters   sync.WaitGroup // goroutines started by Acquire
 }
 
@@ -543,6 +548,9 @@ func (c *Client) Close() error {
 		c.tracker.close()
 		c.unhook()
 		c.waiters.Wait()
+		c.cleanupMu.Lock()
+		c.cleanupMu.Unlock() //nolint:staticcheck // no cleanup starts once closed is seen under it
+		c.cleanups.Wait()
 		c.presence.close()
 		c.notify.close()
 		if c.ownsRC {
@@ -597,6 +605,12 @@ type lockKeys struct {
 	channel string
 	queue   string // zset: waiter id -> arrival number
 	waiters string // hash: waiter id -> deadline in server ms
+}
+
+// ownerProbe reads the owner of the lock, empty or none while it is free:
+// what Groups and Quorums waiting for it follow (see subscription.follow).
+func (k lockKeys) ownerProbe(rc rueidis.Client) rueidis.Completed {
+	return rc.B().Hget().Key(k.lock).Field("owner").Build()
 }
 
 // keysFor names the keys of a Mutex: prefix:T for the lock (with its

@@ -388,9 +388,11 @@ func (w *watchdog) settle(ctx context.Context, h *holder, state int64, sent time
 		h.mu.Unlock()
 		return true
 	}
-	// A release in flight, or one whose answer never came, explains a
-	// missing key; the next pass looks again.
-	releasing := h.releasing > 0 || h.doubts > 0
+	// A release in flight explains a missing key; the next pass looks
+	// again. One whose answer never came does not: the lock may have
+	// moved on since, and is reported as any other loss (a retried Unlock
+	// still reports the release that landed, see Lease.Unlock).
+	releasing := h.releasing > 0
 	h.mu.Unlock()
 	if releasing {
 		return false

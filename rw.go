@@ -312,7 +312,8 @@ func (m *RWMutex) rlock(ctx context.Context, try bool) (*Lease, error) {
 	// pass).
 	a := m.acquisition(rwReadKind, rwRLockScript, "read lock", mode, args, undo,
 		func(ctx context.Context, val int64, sent time.Time) (*Lease, error) {
-			return c.grant(ctx, rwReadKind, m.name, m.keys.lockKeys, m.keys.readers, nil, id, "", val, lease, watchdog, sent)
+			return c.grant(ctx, grant{kind: rwReadKind, name: m.name, keys: m.keys.lockKeys, key: m.keys.readers, owner: id,
+				token: val, lease: lease, watchdog: watchdog, sent: sent})
 		})
 	return a.run(ctx, try)
 }
@@ -340,7 +341,8 @@ func (m *RWMutex) lock(ctx context.Context, try bool) (*Lease, error) {
 			// find through read leases layered on it.
 			box := &rwWriterBox{}
 			lctx := context.WithValue(ctx, rwWriterKey{c, m.keys.lock}, box)
-			l, err := c.grant(lctx, rwWriteKind, m.name, m.keys.lockKeys, m.keys.lock, parent, owner, hold, val, lease, watchdog, sent)
+			l, err := c.grant(lctx, grant{kind: rwWriteKind, name: m.name, keys: m.keys.lockKeys, key: m.keys.lock, parent: parent, owner: owner, hold: hold,
+				token: val, lease: lease, watchdog: watchdog, sent: sent})
 			if err != nil {
 				undo(ctx)
 				return nil, err

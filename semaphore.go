@@ -242,9 +242,11 @@ func (s *Semaphore) size(ctx context.Context, mode string, v int) (code, prev, n
 // not end the wait: Lock retries them with backoff (up to a second apart)
 // until ctx ends, then returns ctx's error wrapping the last of them.
 // Errors Redis replies with are returned at once. Whenever Lock returns an
-// error nothing is held and its place in the queue is given up: if ctx
+// error nothing stays held and its place in the queue is given up: if ctx
 // ended while an attempt was on its way to Redis, Lock waits for its
-// outcome (half a second at most) and undoes it before returning.
+// outcome and undoes it (half a second at most for each) before returning;
+// while Redis cannot be reached, the undoing goes on in the background
+// (Close waits for it).
 func (s *Semaphore) Lock(ctx context.Context, n int) (*Lease, error) {
 	return lockHandle(ctx, permits{s, n}, false)
 }
@@ -319,8 +321,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, try bool) (*Lease, error
 			pending = false
 			switch code {
 			case 1:
-				l, err := c.grant(ctx, semaphoreKind, s.name, lockKeys{lock: s.keys.sem, channel: s.keys.channel},
-					s.keys.holders, nil, member, "", 0, lease, s.cfg.fixedLease == 0, sent)
+				l, err := c.grant(ctx, grant{kind: semaphoreKind, name: s.name, keys: lockKeys{lock: s.keys.sem, channel: s.keys.channel},
+					key: s.keys.holders, owner: member, lease: lease, watchdog: s.cfg.fixedLease == 0, sent: sent})
 				return l, 0, err
 			case 0:
 				// Come back before the queue place expires, or when the

@@ -384,6 +384,9 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 		return owner, "", err
 	}
 	for _, node := range nodes {
+		if !serves(ctx, node) {
+			continue
+		}
 		owner, moved, err := ask(node)
 		if moved != "" {
 			to := connect(moved)
@@ -402,6 +405,21 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 		}
 	}
 	return 0, false
+}
+
+// serves reports whether node is a master: a replica (which rueidis
+// knows when it sends reads to replicas) may answer with a copy that lags
+// behind, such as no owner yet for a lock just taken, which is no answer
+// about the lock.
+func serves(ctx context.Context, node rueidis.Client) bool {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	role, err := node.Do(pctx, node.B().Role().Build()).ToArray()
+	if err != nil || len(role) == 0 {
+		return false
+	}
+	kind, err := role[0].ToString()
+	return err == nil && kind == "master"
 }
 
 // isRedisReply reports whether err is a reply from Redis (a key of the

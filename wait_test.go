@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync/internal/redistest"
@@ -319,4 +320,375 @@ func TestWaitingAtScale(t *testing.T) {
 		acquired.Load(), time.Since(start).Round(time.Millisecond))
 	require.EqualValues(t, names*perName, acquired.Load())
 	e.requireNothingLeft(t, prefix+":")
+}
+
+// serverMillis is the server's clock in ms, as the scripts read it.
+func serverMillis(t testing.TB, ctx context.Context, rc rueidis.Client) int64 {
+	t.Helper()
+	v, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice()
+	require.NoError(t, err)
+	s, _ := strconv.ParseInt(v[0], 10, 64)
+	us, _ := strconv.ParseInt(v[1], 10, 64)
+	return s*1000 + us/1000
+}
+
+// lockAsync runs Lock in the background and delivers its outcome.
+type lockOutcome struct {
+	l   *Lease
+	err error
+	at  time.Time
+}
+
+func lockAsync(ctx context.Context, m *Mutex) <-chan lockOutcome {
+	ch := make(chan lockOutcome, 1)
+	go func() {
+		l, err := m.Lock(ctx)
+		ch <- lockOutcome{l, err, time.Now()}
+	}()
+	return ch
+}
+
+// awaitQueued waits until the lock's queue has n places.
+func awaitQueued(t testing.TB, ctx context.Context, rc rueidis.Client, keys lockKeys, n int64) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() bool {
+		got, err := rc.Do(ctx, rc.B().Zcard().Key(keys.queue).Build()).AsInt64()
+		return err == nil && got == n
+	}, "the queue of %s did not reach %d places", keys.lock, n)
+}
+
+// TestWaiterDroppedFromQueueLearnsAtNextPass: a release that takes a
+// Client for dead drops its waiter from the queue and hands the lock past
+// it, and a later waiter of the same Client writes the Client's deadline
+// anew before its next presence pass. The dropped waiter still learns at
+// that pass that its place is gone, and queues again: it gets the lock
+// while another Client keeps handing it on, rather than waiting for a
+// message that nobody will send.
+func TestWaiterDroppedFromQueueLearnsAtNextPass(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		busy, lapsed := e.client(t), e.client(t)
+		name := "dropped:" + t.Name()
+		keys := busy.keysFor(name)
+		first, err := busy.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+
+		w1 := lockAsync(ctx, lapsed.Mutex(name))
+		awaitQueued(t, ctx, rc, keys, 1)
+		next := lockAsync(ctx, busy.Mutex(name))
+		awaitQueued(t, ctx, rc, keys, 2)
+		// The lapsed Client's deadline passes, as when its presence loop
+		// stalls or its connection is held up.
+		lapsed.presence.stall.Lock()
+		stalled := true
+		defer func() {
+			if stalled {
+				lapsed.presence.stall.Unlock()
+			}
+		}()
+		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(keys.waiters).FieldValue().FieldValue("\x00c"+lapsed.ID(), "1").Build()).Error())
+		require.NoError(t, first.Unlock(ctx)) // passes w1 over: dropped
+		o := <-next
+		require.NoError(t, o.err)
+		// A second waiter of the lapsed Client writes its deadline anew.
+		w3 := lockAsync(ctx, lapsed.Mutex(name))
+		awaitQueued(t, ctx, rc, keys, 1)
+		lapsed.presence.stall.Unlock()
+		stalled = false
+
+		// The busy Client keeps the lock busy: every holder holds it a
+		// while, and its goroutines queue again at once.
+		stop := make(chan struct{})
+		bctx, bcancel := context.WithCancel(ctx)
+		defer bcancel()
+		var wg sync.WaitGroup
+		holders := make(chan *Lease, 4)
+		holders <- o.l
+		for range 2 {
+			wg.Go(func() {
+				for i := 0; i < 200; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					l, err := busy.Mutex(name).Lock(bctx)
+					if err != nil {
+						return
+					}
+					holders <- l
+				}
+			})
+		}
+		wg.Go(func() {
+			for {
+				select {
+				case l := <-holders:
+					time.Sleep(100 * time.Millisecond)
+					l.Unlock(context.WithoutCancel(ctx))
+				case <-stop:
+					return
+				}
+			}
+		})
+		start := time.Now()
+		got := make(chan lockOutcome, 2)
+		for _, w := range []<-chan lockOutcome{w1, w3} {
+			wg.Go(func() {
+				o := <-w
+				if o.err == nil {
+					holders <- o.l
+				}
+				got <- o
+			})
+		}
+		for range 2 {
+			select {
+			case o := <-got:
+				require.NoError(t, o.err)
+				t.Logf("a waiter of the lapsed Client got the lock %v after the release that dropped the first", o.at.Sub(start).Round(time.Millisecond))
+			case <-time.After(10 * time.Second):
+				t.Fatalf("a waiter of the lapsed Client still waits %v after the release that dropped it", time.Since(start).Round(time.Millisecond))
+			}
+		}
+		close(stop)
+		bcancel()
+		wg.Wait()
+		for len(holders) > 0 {
+			(<-holders).Unlock(ctx)
+		}
+	})
+}
+
+// TestPresencePassFollowsShorterExpiry: a Client that waits on one lock
+// with a long waiter expiry and then on another with the default one
+// renews its deadline on the second at the pace of the second: it never
+// lapses while the waiter waits.
+func TestPresencePassFollowsShorterExpiry(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		holder, waiting := e.client(t), e.client(t)
+		slow, fast := "slowpass:"+t.Name(), "fastpass:"+t.Name()
+		for _, name := range []string{slow, fast} {
+			l, err := holder.Mutex(name).Lock(ctx)
+			require.NoError(t, err)
+			defer l.Unlock(context.WithoutCancel(ctx))
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w1 := lockAsync(wctx, waiting.Mutex(slow, WithWaiterExpiry(30*time.Second)))
+		awaitQueued(t, ctx, rc, holder.keysFor(slow), 1)
+		time.Sleep(200 * time.Millisecond) // the long pass is scheduled
+		w2 := lockAsync(wctx, waiting.Mutex(fast))
+		keys := holder.keysFor(fast)
+		awaitQueued(t, ctx, rc, keys, 1)
+		least := time.Hour
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			d, err := rc.Do(ctx, rc.B().Hget().Key(keys.waiters).Field("\x00c"+waiting.ID()).Build()).AsInt64()
+			require.NoError(t, err)
+			left := time.Duration(d-serverMillis(t, ctx, rc)) * time.Millisecond
+			least = min(least, left)
+			require.Greater(t, left, time.Duration(0), "the Client's deadline on the lock with the shorter expiry lapsed")
+		}
+		t.Logf("the least time left to the deadline: %v", least)
+		cancel()
+		for _, w := range []<-chan lockOutcome{w1, w2} {
+			require.ErrorIs(t, (<-w).err, context.Canceled)
+		}
+	})
+}
+
+// TestHandedOverAfterLongWaitIsHeld: a waiter that slept longer than its
+// lease while the holder kept the lock is handed a lease that is held and
+// valid, with its full time ahead, not one already past its deadline.
+func TestHandedOverAfterLongWaitIsHeld(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		const lease = 1500 * time.Millisecond
+		holder, waiting := e.client(t, WithWatchdogLease(lease)), e.client(t, WithWatchdogLease(lease))
+		name := "longwait:" + t.Name()
+		l, err := holder.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		w := lockAsync(ctx, waiting.Mutex(name))
+		time.Sleep(2 * lease)
+		released := time.Now()
+		require.NoError(t, l.Unlock(ctx))
+		o := <-w
+		require.NoError(t, o.err)
+		defer o.l.Unlock(context.WithoutCancel(ctx))
+		require.NoError(t, o.l.Err(), "a lease handed over after a long wait was delivered lost")
+		deadline, ok := o.l.Deadline()
+		require.True(t, ok)
+		require.Greater(t, time.Until(deadline), lease/2, "the lease was delivered with little of its time ahead")
+		st, err := waiting.Mutex(name).Inspect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, waiting.ID(), st.ClientID())
+		// It stays held: renewed by the watchdog, never lost.
+		select {
+		case <-o.l.Lost():
+			t.Fatalf("the lease handed over was lost: %v", o.l.Err())
+		case <-time.After(2 * lease):
+		}
+		t.Logf("handed over %v after the release", o.at.Sub(released).Round(time.Microsecond))
+	})
+}
+
+// TestLateHandOverIsNotDelivered: a hand-over message that comes late,
+// after the lock moved on (the waiter's connection held it up while the
+// lock expired and went to another Client), is not taken for the lock: the
+// waiter asks Redis, and gets the lock only when it is really its own.
+func TestLateHandOverIsNotDelivered(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		holder, waiting := e.client(t), e.client(t)
+		name := "late:" + t.Name()
+		keys := holder.keysFor(name)
+		l, err := holder.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		w := lockAsync(ctx, waiting.Mutex(name))
+		awaitQueued(t, ctx, rc, keys, 1)
+		ids, err := rc.Do(ctx, rc.B().Zrange().Key(keys.queue).Min("0").Max("0").Build()).AsStrSlice()
+		require.NoError(t, err)
+		require.Len(t, ids, 1)
+		channel := waiterChannel(keys.channel, waiting.ID())
+		// Hand-overs of the past: a token below the holder's, with and
+		// without the server's clock at the release (a moment ago).
+		for _, stale := range []string{
+			fmt.Sprintf("g:%s %d", ids[0], l.Token()-1),
+			fmt.Sprintf("g:%s %d %d", ids[0], l.Token()-1, serverMillis(t, ctx, rc)),
+		} {
+			require.NoError(t, rc.Do(ctx, rc.B().Spublish().Channel(channel).Message(stale).Build()).Error())
+		}
+		select {
+		case o := <-w:
+			t.Fatalf("a late hand-over was delivered as the lock (err %v) while another Client holds it", o.err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		require.NoError(t, l.Unlock(ctx))
+		o := <-w
+		require.NoError(t, o.err)
+		require.Greater(t, o.l.Token(), l.Token())
+		require.NoError(t, o.l.Unlock(ctx))
+	})
+}
+
+// handOverSilently hands a lock to the first waiter of its queue as a
+// release does, but tells nobody: the message is lost. It returns the
+// token the waiter got.
+const handOverSilently = `
+local h = redis.call('ZPOPMIN', KEYS[2])[1]
+local lease, hold, owner = string.match(redis.call('HGET', KEYS[3], h), '^(%d+) (%S+) (%S+)$')
+redis.call('HDEL', KEYS[3], h)
+local token = tonumber(redis.call('HGET', KEYS[1], 'token')) + 1
+redis.call('HSET', KEYS[1], 'owner', owner, 'holds', hold, 'token', token)
+redis.call('PEXPIRE', KEYS[1], lease)
+return token`
+
+// TestHandOverWithoutMessageFoundAtNextPass: a lock handed over to a
+// waiter whose message is lost is the waiter's within one presence pass:
+// its Client's pass finds it the holder and wakes it.
+func TestHandOverWithoutMessageFoundAtNextPass(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		var fallbacks atomic.Int64
+		holder := e.client(t)
+		waiting := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		name := "silent:" + t.Name()
+		keys := holder.keysFor(name)
+		l, err := holder.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		w := lockAsync(ctx, waiting.Mutex(name))
+		awaitQueued(t, ctx, rc, keys, 1)
+		token, err := rc.Do(ctx, rc.B().Eval().Script(handOverSilently).Numkeys(3).Key(keys.lock, keys.queue, keys.waiters).Build()).AsInt64()
+		require.NoError(t, err)
+		handed := time.Now()
+		select {
+		case o := <-w:
+			require.NoError(t, o.err)
+			require.Equal(t, uint64(token), o.l.Token())
+			require.NoError(t, o.l.Err())
+			t.Logf("the waiter found the lock its own %v after it was handed over", o.at.Sub(handed).Round(time.Millisecond))
+			require.NoError(t, o.l.Unlock(ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter whose hand-over message was lost still waits after several presence passes")
+		}
+		<-l.Lost() // the old holder sees the lock taken
+		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+	})
+}
+
+// TestGroupWaiterWithoutMessageFoundAtNextPass: a Group waiting for a lock
+// whose release announced nothing (the '1' was lost: here, its '*' was
+// taken off the queue before the release) learns at its Client's next
+// presence pass that the lock is free, not at the end of the holder's
+// lease; no fallback ends its wait.
+func TestGroupWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		var fallbacks atomic.Int64
+		holder := e.client(t)
+		waiting := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		name := "{silentg}:a"
+		l, err := holder.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		done := make(chan lockOutcome, 1)
+		go func() {
+			gl, err := NewGroup(waiting.Mutex(name), waiting.Mutex("{silentg}:b")).Lock(ctx)
+			done <- lockOutcome{gl, err, time.Now()}
+		}()
+		keys := holder.keysFor(name)
+		awaitQueued(t, ctx, rc, keys, 1) // the Group's '*'
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, rc.Do(ctx, rc.B().Zrem().Key(keys.queue).Member("*").Build()).Error())
+		require.NoError(t, l.Unlock(ctx))
+		released := time.Now()
+		select {
+		case o := <-done:
+			require.NoError(t, o.err)
+			t.Logf("the Group got the lock %v after its release", o.at.Sub(released).Round(time.Millisecond))
+			require.NoError(t, o.l.Unlock(ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Group whose release message was lost still waits after several presence passes")
+		}
+		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+	})
+}
+
+// TestLatchWaiterWithoutMessageFoundAtNextPass: a latch that opened without
+// a message (here, its key deleted) releases its waiters at their Client's
+// next presence pass, not at the recheck; no fallback ends their wait.
+func TestLatchWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		var fallbacks atomic.Int64
+		c := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		lt := c.Latch("silent-latch:" + t.Name())
+		ok, err := lt.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		const waiters = 3
+		done := make(chan error, waiters)
+		for range waiters {
+			go func() { done <- lt.Wait(ctx) }()
+		}
+		time.Sleep(300 * time.Millisecond) // waiting
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(lt.key).Build()).Error())
+		opened := time.Now()
+		for range waiters {
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a latch waiter still waits after several presence passes")
+			}
+		}
+		t.Logf("the waiters returned %v after the latch opened", time.Since(opened).Round(time.Millisecond))
+		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+	})
 }

@@ -5,19 +5,20 @@ import (
 	"reflect"
 	"slices"
 	"time"
-
-	"github.com/redisync/redisync/internal/sema"
 )
 
 // A Group or a Quorum that waits, waits for several locks at once, often
 // through several Clients.
 //
 // It waits in a waitSet: one subscription per lock channel that blocked
-// it, each woken through the wake-up semaphore of its subscription as a
-// Mutex waiter is. A wake-up the group cannot use (it stopped waiting for
-// that lock) is passed on to the next waiter of the lock, so that nobody
-// sleeps through a release. The set selects over a number of channels
-// known only at run time, hence reflect.Select.
+// it, woken by the broadcasts of its subscription (a "1" message: the lock
+// was released, every local waiter looks again), by generation as an
+// RWMutex reader is: the generations are read before each attempt, and a
+// broadcast since then ends the next wait at once. Every waiter of the lock
+// gets the broadcast, so none has to hand it on; a waiter that loses the
+// race for the lock registers again with its failed attempt. The set
+// selects over a number of channels known only at run time, hence
+// reflect.Select.
 //
 // An acquisition that spans Clients ends when any of them is closed
 // (watchClosed, and every wait of the set), and Close of each of them waits
@@ -29,33 +30,46 @@ import (
 // first time it did.
 type waitSet struct {
 	subs  []*subscription
+	gens  []uint64        // each subscription's generation, read by mark
 	fresh []*subscription // joined since the last wait: not known to be in effect
-	woken *subscription   // the one whose wake-up ended the last wait
 }
 
-// join subscribes to channel on c, unless the set already has it.
-func (w *waitSet) join(c *Client, channel string) error {
+// join subscribes to channel on c, unless the set already has it, and has
+// c's presence pass read p for it (see subscription.follow). It returns
+// ctx's error when ctx ends first.
+func (w *waitSet) join(ctx context.Context, c *Client, channel string, p probe) error {
 	for _, s := range w.subs {
 		if s.n.c == c && s.channel == channel {
 			return nil
 		}
 	}
-	s, err := c.notify.join(channel)
+	s, err := c.notify.join(ctx, channel)
 	if err != nil {
 		return err
 	}
+	s.follow(p)
 	w.subs = append(w.subs, s)
+	w.gens = append(w.gens, s.sema.Gen())
 	w.fresh = append(w.fresh, s)
 	return nil
 }
 
-// wait blocks until a release wakes one of the subscriptions, for at most
-// d. If subscriptions were joined since the last wait, it waits instead
-// until they are in effect: a release published before was missed, so the
-// caller looks again then. It returns ctx's error when ctx ends, ErrClosed
-// when one of clients is closed.
-func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) error {
-	w.woken = nil
+// mark reads the generation of every subscription: call it before each
+// attempt, so that a broadcast while the attempt's reply is on its way ends
+// the next wait at once.
+func (w *waitSet) mark() {
+	for i, s := range w.subs {
+		w.gens[i] = s.sema.Gen()
+	}
+}
+
+// wait blocks until a broadcast on one of the subscriptions since mark, for
+// at most d, and reports whether d ran out (timedOut). If subscriptions
+// were joined since the last wait, it waits instead until they are in
+// effect: a release published before was missed, so the caller looks again
+// then. It returns ctx's error when ctx ends, ErrClosed when one of clients
+// is closed.
+func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) (timedOut bool, err error) {
 	timer := time.NewTimer(max(d, time.Millisecond))
 	defer timer.Stop()
 	base := []reflect.SelectCase{recvCase(ctx.Done()), recvCase(timer.C)}
@@ -67,26 +81,20 @@ func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) 
 		for _, s := range fresh {
 			i, _, _ := reflect.Select(append(slices.Clip(base), recvCase(s.ready)))
 			if i < len(base) {
-				return waitErr(ctx, i)
+				return i == 1, waitErr(ctx, i)
 			}
 		}
-		return nil
+		return false, nil
 	}
-	tickets := make([]*sema.Ticket, len(w.subs))
 	cases := slices.Clip(base)
 	for i, s := range w.subs {
-		tickets[i] = s.sema.Wait()
-		cases = append(cases, recvCase(tickets[i].C))
+		cases = append(cases, recvCase(s.sema.Wait(w.gens[i])))
 	}
 	i, _, _ := reflect.Select(cases)
-	for _, t := range tickets {
-		t.Cancel() // passes on a wake-up received but not consumed
-	}
 	if i >= len(base) {
-		w.woken = w.subs[i-len(base)]
-		return nil
+		return false, nil
 	}
-	return waitErr(ctx, i)
+	return i == 1, waitErr(ctx, i)
 }
 
 // waitErr maps the index of a base case of wait: 0 ctx, 1 the timer, then
@@ -101,22 +109,20 @@ func waitErr(ctx context.Context, i int) error {
 	return ErrClosed
 }
 
-// passOn hands the wake-up that ended the last wait on to another waiter of
-// its channel: the caller did not take that lock, and whoever else waits for
-// it must not sleep through its release. The caller leaves the channel
-// first, so that the wake-up cannot come back to it, and joins it again if
-// the lock blocks it again. It keeps the wake-up when the lock it came from
-// (on c, channel) blocked the caller again: its new holder will announce
-// its release.
-func (w *waitSet) passOn(c *Client, channel string) {
-	s := w.woken
-	w.woken = nil
-	if s == nil || (s.n.c == c && s.channel == channel) {
-		return
+// keepOnly drops the subscriptions of the set but the one to channel on c:
+// the caller waits for that lock alone now, and the releases of the others
+// would only wake it for nothing.
+func (w *waitSet) keepOnly(c *Client, channel string) {
+	for i := 0; i < len(w.subs); {
+		if s := w.subs[i]; s.n.c != c || s.channel != channel {
+			s.leave()
+			w.subs = slices.Delete(w.subs, i, i+1)
+			w.gens = slices.Delete(w.gens, i, i+1)
+			w.fresh = slices.DeleteFunc(w.fresh, func(x *subscription) bool { return x == s })
+			continue
+		}
+		i++
 	}
-	w.subs = slices.DeleteFunc(w.subs, func(x *subscription) bool { return x == s })
-	s.leave()
-	s.sema.Release(1)
 }
 
 // leave drops every subscription of the set.
@@ -124,14 +130,29 @@ func (w *waitSet) leave() {
 	for _, s := range w.subs {
 		s.leave()
 	}
-	w.subs, w.fresh, w.woken = nil, nil, nil
+	w.subs, w.gens, w.fresh = nil, nil, nil
+}
+
+// freeAfterTimer reports a lost wake-up (fellBack), and true, when a wait
+// that its timer ended was for the lock key of c that is in fact free:
+// released (its hash kept with no owner), whose release announced it,
+// rather than held, or expired with a holder that died, for which nothing
+// is published.
+func freeAfterTimer(ctx context.Context, c *Client, primitive, name, key string) bool {
+	owner, err := c.rc.Do(ctx, c.rc.B().Hget().Key(key).Field("owner").Build()).ToString()
+	if err != nil || owner != "" {
+		return false
+	}
+	c.fellBack(primitive, name, key)
+	return true
 }
 
 // sleepAll sleeps for d, or until ctx ends (its error) or one of clients
 // is closed (ErrClosed).
 func sleepAll(ctx context.Context, clients []*Client, d time.Duration) error {
 	var w waitSet
-	return w.wait(ctx, clients, d)
+	_, err := w.wait(ctx, clients, d)
+	return err
 }
 
 func recvCase(ch any) reflect.SelectCase {

@@ -4,9 +4,12 @@
 -- ARGV[4] waiter id ('' for a waiter of '1' messages), ARGV[5] waiter expiry ms,
 -- ARGV[6] 'try' for a single attempt (never queued), 'queued' when the
 -- waiter may have a place in the queue, anything else otherwise,
--- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead.
+-- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead,
+-- ARGV[8] '1' when the waiter's Client has no other waiter on the lock.
 -- Returns {1, token, holds} when held by ARGV[1] after the call,
--- {0, pttl} when another owner holds the lock; the waiter is queued then.
+-- {0, pttl, 1, last, now} when another owner holds the lock: its remaining
+-- lease, the last token handed out, and the server's clock in ms (not in
+-- 'try' mode); the waiter is queued then.
 -- owner, holds, token, last, bad and queued: lock_of, read in
 -- acquire_free.lua, which took a free lock (took) and returned unless the
 -- waiter was queued.
@@ -24,7 +27,8 @@ if owner == ARGV[1] then
   return reenter(KEYS[1], holds, token, ARGV[2], ARGV[3])
 end
 local pttl = redis.call('PTTL', KEYS[1])
+local now
 if ARGV[6] ~= 'try' then
-  enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
+  now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1')
 end
-return {0, pttl}
+return {0, pttl, 1, last, now}

@@ -4,12 +4,14 @@
 -- ARGV[4] waiter id, ARGV[5] waiter expiry ms, ARGV[6] 'try' for a single
 -- attempt (never queued), anything else otherwise ('first', 'queued', as for
 -- acquire.lua: a taken lock dequeues the waiter whatever it says),
--- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead.
+-- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead,
+-- ARGV[8] '1' when the waiter's Client has no other waiter on the lock.
 -- Returns {1, token, holds} when held by ARGV[1] after the call, {0, wait
--- ms, held} otherwise: how long until something may change, and held 1 when
--- another owner holds the lock (wait is its remaining lease), 0 when it is
--- free but the queue's head is another live waiter (wait is until its
--- Client's deadline).
+-- ms, held, last, now} otherwise: how long until something may change, held
+-- 1 when another owner holds the lock (wait is its remaining lease), 0 when
+-- it is free but the queue's head is another live waiter (wait is until
+-- its Client's deadline), the last token handed out, and the server's
+-- clock in ms (not in 'try' mode).
 
 -- owner, holds, token, last, bad and queued: lock_of, read in
 -- fair_free.lua.
@@ -21,10 +23,11 @@ end
 if owner ~= false then
   -- Held by another owner: wait for its release.
   local wait = redis.call('PTTL', KEYS[1])
+  local now
   if ARGV[6] ~= 'try' then
-    enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
+    now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1')
   end
-  return {0, wait, 1}
+  return {0, wait, 1, last, now}
 end
 local h, _, hd, _, _, _, t = first_live(KEYS[2], KEYS[3], nil)
 if h == nil or h == ARGV[4] then
@@ -34,7 +37,8 @@ if h == nil or h == ARGV[4] then
 end
 -- Free, and the head is another live waiter: wait for its Client's deadline.
 local wait = hd - now_ms(t or redis.call('TIME'))
+local now
 if ARGV[6] ~= 'try' then
-  enqueue(token and not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first')
+  now = enqueue(token and not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1')
 end
-return {0, wait, 0}
+return {0, wait, 0, last, now}

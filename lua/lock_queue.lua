@@ -5,12 +5,22 @@
 -- waiters hash: waiter id -> "lease hold owner" for a waiter the lock may be
 -- handed to as owner with hold, '' for one to wake; "\0n" -> the last arrival
 -- number; "\0c<client id>" -> the deadline (server ms) of the waiters of one
--- Client. A waiter is alive while its Client's deadline has not passed:
+-- Client; "\0a<client id>" -> '' while no place of that Client was
+-- dropped as dead: written with the Client's first place, and by its
+-- presence passes. A release that drops a place of a Client deletes it
+-- with the Client's deadline, so the Client's next pass, which writes it
+-- again, learns that places of it may be gone (presence.lua). The deadline
+-- alone cannot tell: a later arrival of the Client writes it anew. A waiter is alive while its Client's deadline has not passed:
 -- each Client renews one deadline per lock for all its waiters, whatever
 -- their number. The member '*' of the queue stands for the waiters that
 -- wait for a '1' message, because they wait for several locks at once.
 local function client_field(id)
   return '\0c' .. client_of(id)
+end
+
+-- The field that tells a Client its places are whole (see above).
+local function alive_field(id)
+  return '\0a' .. client_of(id)
 end
 
 -- The fields of a waiter's entry: lease, hold, owner (nil for a waiter to
@@ -33,8 +43,10 @@ local queue_keep = 10
 -- stays until the next release, or a second longer than that. new tells
 -- that the waiter has no place yet. lock, when given, is the lock hash,
 -- whose q (lock.lua) is set: give it when the hash exists and its q is not
--- set, which says that nobody waits, so that the queue starts anew.
-local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owner, new)
+-- set, which says that nobody waits, so that the queue starts anew. first
+-- tells that the Client has no other waiter on the lock: its places are
+-- whole (alive_field). Returns the server's clock in ms (nil for the id '').
+local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owner, new, first)
   if lock then
     redis.call('HSET', lock, 'q', '1')
   end
@@ -52,13 +64,16 @@ local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owne
     entry = lease .. ' ' .. hold .. ' ' .. owner
   end
   local f = {id, entry, client_field(id), now_ms(t) + expiry}
+  if first then
+    f[#f + 1], f[#f + 2] = alive_field(id), ''
+  end
   local n
   if lock then
     -- Nobody waits: the queue starts anew with this waiter, numbered by
     -- the clock in microseconds, so that it would still come after the
     -- arrivals of a queue that q had missed.
     n = micros(t)
-    f[5], f[6] = '\0n', n
+    f[#f + 1], f[#f + 2] = '\0n', n
   elseif new or redis.call('ZSCORE', queue, id) == false then
     n = redis.call('HINCRBY', waiters, '\0n', 1)
   end
@@ -67,12 +82,15 @@ local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owne
   end
   redis.call('HSET', waiters, unpack(f))
   -- A new queue gets its expiry; a longer one has it refreshed once half
-  -- of it is gone (the Clients' presence passes refresh it too).
+  -- of it is gone (the Clients' presence passes refresh it too). The
+  -- waiters hash's is the one read: the queue's may have been set by '*'
+  -- alone, before the hash existed.
   local keep = queue_keep * expiry
-  if lock or redis.call('PTTL', queue) < keep / 2 then
+  if lock or redis.call('PTTL', waiters) < keep / 2 then
     redis.call('PEXPIRE', queue, keep)
     redis.call('PEXPIRE', waiters, keep)
   end
+  return now_ms(t)
 end
 
 -- Remove a waiter from the queue; the keys go when it is empty. Returns
@@ -120,10 +138,11 @@ local function first_live(queue, waiters, t, pop)
       return h, n, d, lease, hold, owner, t, pop and tonumber(n) < (tonumber(v[3] or '0') or 0)
     end
     -- Its Client stopped renewing: every place of that Client is dead.
+    -- The Client, if alive, learns it at its next presence pass.
     if not pop then
       redis.call('ZREM', queue, h)
     end
-    redis.call('HDEL', waiters, h, cf)
+    redis.call('HDEL', waiters, h, cf, alive_field(h))
   end
 end
 
@@ -146,16 +165,6 @@ local function kept(queue, h, n, d, t, others)
   if not others or redis.call('PTTL', queue) == -1 then
     redis.call('PEXPIRE', queue, queue_keep * math.max(d - now_ms(t), 1))
   end
-end
-
--- The remaining lease of the holder of a lock in ms (PTTL), -2 while the
--- lock is free or its key is not a lock.
-local function lease_left(lock)
-  local ok, owner = pcall(lock_of, lock)
-  if not ok or not owner then
-    return -2
-  end
-  return redis.call('PTTL', lock)
 end
 
 -- The number of holds in a holds field.
@@ -192,7 +201,7 @@ end
 -- Free a lock whose last token is last, and pass it to the first waiter of
 -- its queue that is still alive, dropping the dead ones ahead of it: the
 -- lock becomes the waiter's, with the lease it asked for, and
--- 'g:<id> <token>' tells it. A waiter that did not ask for that (fixed
+-- 'g:<id> <token> <ms>' tells it, with the server's clock at the release. A waiter that did not ask for that (fixed
 -- leases), or that follows '*', is woken with 'w:<id>' instead and takes the
 -- lock itself. Both go to the waiter's Client alone (tell). '*' is consumed
 -- and announced with '1' on the lock's channel. The field mark is set to
@@ -211,7 +220,7 @@ local function vacate(lock, last, queue, waiters, channel, retention, mark, valu
   if lease then
     dropped(waiters, h, others)
     local token = take(lock, t, last, owner, hold, lease, mark, value, others and '1' or '')
-    tell(channel, h, 'g:' .. h .. ' ' .. token)
+    tell(channel, h, 'g:' .. h .. ' ' .. token .. ' ' .. now_ms(t))
     return
   end
   if last > 0 then

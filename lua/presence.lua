@@ -1,29 +1,43 @@
 -- Renew one Client's deadline in the queues of several locks of one slot:
 -- its waiters there stay alive (see the prelude).
 -- KEYS[3i-2] waiters hash, KEYS[3i-1] queue zset, KEYS[3i] lock key of lock i.
--- ARGV[1] the Client's field ("\0c<client id>"); for lock i: ARGV[2i]
--- waiter expiry ms, ARGV[2i+1] '1' to refresh the keys' expiry as well.
--- Returns {gone, pttl}: per lock, gone 1 when the Client had no deadline
--- (it was taken for dead and its places may be gone, or the queue is gone):
--- its waiters must look again, 0 otherwise; and the holder's remaining
--- lease, -2 when the lock is free (see lease_left). A lock
--- that waiters wait for is free (-2) only for a moment (a release hands it
--- over, or wakes the head), and its lease runs out unrenewed only when its
--- holder died, such as the waiter of another Client it went to: nothing is
--- published then.
+-- ARGV[1] the Client's id; for lock i: ARGV[2i] waiter expiry ms,
+-- ARGV[2i+1] '1' to refresh the keys' expiry as well.
+-- Returns {gone, pttl, mine}, per lock:
+--   gone  1 when places of the Client may be gone: it had no deadline, or
+--         a release dropped a place of it as dead since (the field
+--         "\0a<client id>" was gone, see lock_queue.lua), or the queue is
+--         gone: its waiters must look again; 0 otherwise.
+--   pttl  the holder's remaining lease (PTTL), -2 when the lock is free or
+--         its key is not a lock. A lock that waiters wait for is free (-2) only for
+--         a moment (a release hands it over, or wakes the head), and its
+--         lease runs out unrenewed only when its holder died, such as the
+--         waiter of another Client it went to: nothing is published then.
+--   mine  the holder's owner id when it is of this Client (a lock handed
+--         over to one of its waiters, whose message may have been lost),
+--         '' otherwise.
 local now = now_ms(redis.call('TIME'))
-local res, pttl = {}, {}
+local field, alive = '\0c' .. ARGV[1], '\0a' .. ARGV[1]
+local res, pttl, mine = {}, {}, {}
 for i = 1, #KEYS / 3 do
   local waiters, queue, lock = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local expiry = tonumber(ARGV[2 * i])
-  res[i] = redis.call('HSET', waiters, ARGV[1], now + expiry)
-  if res[i] == 1 and redis.call('EXISTS', queue) == 0 then
+  local added = redis.call('HSET', waiters, field, now + expiry, alive, '')
+  res[i] = math.min(added, 1)
+  if added > 0 and redis.call('EXISTS', queue) == 0 then
     -- Nobody waits any more: the hash is this call's.
     redis.call('DEL', waiters)
-  elseif ARGV[2 * i + 1] == '1' then
+  elseif added > 0 or ARGV[2 * i + 1] == '1' then
+    -- A hash this call may have made has no expiry yet.
     redis.call('PEXPIRE', waiters, queue_keep * expiry)
     redis.call('PEXPIRE', queue, queue_keep * expiry)
   end
-  pttl[i] = lease_left(lock)
+  local ok, owner = pcall(lock_of, lock)
+  if ok and owner then
+    pttl[i] = redis.call('PTTL', lock)
+    mine[i] = client_of(owner) == ARGV[1] and owner or ''
+  else
+    pttl[i], mine[i] = -2, ''
+  end
 end
-return {res, pttl}
+return {res, pttl, mine}

@@ -1,6 +1,7 @@
 // Package faultproxy is a small TCP proxy for tests that injects network
 // faults between clients and a server: cut connections, silent (blackholed)
-// connections, refused connections and added latency.
+// connections, refused connections, added latency, connections held up for
+// a while (paused), and pub/sub messages dropped or delayed.
 //
 // A Proxy listens on a free 127.0.0.1 port and forwards every accepted
 // connection to its target. Faults set with Cut, Blackhole, Refuse and
@@ -22,6 +23,7 @@ const (
 	bufSize     = 32 << 10        // bytes read per chunk
 	dialTimeout = 5 * time.Second // for the connection to the target
 	acceptPause = 10 * time.Millisecond
+	pauseCheck  = 20 * time.Millisecond // how often a paused connection looks whether its pause ended
 )
 
 // Proxy listens on 127.0.0.1 (a free port) and forwards each accepted
@@ -42,8 +44,13 @@ type Proxy struct {
 	blackhole bool          // new connections start blackholed
 	refuse    bool          // new connections are closed at once
 	latency   time.Duration // added before forwarding each chunk
+	paused    time.Time     // every connection forwards nothing until then
 	next      int           // accept index of the next connection
 	conns     map[int]*conn // open connections by accept index
+
+	dropPushes  int           // pub/sub messages still to drop
+	delayPushes time.Duration // added to every pub/sub message
+	pushes      PushStats
 }
 
 // conn is one client connection and its connection to the target.
@@ -55,6 +62,17 @@ type conn struct {
 	server     net.Conn // nil until the target has been dialed
 	blackholed bool     // once set, stays set until the connection is closed
 	closed     bool
+	paused     time.Time // nothing is forwarded on it until then
+	subscriber bool      // the server confirmed a subscription on it
+
+	wmu  sync.Mutex   // one write to the client at a time: frames stay whole
+	lane []delayedMsg // pub/sub messages held back, in order; guarded by Proxy.mu
+}
+
+// delayedMsg is a pub/sub message frame held back until due.
+type delayedMsg struct {
+	frame []byte
+	due   time.Time
 }
 
 // New starts a proxy for target (a "host:port" such as "127.0.0.1:6379"): it
@@ -138,14 +156,19 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency = max(d, 0)
 }
 
-// Heal removes every fault: it ends Blackhole and Refuse, sets the latency to
-// 0 and closes every blackholed connection (including those blackholed with
+// Heal removes every fault: it ends Blackhole, Refuse and pauses, sets the
+// latency to 0, forgets the pub/sub faults still to come (messages already
+// held back are still delivered when due) and closes every blackholed connection (including those blackholed with
 // BlackholeConn), dropping the data they held, so that clients reconnect to a
 // clean stream. Other connections keep forwarding.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.blackhole, p.refuse, p.latency = false, false, 0
+	p.paused, p.dropPushes, p.delayPushes = time.Time{}, 0, 0
+	for _, c := range p.conns {
+		c.paused = time.Time{}
+	}
 	p.closeAllLocked(func(c *conn) bool { return c.blackholed })
 }
 
@@ -246,14 +269,15 @@ func (p *Proxy) serve(id int, c *conn) {
 
 	go func() {
 		defer p.wg.Done()
-		p.pump(id, c, server, c.client, false)
+		p.pump(id, c, server, c.client)
 	}()
-	p.pump(id, c, c.client, server, true)
+	p.pumpFrames(id, c, c.client, server)
 }
 
-// pump copies src to dst chunk by chunk, applying the current faults to each
-// chunk, and closes c when src or dst fails.
-func (p *Proxy) pump(id int, c *conn, dst, src net.Conn, fromServer bool) {
+// pump copies the client's stream, src, to the server, dst, chunk by chunk,
+// applying the current faults to each chunk, and closes c when src or dst
+// fails. The server's stream is copied by pumpFrames.
+func (p *Proxy) pump(id int, c *conn, dst, src net.Conn) {
 	defer p.closeConn(id, c)
 	buf := make([]byte, bufSize)
 	for {
@@ -262,9 +286,6 @@ func (p *Proxy) pump(id int, c *conn, dst, src net.Conn, fromServer bool) {
 			return
 		}
 		if err != nil {
-			if fromServer && p.isBlackholed(c) {
-				<-c.done // a dead network does not report the server's close
-			}
 			return
 		}
 	}
@@ -276,12 +297,21 @@ func (p *Proxy) forward(c *conn, dst net.Conn, chunk []byte) bool {
 	p.mu.Lock()
 	latency := p.latency
 	p.mu.Unlock()
-	if latency > 0 {
-		t := time.NewTimer(latency)
-		select {
-		case <-t.C:
-		case <-c.done:
-			t.Stop()
+	if latency > 0 && !sleep(c, latency) {
+		return false
+	}
+	for {
+		p.mu.Lock()
+		until := c.paused
+		if p.paused.After(until) {
+			until = p.paused
+		}
+		p.mu.Unlock()
+		d := time.Until(until)
+		if d <= 0 {
+			break
+		}
+		if !sleep(c, min(d, pauseCheck)) { // Heal may end the pause early
 			return false
 		}
 	}
@@ -289,8 +319,24 @@ func (p *Proxy) forward(c *conn, dst net.Conn, chunk []byte) bool {
 		<-c.done // blackholing ends only with the connection
 		return false
 	}
+	if dst == c.client {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+	}
 	_, err := dst.Write(chunk)
 	return err == nil
+}
+
+// sleep waits d, or until c is closed; it reports whether c is still open.
+func sleep(c *conn, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.done:
+		return false
+	}
 }
 
 func (p *Proxy) isBlackholed(c *conn) bool {

@@ -1,116 +1,75 @@
-// Package sema is a wake-up semaphore for the goroutines of one process that
-// wait on one lock: a release wakes one waiter, oldest first, and a wake-up
-// that finds nobody waiting is kept for the next waiter instead of being lost.
+// Package sema wakes the goroutines of one process that wait for messages
+// on one lock's channel.
+//
+// Messages are for latency, never for liveness: every waiter also looks
+// again when a timer of its own ends, and a message only makes it look
+// sooner. A broadcast is delivered to the local waiters it was meant for,
+// and no other goroutine can take it: waiters are woken by generation, not
+// by counted permits. Every broadcast starts a new generation. A waiter
+// reads the generation (Gen) before the attempt that found the lock taken,
+// and its Wait with that generation fires with the first broadcast after
+// it: at once when one came while the attempt's reply was on its way. A
+// goroutine that starts waiting later reads a later generation, so it can
+// neither use up nor delay another's wake-up.
 //
 // Waits are channels, so a waiter selects on them together with its context
-// and timers, and no goroutine is started per waiter.
+// and timers; a waiter that stops waiting has nothing to give back, and no
+// goroutine is started per waiter.
 package sema
 
 import "sync"
 
-// Sema hands wake-ups to waiting tickets. Members are the goroutines that may
-// use a wake-up (waiting now or about to wait); stored wake-ups never exceed
-// them. The zero value is ready to use. Safe for concurrent use.
+// Sema is the wake-ups of one channel: a generation number that every
+// broadcast moves on. The zero value is ready to use. Safe for concurrent
+// use.
 type Sema struct {
-	mu      sync.Mutex
-	members int
-	permits int
-	queue   []*Ticket
+	mu  sync.Mutex
+	gen uint64
+	// ch is closed by the broadcast that ends generation gen; nil until a
+	// waiter asks for it.
+	ch chan struct{}
 }
 
-// Ticket is one wait. C receives a value when the ticket is woken.
-type Ticket struct {
-	C      <-chan struct{}
-	c      chan struct{}
-	s      *Sema
-	queued bool
-}
+// closedChan is the channel of a Wait whose generation is over.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
-// Join adds a member; Leave removes one, dropping the stored wake-ups that no
-// remaining member could use.
-func (s *Sema) Join() {
-	s.mu.Lock()
-	s.members++
-	s.mu.Unlock()
-}
-
-// Leave removes a member added by Join.
-func (s *Sema) Leave() {
-	s.mu.Lock()
-	if s.members > 0 {
-		s.members--
-	}
-	s.permits = min(s.permits, s.members)
-	s.mu.Unlock()
-}
-
-// Wait returns a ticket that is woken by the next Release, or at once when a
-// wake-up is stored. The waiter must receive from C or call Cancel.
-func (s *Sema) Wait() *Ticket {
-	c := make(chan struct{}, 1)
-	t := &Ticket{C: c, c: c, s: s}
-	s.mu.Lock()
-	if s.permits > 0 {
-		s.permits--
-		c <- struct{}{}
-	} else {
-		t.queued = true
-		s.queue = append(s.queue, t)
-	}
-	s.mu.Unlock()
-	return t
-}
-
-// Cancel withdraws the ticket. A wake-up it received but did not consume is
-// passed on to the next waiter, so abandoning a wait never loses one.
-func (t *Ticket) Cancel() {
-	s := t.s
+// Gen returns the current generation. Read it before an attempt whose
+// failure the caller will wait out with Wait.
+func (s *Sema) Gen() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t.queued {
-		for i, q := range s.queue {
-			if q == t {
-				s.queue = append(s.queue[:i], s.queue[i+1:]...)
-				break
-			}
-		}
-		t.queued = false
-		return
-	}
-	select {
-	case <-t.c:
-		s.release(1)
-	default:
-	}
+	return s.gen
 }
 
-// Release wakes up to n waiting tickets, oldest first, and stores the rest of
-// the wake-ups for members that are not waiting yet.
-func (s *Sema) Release(n int) {
+// Wait returns a channel that is closed by the first broadcast after
+// generation gen: it is closed already when the generation moved on since
+// gen was read. Every waiter of one generation receives the same channel;
+// nothing needs to be done to stop waiting.
+func (s *Sema) Wait(gen uint64) <-chan struct{} {
 	s.mu.Lock()
-	s.release(n)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if gen != s.gen {
+		return closedChan
+	}
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
 }
 
-func (s *Sema) release(n int) {
-	for ; n > 0 && len(s.queue) > 0; n-- {
-		t := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		t.queued = false
-		t.c <- struct{}{}
-	}
-	if n > 0 {
-		s.permits = min(s.permits+n, s.members)
-	}
-}
-
-// ReleaseAll wakes every waiting ticket and stores a wake-up for every member
-// that is not waiting, so that all of them look again.
-func (s *Sema) ReleaseAll() {
+// Broadcast starts a new generation: it wakes every goroutine waiting now,
+// and every one that read an earlier generation and has yet to call Wait.
+// It never blocks.
+func (s *Sema) Broadcast() {
 	s.mu.Lock()
-	woken := len(s.queue)
-	s.release(woken)
-	s.permits = max(s.permits, s.members-woken)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	s.gen++
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
 }

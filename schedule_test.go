@@ -1,0 +1,1127 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync/internal/faultproxy"
+)
+
+// TestSchedule runs random schedules of every primitive on several Clients,
+// some of them behind fault proxies, with random lease settings, deadlines,
+// cancels and re-entries, while faults are injected at random: connections
+// held up, latency, pub/sub messages dropped or delayed, subscription
+// connections cut, a presence loop stalled, Redis restarted (with its data
+// kept, so that the locks outlive the restart). The test's own model of who
+// holds what checks, at every delivery, mutual exclusion, the semaphore's
+// size, that tokens only increase and that the lease is held in Redis; a
+// monitor checks that no waiter waits long for a lock the model says is
+// free; at the end of each schedule nothing may be left. Every violation is
+// collected and reported at the end with the seed that replays the
+// schedule's choices (not its timing):
+//
+//	go test -race -run '^TestSchedule$' -seed N .
+//	REDISYNC_SEED=N go test -race -run '^TestSchedule$' .
+//
+// It runs about 36s of schedules; REDISYNC_SOAK=1 runs schedules until at
+// least 100 000 acquisitions were made.
+func TestSchedule(t *testing.T) {
+	seed := testSeed(t, "TestSchedule")
+	e := ownServer(t, "--appendonly", "yes", "--appendfsync", "no")
+	noLeak := leakCheck(t)
+	w := newWorld(t, e, seed)
+	rnd := rand.New(rand.NewPCG(seed, 0x5c4ed))
+
+	start := time.Now()
+	budget, minAcq, capTime := 36*time.Second, int64(0), time.Duration(0)
+	if os.Getenv("REDISYNC_SOAK") != "" {
+		budget, minAcq, capTime = 0, 100000, 60*time.Minute
+	}
+	for n := 0; ; n++ {
+		el := time.Since(start)
+		if budget > 0 && el >= budget {
+			break
+		}
+		if budget == 0 && (w.totalAcquired() >= minAcq || el >= capTime) {
+			break
+		}
+		d := time.Duration(5000+rnd.IntN(3000)) * time.Millisecond
+		if budget > 0 {
+			d = min(d, max(budget-el, 2*time.Second))
+		}
+		w.runSchedule(n, rnd.Uint64(), d)
+	}
+	w.observer.Close()
+	noLeak(nil, restartedServer)
+	w.report(time.Since(start))
+}
+
+// scheduleSeed replays TestSchedule and TestFencedLinearizable.
+var scheduleSeed = flag.Uint64("seed", 0, "seed of TestSchedule and TestFencedLinearizable (0: random; REDISYNC_SEED works too)")
+
+// testSeed returns the seed of a randomized test, from -seed, REDISYNC_SEED
+// or the clock, and logs how to replay it.
+func testSeed(t *testing.T, name string) uint64 {
+	seed := *scheduleSeed
+	if s := os.Getenv("REDISYNC_SEED"); seed == 0 && s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("REDISYNC_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	if seed == 0 {
+		seed = rand.Uint64()>>1 | 1
+	}
+	t.Logf("seed %d; replay with: go test -race -run '^%s$' -seed %d .", seed, name, seed)
+	return seed
+}
+
+// rec is one ownership the model knows of: a delivered lease.
+type rec struct {
+	id      int64
+	prim    string   // "mutex", "fair", "group", "rw-write", "rw-read", "semaphore"
+	res     []string // the resources it holds: "mutex:NAME", "fair:NAME", "rw:NAME", "sem:NAME"
+	client  int
+	lease   *Lease
+	token   uint64
+	permits int
+	dur     time.Duration // its lease: fixed, or its Client's watchdog lease
+	at      time.Time     // when its delivery was seen
+	fixed   bool
+
+	occupied bool          // counted as occupying its names (liveness); guarded by world.mu
+	done     chan struct{} // closed once Unlock returned
+}
+
+// waiter is an acquisition that waits (Lock or Acquire of a Mutex or a
+// FairMutex), for the liveness monitor.
+type waiter struct {
+	id     int64
+	client int
+	form   string
+	start  time.Time
+	ctx    context.Context
+	expiry time.Duration
+}
+
+// nameState is what the liveness monitor knows of one lock name.
+type nameState struct {
+	occupied  int       // recs that may hold it
+	uncertain time.Time // until then its key may still be held by a lost lease
+	freeSince time.Time // when occupied last dropped to 0 (or uncertainty ended)
+	waiters   map[int64]*waiter
+	flagged   bool // the current free interval was reported
+}
+
+// fault is one injected fault and when it acted.
+type fault struct {
+	kind       string
+	client     int
+	start, end time.Time
+}
+
+// world is the model and the counters of TestSchedule.
+type world struct {
+	t        *testing.T
+	e        *env
+	seed     uint64
+	observer *Client // direct, for Inspect
+	begin    time.Time
+	nextID   atomic.Int64
+
+	mu     sync.Mutex // the model
+	held   map[string][]*rec
+	last   map[string]uint64 // highest token delivered per exclusive resource
+	names  map[string]*nameState
+	faults []fault
+	sizes  map[string]int // semaphore sizes
+	unsure []*rec         // leases whose Unlock failed in this schedule
+
+	vmu        sync.Mutex // counters and violations; never held while calling the library
+	violations map[string][]string
+	acquired   map[string]int64
+	attempts   map[string]int64
+	failures   map[string]int64
+	faultCount map[string]int
+	lostBy     map[string]int
+	early      []string
+	schedules  int
+	totalAcq   int64
+}
+
+func newWorld(t *testing.T, e *env, seed uint64) *world {
+	obs, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix("sched"), WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{
+		t: t, e: e, seed: seed, observer: obs, begin: time.Now(),
+		held: map[string][]*rec{}, last: map[string]uint64{}, names: map[string]*nameState{},
+		sizes:      map[string]int{"s:0": 3, "s:1": 2},
+		violations: map[string][]string{}, acquired: map[string]int64{}, attempts: map[string]int64{},
+		failures: map[string]int64{}, faultCount: map[string]int{}, lostBy: map[string]int{},
+	}
+	ctx := withTimeout(t, 10*time.Second)
+	for name, size := range w.sizes {
+		if _, err := obs.Semaphore(name).SetSize(ctx, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// rel formats a time as milliseconds since the test began.
+func (w *world) rel(at time.Time) string {
+	return fmt.Sprintf("%.3fs", at.Sub(w.begin).Seconds())
+}
+
+// violation records a failed check.
+func (w *world) violation(kind, format string, args ...any) {
+	w.vmu.Lock()
+	defer w.vmu.Unlock()
+	w.violations[kind] = append(w.violations[kind], fmt.Sprintf(format, args...))
+}
+
+func (w *world) count(m map[string]int64, key string) {
+	w.vmu.Lock()
+	m[key]++
+	w.vmu.Unlock()
+}
+
+func (w *world) totalAcquired() int64 {
+	w.vmu.Lock()
+	defer w.vmu.Unlock()
+	return w.totalAcq
+}
+
+// faultsAround describes the faults that acted between from and to (or
+// end within grace before from), for violation reports; "" when none did.
+func (w *world) faultsAround(from, to time.Time, grace time.Duration) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, f := range w.faults {
+		if !f.start.After(to) && !f.end.Add(grace).Before(from) {
+			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.kind, f.client, w.rel(f.start), w.rel(f.end)))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// allowance is how much longer than a presence pass and its slack a waiter
+// may wait for a free lock between from and to: each fault that acted then,
+// or shortly before, adds its length and a recovery time, but a dropped
+// message adds nothing.
+func (w *world) allowanceLocked(from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, f := range w.faults {
+		var recovery time.Duration
+		switch f.kind {
+		case "drop-push":
+			// Messages are for latency: the presence pass is what waiting
+			// relies on, and the limit has one already.
+		case "delay-push", "cut-subscriber":
+			recovery = time.Second // the delay, or a new subscription
+		case "restart":
+			recovery = 6 * time.Second
+		default:
+			recovery = 3 * time.Second
+		}
+		if !f.start.After(to) && !f.end.Add(recovery).Before(from) {
+			d += f.end.Sub(f.start) + recovery
+		}
+	}
+	return d
+}
+
+func lostNow(l *Lease) bool {
+	select {
+	case <-l.Lost():
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *world) name(res string) *nameState {
+	ns := w.names[res]
+	if ns == nil {
+		ns = &nameState{waiters: map[int64]*waiter{}, freeSince: time.Now()}
+		w.names[res] = ns
+	}
+	return ns
+}
+
+// delivered checks a lease just delivered as held against the model and
+// adds it: mutual exclusion, semaphore size, token order.
+func (w *world) delivered(r *rec) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, res := range r.res {
+		live := w.held[res][:0]
+		for _, o := range w.held[res] {
+			if !lostNow(o.lease) {
+				live = append(live, o)
+			}
+		}
+		kind, name, _ := strings.Cut(res, ":")
+		permits := r.permits
+		for _, o := range live {
+			switch kind {
+			case "sem":
+				permits += o.permits
+			case "rw":
+				if r.prim == "rw-read" && o.prim == "rw-read" {
+					continue
+				}
+				fallthrough
+			default:
+				w.violation("overlap", "%s %q: %s (token %d, c%d, delivered %s) delivered at %s while %s (token %d, c%d, delivered %s, lease %v fixed=%v) holds it; faults: %s",
+					kind, name, r.prim, r.token, r.client, w.rel(r.at), w.rel(time.Now()), o.prim, o.token, o.client, w.rel(o.at), o.dur, o.fixed,
+					w.faultsAroundLocked(o.at, time.Now()))
+			}
+		}
+		if kind == "sem" && permits > w.sizes[name] {
+			w.violation("semaphore-over-size", "semaphore %q: %d permits held (size %d) after c%d took %d at %s; faults: %s",
+				name, permits, w.sizes[name], r.client, r.permits, w.rel(r.at), w.faultsAroundLocked(r.at.Add(-5*time.Second), r.at))
+		}
+		w.held[res] = append(live, r)
+		if kind != "sem" && r.prim != "rw-read" {
+			if prev := w.last[res]; r.token <= prev {
+				w.violation("token-order", "%s %q: %s of c%d delivered at %s with token %d, not above %d delivered before",
+					kind, name, r.prim, r.client, w.rel(r.at), r.token, prev)
+			} else {
+				w.last[res] = r.token
+			}
+		}
+		if kind == "mutex" || kind == "fair" {
+			ns := w.name(res)
+			ns.occupied++
+			ns.flagged = false
+		}
+	}
+	r.occupied = true
+}
+
+func (w *world) faultsAroundLocked(from, to time.Time) string {
+	var out []string
+	for _, f := range w.faults {
+		if !f.start.After(to) && !f.end.Add(3*time.Second).Before(from) {
+			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.kind, f.client, w.rel(f.start), w.rel(f.end)))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, " ")
+}
+
+// releasing takes r out of the holders: its Unlock is being called.
+func (w *world) releasing(r *rec) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, res := range r.res {
+		w.held[res] = slices.DeleteFunc(w.held[res], func(o *rec) bool { return o == r })
+	}
+}
+
+// vacate ends r's occupation of its names for the liveness monitor; its
+// keys may stay held for up to uncertain more.
+func (w *world) vacate(r *rec, uncertain time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !r.occupied {
+		return
+	}
+	r.occupied = false
+	now := time.Now()
+	for _, res := range r.res {
+		kind, _, _ := strings.Cut(res, ":")
+		if kind != "mutex" && kind != "fair" {
+			continue
+		}
+		ns := w.name(res)
+		ns.occupied--
+		if u := now.Add(uncertain); u.After(ns.uncertain) {
+			ns.uncertain = u
+		}
+		if ns.occupied == 0 {
+			ns.freeSince = now
+			ns.flagged = false
+		}
+	}
+}
+
+// waiting registers an acquisition that waits for res; the returned
+// function takes it off.
+func (w *world) waiting(res string, wt *waiter) func() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.name(res).waiters[wt.id] = wt
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.names[res].waiters, wt.id)
+	}
+}
+
+// monitor flags, until stop, every lock name that the model says is free
+// while some acquisition waits for it, alive, for longer than a presence
+// pass (a third of the waiter expiry) and 2s, plus what faults add.
+func (w *world) monitor(stop <-chan struct{}) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		w.mu.Lock()
+		for res, ns := range w.names {
+			if ns.occupied > 0 || ns.flagged || now.Before(ns.uncertain) {
+				continue
+			}
+			from := ns.freeSince
+			if ns.uncertain.After(from) {
+				from = ns.uncertain
+			}
+			var oldest *waiter
+			var expiry time.Duration
+			for _, wt := range ns.waiters {
+				if wt.ctx.Err() != nil {
+					continue
+				}
+				if oldest == nil || wt.start.Before(oldest.start) {
+					oldest = wt
+				}
+				expiry = max(expiry, wt.expiry)
+			}
+			if oldest == nil {
+				continue
+			}
+			if oldest.start.After(from) {
+				from = oldest.start
+			}
+			limit := expiry/3 + 2*time.Second + w.allowanceLocked(from, now)
+			if now.Sub(from) > limit {
+				ns.flagged = true
+				var ws []string
+				for _, wt := range ns.waiters {
+					if wt.ctx.Err() == nil {
+						ws = append(ws, fmt.Sprintf("c%d %s since %s (expiry %v)", wt.client, wt.form, w.rel(wt.start), wt.expiry))
+					}
+				}
+				sort.Strings(ws)
+				w.violation("stalled-waiter", "%s free in the model since %s, waited for until %s (%v, limit %v) by %d live waiters: %s; faults: %s",
+					res, w.rel(from), w.rel(now), now.Sub(from).Round(time.Millisecond), limit, len(ws), strings.Join(ws, ", "),
+					w.faultsAroundLocked(from.Add(-5*time.Second), now))
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// schedClient is one Client of a schedule.
+type schedClient struct {
+	i        int
+	c        *Client
+	p        *faultproxy.Proxy // nil for a direct Client
+	watchdog time.Duration
+}
+
+// target is one lock an actor can take, as a Client sees it.
+type target struct {
+	prim    string
+	res     []string
+	expiry  time.Duration // waiter expiry of a Mutex or FairMutex; 0 otherwise
+	lease   time.Duration
+	fixed   bool
+	permits int
+	lock    func(ctx context.Context) (*Lease, error)
+	try     func(ctx context.Context) (*Lease, error)
+	acquire func(ctx context.Context) <-chan *Lease
+	// inspect tells whether Redis shows l as holding the lock: "" when it
+	// does, what it shows otherwise.
+	inspect func(ctx context.Context, l *Lease) (string, error)
+	// reenter acquires the lock again with the lease's context, or is nil.
+	reenter func(ctx context.Context) (*Lease, error)
+}
+
+var (
+	mutexNames = []string{"m:0", "m:1", "{g}:a", "{g}:b", "{g}:c"}
+	fairNames  = []string{"f:0", "f:1"}
+	rwNames    = []string{"rw:0", "rw:1"}
+	semNames   = []string{"s:0", "s:1"}
+)
+
+// lockOpts picks a Mutex or FairMutex's options: a fixed lease one time in
+// four, and a waiter expiry.
+func lockOpts(rnd *rand.Rand, sc *schedClient, waiters bool) ([]LockOption, time.Duration, time.Duration, bool) {
+	var opts []LockOption
+	lease, fixed := sc.watchdog, false
+	if rnd.IntN(4) == 0 {
+		lease, fixed = []time.Duration{700 * time.Millisecond, 2 * time.Second, 5 * time.Second}[rnd.IntN(3)], true
+		opts = append(opts, WithFixedLease(lease))
+	}
+	expiry := defaultWaiterExpiry
+	if waiters && rnd.IntN(2) == 0 {
+		expiry = []time.Duration{900 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second}[rnd.IntN(3)]
+		opts = append(opts, WithWaiterExpiry(expiry))
+	}
+	return opts, lease, expiry, fixed
+}
+
+// targets builds the locks of one Client for a schedule.
+func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*target {
+	c := sc.c
+	var ts []*target
+	for _, name := range mutexNames {
+		opts, lease, expiry, fixed := lockOpts(rnd, sc, true)
+		m := c.Mutex(name, opts...)
+		ts = append(ts, &target{
+			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed,
+			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock,
+			inspect: func(ctx context.Context, l *Lease) (string, error) {
+				st, err := w.observer.Mutex(name).Inspect(ctx)
+				if err != nil || st.Owner == l.h.owner {
+					return "", err
+				}
+				return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.h.token), nil
+			},
+		})
+	}
+	for _, name := range fairNames {
+		opts, lease, expiry, fixed := lockOpts(rnd, sc, true)
+		m := c.FairMutex(name, opts...)
+		ts = append(ts, &target{
+			prim: "fair", res: []string{"fair:" + name}, expiry: expiry, lease: lease, fixed: fixed,
+			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock,
+			inspect: func(ctx context.Context, l *Lease) (string, error) {
+				st, err := w.observer.FairMutex(name).Inspect(ctx)
+				if err != nil || st.Owner == l.h.owner {
+					return "", err
+				}
+				return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.h.token), nil
+			},
+		})
+	}
+	for _, name := range rwNames {
+		opts, lease, _, fixed := lockOpts(rnd, sc, false)
+		m := c.RWMutex(name, opts...)
+		ts = append(ts, &target{
+			prim: "rw-write", res: []string{"rw:" + name}, lease: lease, fixed: fixed,
+			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock,
+			inspect: func(ctx context.Context, l *Lease) (string, error) {
+				st, err := w.observer.RWMutex(name).Inspect(ctx)
+				if err != nil || st.Writer == l.h.owner {
+					return "", err
+				}
+				return fmt.Sprintf("writer %q readers %d, not %q", st.Writer, st.Readers, l.h.owner), nil
+			},
+		}, &target{
+			prim: "rw-read", res: []string{"rw:" + name}, lease: lease, fixed: fixed,
+			lock: m.RLock, try: m.TryRLock, acquire: m.RAcquire, reenter: m.RLock,
+			inspect: func(ctx context.Context, l *Lease) (string, error) {
+				st, err := w.observer.RWMutex(name).Inspect(ctx)
+				if err != nil || (st.Readers > 0 && !st.WriteLocked) {
+					return "", err
+				}
+				return fmt.Sprintf("writer %q readers %d", st.Writer, st.Readers), nil
+			},
+		})
+	}
+	for _, name := range semNames {
+		opts, lease, _, fixed := lockOpts(rnd, sc, false)
+		s := c.Semaphore(name, opts...)
+		n := 1 + rnd.IntN(2)
+		ts = append(ts, &target{
+			prim: "semaphore", res: []string{"sem:" + name}, lease: lease, fixed: fixed, permits: n,
+			lock:    func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, n) },
+			try:     func(ctx context.Context) (*Lease, error) { return s.TryLock(ctx, n) },
+			acquire: func(ctx context.Context) <-chan *Lease { return s.Acquire(ctx, n) },
+			inspect: func(ctx context.Context, l *Lease) (string, error) {
+				st, err := w.observer.Semaphore(name).Inspect(ctx)
+				if err != nil {
+					return "", err
+				}
+				var hs []string
+				for _, h := range st.Holders {
+					if h.Owner+":"+strconv.Itoa(h.Permits) == l.h.owner {
+						return "", nil
+					}
+					hs = append(hs, h.Owner)
+				}
+				return fmt.Sprintf("holders %q, not %q", hs, l.h.owner), nil
+			},
+		})
+	}
+	// Groups over the Mutex names: two of this Client alone, taken by one
+	// script, and one that spans this Client and the next.
+	next := all[(sc.i+1)%len(all)].c
+	for _, g := range []struct {
+		names   []string
+		clients []*Client
+	}{
+		{[]string{"{g}:a", "{g}:b"}, []*Client{c, c}},
+		{[]string{"{g}:b", "{g}:c"}, []*Client{c, c}},
+		{[]string{"{g}:c", "m:1"}, []*Client{c, next}},
+	} {
+		var ms []*Mutex
+		var res []string
+		fixed := rnd.IntN(4) == 0
+		lease := sc.watchdog
+		for i, name := range g.names {
+			var opts []LockOption
+			if fixed {
+				lease = 2 * time.Second
+				opts = append(opts, WithFixedLease(lease))
+			}
+			ms = append(ms, g.clients[i].Mutex(name, opts...))
+			res = append(res, "mutex:"+name)
+		}
+		grp := NewGroup(ms...)
+		names, clients := g.names, g.clients
+		ts = append(ts, &target{
+			prim: "group", res: res, lease: lease, fixed: fixed,
+			lock: grp.Lock, try: grp.TryLock, acquire: grp.Acquire,
+			inspect: func(ctx context.Context, l *Lease) (string, error) {
+				for i, name := range names {
+					st, err := w.observer.Mutex(name).Inspect(ctx)
+					if err != nil {
+						return "", err
+					}
+					if st.ClientID() != clients[i].ID() || st.Token > l.Token() {
+						return fmt.Sprintf("member %q: owner %q token %d; the group's Client %s token %d", name, st.Owner, st.Token, clients[i].ID(), l.Token()), nil
+					}
+				}
+				return "", nil
+			},
+		})
+	}
+	return ts
+}
+
+// runSchedule runs one schedule of length d: new Clients with their own
+// settings, actors on them until d, faults unless the schedule is quiet,
+// then closes everything and checks that nothing is left.
+func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
+	t := w.t
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	const nClients, perClient = 5, 4
+	// A third of the schedules run without faults, a third with pub/sub
+	// faults only (dropped, delayed messages, cut subscriptions), a third
+	// with every kind.
+	mode := []string{"quiet", "pubsub", "all"}[rnd.IntN(3)]
+	var clients []*schedClient
+	var settings []string
+	for i := range nClients {
+		sc := &schedClient{i: i, watchdog: []time.Duration{1500 * time.Millisecond, 3 * time.Second, 30 * time.Second}[rnd.IntN(3)]}
+		metrics := Metrics{
+			WaitFallback: func(prim, name string) {
+				w.violation("wait-fallback", "c%d %s %q at %s", i, prim, name, w.rel(time.Now()))
+			},
+			Lost: func(prim, _ string, reason error) {
+				w.vmu.Lock()
+				w.lostBy[prim+": "+reason.Error()]++
+				w.vmu.Unlock()
+			},
+		}
+		opts := []Option{WithPrefix("sched"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog), WithMetrics(metrics)}
+		addr := w.e.server.Addr
+		if i >= 2 { // three of five behind proxies
+			p, err := faultproxy.New(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc.p, addr = p, p.Addr()
+		}
+		cacheOff := rnd.IntN(2) == 0
+		c, err := Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: cacheOff}, opts...)
+		if err != nil {
+			t.Fatalf("schedule %d: dialing c%d: %v", n, i, err)
+		}
+		sc.c = c
+		clients = append(clients, sc)
+		settings = append(settings, fmt.Sprintf("c%d watchdog %v proxied %v cache %v", i, sc.watchdog, sc.p != nil, !cacheOff))
+	}
+	var targets [][]*target
+	for _, sc := range clients {
+		targets = append(targets, w.targets(rnd, sc, clients))
+	}
+	t.Logf("schedule %d (seed %d) at %s for %v, faults %s: %s", n, seed, w.rel(time.Now()), d, mode, strings.Join(settings, "; "))
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	monitorStop := make(chan struct{})
+	monitorDone := make(chan struct{})
+	go func() { defer close(monitorDone); w.monitor(monitorStop) }()
+	for _, sc := range clients {
+		for g := range perClient {
+			actorSeed := rnd.Uint64()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.actor(rand.New(rand.NewPCG(actorSeed, uint64(g))), sc, targets[sc.i], stop)
+			}()
+		}
+	}
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		if mode != "quiet" {
+			w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 2)), clients, stop, mode == "pubsub")
+		}
+	}()
+	time.Sleep(d)
+	close(stop)
+	<-faultsDone
+	wg.Wait()
+	close(monitorStop)
+	<-monitorDone
+	for _, sc := range clients {
+		if sc.p != nil {
+			sc.p.Heal()
+		}
+	}
+	for _, sc := range clients {
+		if err := sc.c.Close(); err != nil {
+			t.Errorf("closing c%d: %v", sc.i, err)
+		}
+		if sc.p != nil {
+			sc.p.Close()
+		}
+	}
+	w.checkNothingLeft(n)
+	w.mu.Lock()
+	unsure := w.unsure
+	w.held, w.names, w.unsure = map[string][]*rec{}, map[string]*nameState{}, nil
+	w.mu.Unlock()
+	for _, r := range unsure {
+		// Close released it, or it says it was lost.
+		w.count(w.failures, fmt.Sprintf("lease whose Unlock failed: Lost closed after Close=%v", lostNow(r.lease)))
+	}
+	w.vmu.Lock()
+	w.schedules++
+	w.vmu.Unlock()
+}
+
+// checkNothingLeft checks that no key of the schedules lacks an expiry (but
+// a semaphore's size and a latch's count, which are kept until changed)
+// and, once the Clients are closed, nobody subscribes.
+func (w *world) checkNothingLeft(n int) {
+	srv := w.e.server
+	keys, err := srv.Do("EVAL", `local out = {}
+local cursor = '0'
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+    local kind = string.match(k, '^[^:]*:([^:]*):')
+    if redis.call('PTTL', k) == -1 and kind ~= 'sem' and kind ~= 'latch' then out[#out + 1] = k end
+  end
+until cursor == '0'
+return out`, "0", "sched:*")
+	if err != nil {
+		w.t.Errorf("schedule %d: scanning keys: %v", n, err)
+	} else if keys != "" {
+		var shown []string
+		for _, k := range strings.Split(keys, "\n") {
+			typ, _ := srv.Do("TYPE", k)
+			val := ""
+			if typ == "hash" {
+				val, _ = srv.Do("HGETALL", k)
+			} else if typ == "zset" {
+				val, _ = srv.Do("ZRANGE", k, "0", "-1", "WITHSCORES")
+			}
+			shown = append(shown, fmt.Sprintf("%q (%s: %q)", k, typ, val))
+		}
+		w.violation("key-without-ttl", "after schedule %d: %s", n, strings.Join(shown, ", "))
+	}
+	var left []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left = w.e.channels(w.t)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		w.violation("subscription-left", "after schedule %d, 10s after its Clients closed: %q", n, left)
+	}
+}
+
+// randomTimeout is an acquisition's deadline: from 5ms to 3s, mostly short.
+func randomTimeout(rnd *rand.Rand) time.Duration {
+	return time.Duration(float64(5*time.Millisecond) * float64(rnd.IntN(600)+1) * rnd.Float64())
+}
+
+// actor runs random operations on the Client's locks until stop.
+func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if rnd.IntN(20) == 0 {
+			w.latchOp(rnd, sc)
+			continue
+		}
+		t := ts[rnd.IntN(len(ts))]
+		if rnd.IntN(2) == 0 { // half the time a Mutex or FairMutex: the locks with queues
+			t = ts[rnd.IntN(len(mutexNames)+len(fairNames))]
+		}
+		w.acquireOnce(rnd, sc, t)
+	}
+}
+
+// latchOp sets, counts down or waits on the Client's latch.
+func (w *world) latchOp(rnd *rand.Rand, sc *schedClient) {
+	l := sc.c.Latch("l:0")
+	ctx, cancel := context.WithTimeout(context.Background(), randomTimeout(rnd))
+	defer cancel()
+	var err error
+	op := []string{"set", "countdown", "wait"}[rnd.IntN(3)]
+	switch op {
+	case "set":
+		_, err = l.TrySetCount(ctx, 1+rnd.IntN(3))
+	case "countdown":
+		_, err = l.CountDown(ctx)
+	default:
+		err = l.Wait(ctx)
+	}
+	w.count(w.attempts, "latch "+op)
+	if err != nil {
+		w.count(w.failures, "latch "+op+": "+errClass(err))
+	} else {
+		w.count(w.acquired, "latch "+op)
+	}
+}
+
+// errClass names an error for the counts.
+func errClass(err error) string {
+	for _, e := range []error{context.DeadlineExceeded, context.Canceled, ErrLocked, ErrNoPermits, ErrClosed,
+		ErrConnectionLost, ErrExpired, ErrTakenOver, ErrNotHeld} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	msg := err.Error()
+	if len(msg) > 90 {
+		msg = msg[:90] + "..."
+	}
+	return msg
+}
+
+// lossReason reports whether err is one of the reasons a held lease is lost.
+func lossReason(err error) bool {
+	return errors.Is(err, ErrExpired) || errors.Is(err, ErrTakenOver) || errors.Is(err, ErrConnectionLost)
+}
+
+// acquireOnce makes one acquisition of t in a random form, and, when it
+// succeeds, checks it, maybe re-enters, holds it a moment and unlocks it.
+func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
+	timeout := randomTimeout(rnd)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if rnd.IntN(5) == 0 {
+		stopCancel := time.AfterFunc(time.Duration(rnd.Int64N(int64(timeout))), cancel)
+		defer stopCancel.Stop()
+	}
+	form := []string{"Lock", "TryLock", "Acquire"}[rnd.IntN(3)]
+	w.count(w.attempts, t.prim+" "+form)
+	if form != "TryLock" && t.expiry > 0 {
+		wt := &waiter{id: w.nextID.Add(1), client: sc.i, form: t.prim + "." + form, start: time.Now(), ctx: ctx, expiry: t.expiry}
+		defer w.waiting(t.res[0], wt)()
+	}
+	var l *Lease
+	var err error
+	switch form {
+	case "Lock":
+		l, err = t.lock(ctx)
+	case "TryLock":
+		l, err = t.try(ctx)
+	default:
+		select {
+		case l = <-t.acquire(ctx):
+			err = l.Err()
+			if err != nil && lossReason(err) {
+				w.violation("delivered-lost", "%s %v Acquire of c%d delivered a lease already lost at %s: %v; faults: %s",
+					t.prim, t.res, sc.i, w.rel(time.Now()), err, w.faultsAround(time.Now().Add(-5*time.Second), time.Now(), 0))
+				return
+			}
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		w.count(w.failures, t.prim+" "+form+": "+errClass(err))
+		return
+	}
+	at := time.Now()
+	if e := l.Err(); e != nil {
+		w.violation("delivered-lost", "%s %v %s of c%d returned a lease at %s whose Err is %v; faults: %s",
+			t.prim, t.res, form, sc.i, w.rel(at), e, w.faultsAround(at.Add(-5*time.Second), at, 0))
+		return
+	}
+	r := &rec{
+		id: w.nextID.Add(1), prim: t.prim, res: t.res, client: sc.i, lease: l, token: l.Token(),
+		permits: t.permits, dur: t.lease, at: at, fixed: t.fixed, done: make(chan struct{}),
+	}
+	w.vmu.Lock()
+	w.acquired[t.prim]++
+	w.totalAcq++
+	w.vmu.Unlock()
+	w.delivered(r)
+	go w.watchLoss(r)
+
+	// Held in Redis: Inspect, from another Client, shows it.
+	ictx, icancel := context.WithTimeout(context.Background(), 3*time.Second)
+	shows, ierr := t.inspect(ictx, l)
+	icancel()
+	if ierr == nil && shows != "" && !lostNow(l) {
+		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
+			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
+	}
+
+	if t.reenter != nil && rnd.IntN(5) == 0 {
+		rctx, rcancel := context.WithTimeout(l.Context(), time.Second)
+		child, err := t.reenter(rctx)
+		rcancel()
+		w.count(w.attempts, t.prim+" re-entry")
+		if err == nil {
+			if child.Token() != r.token {
+				w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
+			}
+			time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
+			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := child.Unlock(uctx); err != nil {
+				w.count(w.failures, t.prim+" re-entry unlock: "+errClass(err))
+			}
+			ucancel()
+		} else {
+			w.count(w.failures, t.prim+" re-entry: "+errClass(err))
+		}
+	}
+
+	hold := time.Duration(rnd.IntN(20)) * time.Millisecond
+	if rnd.IntN(20) == 0 {
+		hold = time.Duration(100+rnd.IntN(400)) * time.Millisecond
+	}
+	time.Sleep(hold)
+
+	w.releasing(r)
+	lostBefore := lostNow(l)
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	began := time.Now()
+	err = l.Unlock(uctx)
+	took := time.Since(began)
+	ucancel()
+	switch {
+	case err == nil:
+		w.vacate(r, 0)
+	case errors.Is(err, ErrNotHeld):
+		if !lostBefore && took < t.lease/10 {
+			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, but Lost was open when it was called; faults: %s",
+				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
+		}
+		w.count(w.failures, t.prim+" unlock: "+errClass(err))
+		w.vacate(r, 0)
+	default:
+		w.count(w.failures, t.prim+" unlock: "+errClass(err))
+		w.vacate(r, t.lease+time.Second)
+		w.mu.Lock()
+		w.unsure = append(w.unsure, r)
+		w.mu.Unlock()
+	}
+	close(r.done)
+}
+
+// watchLoss waits for r's loss until its Unlock returns: a loss within
+// 100ms of the delivery is counted, and the liveness monitor learns that
+// the lock may stay held until its key expires.
+func (w *world) watchLoss(r *rec) {
+	select {
+	case <-r.done:
+		return
+	case <-r.lease.Lost():
+	}
+	now := time.Now()
+	err := r.lease.Err()
+	if now.Sub(r.at) < 100*time.Millisecond {
+		line := fmt.Sprintf("%s %v of c%d (lease %v fixed=%v) lost %v after delivery at %s: %v; faults: %s",
+			r.prim, r.res, r.client, r.dur, r.fixed, now.Sub(r.at).Round(time.Millisecond), w.rel(r.at), err,
+			w.faultsAround(r.at.Add(-5*time.Second), now, 3*time.Second))
+		w.vmu.Lock()
+		w.early = append(w.early, line)
+		w.vmu.Unlock()
+	}
+	var uncertain time.Duration
+	if errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrClosed) {
+		uncertain = r.dur + time.Second
+	}
+	w.vacate(r, uncertain)
+}
+
+// injectFaults injects random faults until stop: on average one every
+// 0.8s, each one of the kinds below (a restart at most once a schedule), or
+// only pub/sub faults.
+func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, pubsubOnly bool) {
+	proxied := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.p == nil })
+	restarted := false
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		gap := time.Duration(rnd.ExpFloat64() * float64(800*time.Millisecond))
+		select {
+		case <-stop:
+			return
+		case <-time.After(min(gap, 5*time.Second)):
+		}
+		sc := proxied[rnd.IntN(len(proxied))]
+		d := time.Duration(50+rnd.IntN(2450)) * time.Millisecond
+		kinds := []string{"pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence", "restart"}
+		kind := kinds[rnd.IntN(len(kinds)-1)]
+		if !restarted && rnd.IntN(12) == 0 {
+			kind = "restart"
+		}
+		if pubsubOnly {
+			kind = []string{"drop-push", "drop-push", "delay-push", "cut-subscriber"}[rnd.IntN(4)]
+		}
+		start := time.Now()
+		end := start
+		switch kind {
+		case "pause-conn":
+			open := sc.p.Open()
+			if len(open) == 0 {
+				continue
+			}
+			sc.p.PauseConn(open[rnd.IntN(len(open))], d)
+			end = start.Add(d)
+		case "pause-client":
+			sc.p.Pause(d)
+			end = start.Add(d)
+		case "latency":
+			sc.p.SetLatency(time.Duration(1+rnd.IntN(30)) * time.Millisecond)
+			end = start.Add(d)
+			wg.Add(1)
+			time.AfterFunc(d, func() { defer wg.Done(); sc.p.SetLatency(0) })
+		case "drop-push":
+			sc.p.DropPushes(1 + rnd.IntN(3))
+		case "delay-push":
+			sc.p.DelayPushes(time.Duration(50+rnd.IntN(950)) * time.Millisecond)
+			end = start.Add(d + time.Second)
+			wg.Add(1)
+			time.AfterFunc(d, func() { defer wg.Done(); sc.p.DelayPushes(0) })
+		case "cut-subscriber":
+			sc.p.CutSubscribers()
+		case "stall-presence":
+			sc = clients[rnd.IntN(len(clients))]
+			end = start.Add(d)
+			wg.Add(1)
+			go func() { defer wg.Done(); sc.c.pausePresence(d) }()
+		case "restart":
+			restarted = true
+			if err := w.e.server.Restart(); err != nil {
+				w.t.Errorf("restarting Redis: %v", err)
+			}
+			end = time.Now()
+		}
+		w.mu.Lock()
+		w.faults = append(w.faults, fault{kind: kind, client: sc.i, start: start, end: end})
+		w.mu.Unlock()
+		w.vmu.Lock()
+		w.faultCount[kind]++
+		w.vmu.Unlock()
+	}
+}
+
+// report logs the counts and fails the test with every violation found.
+func (w *world) report(took time.Duration) {
+	t := w.t
+	w.vmu.Lock()
+	defer w.vmu.Unlock()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d schedules in %v, %d acquisitions\n", w.schedules, took.Round(time.Millisecond), w.totalAcq)
+	writeCounts(&sb, "acquired", w.acquired)
+	writeCounts(&sb, "attempts", w.attempts)
+	writeCounts(&sb, "failed", w.failures)
+	faults := map[string]int64{}
+	for k, v := range w.faultCount {
+		faults[k] = int64(v)
+	}
+	writeCounts(&sb, "faults", faults)
+	lost := map[string]int64{}
+	for k, v := range w.lostBy {
+		lost[k] = int64(v)
+	}
+	writeCounts(&sb, "lost (Metrics.Lost)", lost)
+	fmt.Fprintf(&sb, "leases lost within 100ms of their delivery: %d\n", len(w.early))
+	for i, e := range w.early {
+		if i == 10 {
+			fmt.Fprintf(&sb, "  ... %d more\n", len(w.early)-i)
+			break
+		}
+		fmt.Fprintf(&sb, "  %s\n", e)
+	}
+	kinds := make([]string, 0, len(w.violations))
+	for k := range w.violations {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	fmt.Fprintf(&sb, "violations:")
+	if len(kinds) == 0 {
+		fmt.Fprintf(&sb, " none")
+	}
+	for _, k := range kinds {
+		fmt.Fprintf(&sb, " %s=%d", k, len(w.violations[k]))
+	}
+	t.Log(sb.String())
+	if len(kinds) == 0 {
+		return
+	}
+	var fail strings.Builder
+	for _, k := range kinds {
+		vs := w.violations[k]
+		fmt.Fprintf(&fail, "%s: %d\n", k, len(vs))
+		for i, v := range vs {
+			if i == 5 {
+				fmt.Fprintf(&fail, "  ... %d more\n", len(vs)-i)
+				break
+			}
+			fmt.Fprintf(&fail, "  %s\n", v)
+		}
+	}
+	t.Errorf("seed %d: violations found (replay: go test -race -run '^TestSchedule$' -seed %d .):\n%s", w.seed, w.seed, fail.String())
+}
+
+func writeCounts(sb *strings.Builder, title string, m map[string]int64) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(sb, "%s:", title)
+	for _, k := range keys {
+		fmt.Fprintf(sb, " [%s]=%d", k, m[k])
+	}
+	sb.WriteString("\n")
+}
