@@ -429,13 +429,32 @@ func (w *world) monitor(stop <-chan struct{}) {
 					}
 				}
 				sort.Strings(ws)
-				w.violation("stalled-waiter", "%s free in the model since %s, waited for until %s (%v, limit %v) by %d live waiters: %s; faults: %s",
+				w.violation("stalled-waiter", "%s free in the model since %s, waited for until %s (%v, limit %v) by %d live waiters: %s; faults: %s; in Redis: %s",
 					res, w.rel(from), w.rel(now), now.Sub(from).Round(time.Millisecond), limit, len(ws), strings.Join(ws, ", "),
-					w.faultsAroundLocked(from.Add(-5*time.Second), now))
+					w.faultsAroundLocked(from.Add(-5*time.Second), now), w.redisState(res))
 			}
 		}
 		w.mu.Unlock()
 	}
+}
+
+// redisState describes what Redis holds of the lock res ("mutex:NAME" or
+// "fair:NAME"): its hash, its queue and its waiters, read by the
+// observer, for a violation's report.
+func (w *world) redisState(res string) string {
+	kind, name, _ := strings.Cut(res, ":")
+	keys := w.observer.keysFor(name)
+	if kind == "fair" {
+		keys = w.observer.FairMutex(name).keys
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rc := w.observer.rc
+	lock, _ := rc.Do(ctx, rc.B().Hgetall().Key(keys.lock).Build()).AsStrMap()
+	pttl, _ := rc.Do(ctx, rc.B().Pttl().Key(keys.lock).Build()).AsInt64()
+	queue, _ := rc.Do(ctx, rc.B().Zrange().Key(keys.queue).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	waiters, _ := rc.Do(ctx, rc.B().Hgetall().Key(keys.waiters).Build()).AsStrMap()
+	return fmt.Sprintf("lock %q pttl %d, queue %v, waiters %q", lock, pttl, queue, waiters)
 }
 
 // schedClient is one Client of a schedule.
