@@ -562,5 +562,3 @@ func TestRedissonNodeUnlockLatch(t *testing.T) {
 	require.NoError(t, outer.Unlock(ctx))
 	mustLock(t, ctx, b.RedissonLock(name).TryLock).Unlock(ctx)
 }
-
-
