@@ -319,8 +319,10 @@ func (l *RedissonLock) Lock(ctx context.Context) (*Lease, error) { return lockHa
 func (l *RedissonLock) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, l, true) }
 
 // Acquire acquires the lock in the background and delivers one Lease on
-// the returned channel, then closes it, as Mutex.Acquire does: check the
-// Lease's Err first; cancel ctx to give up.
+// the returned channel, then closes it, as Mutex.Acquire does: the Lease
+// reports failure through Err (ctx's error, ErrClosed, ErrWrongType, a
+// Redis error), so check Err first; cancel ctx to give up, and a Lease not
+// yet received when ctx ends is released.
 func (l *RedissonLock) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, l) }
 
 func (l *RedissonLock) acquire(ctx context.Context, try bool) (*Lease, error) {
@@ -485,8 +487,9 @@ type RedissonHolder struct {
 // the Go Client's ID).
 func (h RedissonHolder) ClientID() string { return clientIDOf(h.Owner) }
 
-// Inspect reads the lock's state in one round trip. A key of another
-// layout is ErrWrongType.
+// Inspect reads the lock's state (two round trips when it is held). A key
+// of another layout is ErrWrongType; an error from Redis or the connection,
+// or ctx's end, is returned as it comes. It changes nothing.
 func (l *RedissonLock) Inspect(ctx context.Context) (RedissonLockState, error) {
 	if err := l.check(ctx); err != nil {
 		return RedissonLockState{}, err

@@ -91,9 +91,17 @@ func TestRedissonLockWrongLayout(t *testing.T) {
 		ctx := context.Background()
 		c := e.client(t)
 		rc := e.rueidisClient(t)
-		str, rw := "rlock-string-"+e.name, "rlock-rw-"+e.name
+		str, rw, fair := "rlock-string-"+e.name, "rlock-rw-"+e.name, "rlock-fair-"+e.name
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(str).Value("5").Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(rw).FieldValue().FieldValue("mode", "read").FieldValue("x:1", "1").Build()).Error())
+		// A Redisson fair lock, free, with a waiter queued: an RLock would
+		// jump the queue.
+		require.NoError(t, rc.Do(ctx, rc.B().Rpush().Key("redisson_lock_queue:{"+fair+"}").Element("x:1").Build()).Error())
+		_, err := c.RedissonLock(fair).TryLock(ctx)
+		require.ErrorIs(t, err, ErrWrongType)
+		n, err := rc.Do(ctx, rc.B().Exists().Key(fair).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "not taken")
 		for _, name := range []string{str, rw} {
 			_, err := c.RedissonLock(name).TryLock(ctx)
 			require.ErrorIs(t, err, ErrWrongType, name)
@@ -107,7 +115,7 @@ func TestRedissonLockWrongLayout(t *testing.T) {
 		v, err := rc.Do(ctx, rc.B().Get().Key(str).Build()).ToString()
 		require.NoError(t, err)
 		require.Equal(t, "5", v, "left alone")
-		n, err := rc.Do(ctx, rc.B().Hlen().Key(rw).Build()).AsInt64()
+		n, err = rc.Do(ctx, rc.B().Hlen().Key(rw).Build()).AsInt64()
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n, "left alone")
 	})
