@@ -360,7 +360,7 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 			at, ok := <-got
 			require.True(t, ok, "round %d", i)
 			goWakes = append(goWakes, at.Sub(sent))
-			eventually(t, 5*time.Second, func() bool { return subscribers(t, e, channel) == 0 }, "the Go waiter's subscription ends")
+			eventually(t, 15*time.Second, func() bool { return subscribers(t, e, channel) == 0 }, "the Go waiter's subscription ends")
 		}
 
 		// A Node waiter woken by a Go unlock.
@@ -375,7 +375,7 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 			require.NoError(t, r.err, "round %d", i)
 			nodeWakes = append(nodeWakes, micros(t, r.vals[0]).Sub(sent))
 			node.do("unlock", "N")
-			eventually(t, 5*time.Second, func() bool { return subscribers(t, e, channel) == 0 }, "the Node waiter's subscription ends")
+			eventually(t, 15*time.Second, func() bool { return subscribers(t, e, channel) == 0 }, "the Node waiter's subscription ends")
 		}
 		t.Logf("%s: Go waiter woken by a Node unlock: p50 %v, p90 %v, max %v", e.name,
 			percentile(goWakes, 50), percentile(goWakes, 90), slices.Max(goWakes))
