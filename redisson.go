@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -179,10 +178,6 @@ var (
 	redissonForceScript   = newScript("redisson_prelude", "redisson_force")
 )
 
-// redissonShards caches, per Client id, whether its Cluster's servers have
-// sharded pub/sub.
-var redissonShards sync.Map
-
 // redissonSharded reports whether RedissonPubSubAuto means sharded pub/sub
 // on c: on a Cluster whose servers answer PUBSUB SHARDNUMSUB, as Redisson
 // finds out.
@@ -190,15 +185,19 @@ func (c *Client) redissonSharded(ctx context.Context) (bool, error) {
 	if !c.cluster {
 		return false, nil
 	}
-	if v, ok := redissonShards.Load(c.id); ok {
-		return v.(bool), nil
+	if v := c.redissonShards.Load(); v != 0 {
+		return v == 2, nil
 	}
 	err := c.rc.Do(ctx, c.rc.B().PubsubShardnumsub().Build()).Error()
 	if err != nil && !isRedisReply(err) {
 		return false, redisErr("PUBSUB SHARDNUMSUB", err)
 	}
-	redissonShards.Store(c.id, err == nil)
-	return err == nil, nil
+	v := int32(1)
+	if err == nil {
+		v = 2
+	}
+	c.redissonShards.Store(v)
+	return v == 2, nil
 }
 
 // redissonPubSub returns how to publish ('c' classic, 's' sharded, 'b'
