@@ -251,6 +251,21 @@ func awaitSubscribers(t testing.TB, e *env, channel string, n int) {
 		"%d subscribers of %s expected", n, channel)
 }
 
+// nodeListening waits until a Node waiter listens on channel: subscribed
+// on the server (PUBSUB NUMSUB) and its handler attached in the process.
+// node-redisson attaches the handler only after the SUBSCRIBE reply, and
+// does not attempt again once subscribed, so a message published in
+// between is lost and the waiter sleeps until the holder's lease runs
+// out; under load that gap reached the message in some runs.
+func nodeListening(t testing.TB, e *env, node *nodeProc, channel string) {
+	t.Helper()
+	awaitSubscribers(t, e, channel, 1)
+	eventually(t, 10*time.Second, func() bool {
+		n, err := strconv.Atoi(node.do("listening", channel)[0])
+		return err == nil && n > 0 && subscribers(t, e, channel) > 0
+	}, "the Node waiter listens on %s", channel)
+}
+
 func TestRedissonNodeMutualExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const (
@@ -339,7 +354,9 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 		rl := c.RedissonLock(name, nodeOpts...)
 		ctx := withTimeout(t, 2*time.Minute)
 
-		// A Go waiter woken by a Node unlock.
+		// A Go waiter woken by a Node unlock. The waiter's Unlock is done
+		// before the next round's Node lock: a Node lock that found it held
+		// could miss its message (see nodeListening).
 		var goWakes []time.Duration
 		for i := range rounds {
 			node.do("lock", "N", name)
@@ -352,8 +369,10 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 					close(got)
 					return
 				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
 				got <- at
-				l.Unlock(ctx)
 			}()
 			awaitSubscribers(t, e, channel, 1)
 			sent := micros(t, node.do("unlock", "N")[0])
@@ -368,7 +387,7 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 		for i := range rounds {
 			l := mustLock(t, ctx, rl.Lock)
 			ch := node.send("lock", "N", name)
-			awaitSubscribers(t, e, channel, 1)
+			nodeListening(t, e, node, channel)
 			sent := time.Now()
 			require.NoError(t, l.Unlock(ctx))
 			r := node.await(ch, 10*time.Second, "lock after a Go unlock")

@@ -66,6 +66,13 @@ const commands = {
     const l = lockOf(id, name);
     return [l.getClientName(l.clientId)];
   },
+  // listening CHANNEL: how many of this process's waiters have their
+  // handler on CHANNEL. node-redisson attaches it only once the server
+  // confirmed the subscription, so a message published between the two
+  // is lost to the waiter: PUBSUB NUMSUB alone does not tell it listens.
+  async listening(channel) {
+    return [redisson.commandExecutor.eventEmitter.listenerCount(channel)];
+  },
   // pttl NAME, hget NAME FIELD: what this process reads of the lock.
   async pttl(name) {
     return [await redisson.redis.pttl(name)];
