@@ -65,7 +65,9 @@ type redissonConfig struct {
 	lease  time.Duration // 0: renewed by the watchdog
 	pubsub RedissonPubSub
 	latch  time.Duration
-	bad    error
+	// fairWait is RFairLock's wait of a queued waiter.
+	fairWait time.Duration
+	bad      error
 }
 
 // defaultRedissonLatch is how long an unlock latch lives: Redisson's own
@@ -116,7 +118,7 @@ func WithRedissonUnlockLatch(d time.Duration) RedissonOption {
 
 // newRedissonConfig applies opts and checks the handle's Client and name.
 func newRedissonConfig(c *Client, name string, opts []RedissonOption) (redissonConfig, error) {
-	cfg := redissonConfig{latch: defaultRedissonLatch}
+	cfg := redissonConfig{latch: defaultRedissonLatch, fairWait: defaultRedissonFairWait}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
