@@ -485,8 +485,11 @@ type RedissonHolder struct {
 }
 
 // ClientID returns the UUID part of the owner (the Redisson client's id, or
-// the Go Client's ID).
-func (h RedissonHolder) ClientID() string { return clientIDOf(h.Owner) }
+// the Go Client's ID), also for a read-write lock's writer field
+// UUID:THREADID:write.
+func (h RedissonHolder) ClientID() string {
+	return clientIDOf(strings.TrimSuffix(h.Owner, redissonWriteSuffix))
+}
 
 // Inspect reads the lock's state (two round trips when it is held). A key
 // of another layout is ErrWrongType; an error from Redis or the connection,
