@@ -282,7 +282,7 @@ func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
 // lookups read, each, one kind of lock that name may be: nil when that
 // lock is free and nobody waits. A snapshot lists the kinds in this order.
 var lookups = []func(ctx context.Context, c *client, name string) (kind, error){
-	lookMutex, lookFair, lookRW, lookSemaphore, lookLatch, lookRedisson,
+	lookMutex, lookFair, lookRW, lookSemaphore, lookLatch, lookRedisson, lookRedissonRW,
 }
 
 func lookMutex(ctx context.Context, c *client, name string) (kind, error) {

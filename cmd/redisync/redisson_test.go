@@ -54,3 +54,43 @@ func TestInspectRedisson(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "free")
 }
+
+// TestInspectRedissonRW: inspect shows the mode, writer and readers of a
+// lock in Redisson's RReadWriteLock layout.
+func TestInspectRedissonRW(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	ctx := t.Context()
+	c := dialT(t, srv.Addr)
+	rw := c.RedissonReadWriteLock("report")
+	w := mustLock(t, ctx, rw.Lock)
+	mustLock(t, w.Context(), rw.RLock) // the writer reads
+
+	stdout, stderr, code := runIn(t, "inspect", "--addr", srv.Addr, "report")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `redisson read-write lock "report"`)
+	require.Regexp(t, `(?m)^  mode: +write$`, stdout)
+	require.Regexp(t, `(?m)^  writer: +`+c.ID()+`:[0-9]+:write$`, stdout)
+	require.Regexp(t, `(?m)^  reader: +`+c.ID()+`:[0-9]+$`, stdout)
+	require.Regexp(t, `(?m)^  client: +`+c.ID()+`$`, stdout)
+	require.NotContains(t, stdout, `redisson lock "report"`, "not shown as an RLock")
+
+	stdout, stderr, code = runIn(t, "inspect", "--json", "--addr", srv.Addr, "report")
+	require.Equal(t, 0, code, stderr)
+	var snap struct {
+		Kinds []struct {
+			Kind   string `json:"kind"`
+			Mode   string `json:"mode"`
+			Writer struct {
+				ClientID string `json:"client_id"`
+				Holds    int    `json:"holds"`
+			} `json:"writer"`
+		} `json:"kinds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &snap))
+	require.Len(t, snap.Kinds, 1)
+	require.Equal(t, "redisson-rw", snap.Kinds[0].Kind)
+	require.Equal(t, "write", snap.Kinds[0].Mode)
+	require.Equal(t, c.ID(), snap.Kinds[0].Writer.ClientID)
+	require.Equal(t, 1, snap.Kinds[0].Writer.Holds)
+}
