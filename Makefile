@@ -1,12 +1,23 @@
 .PHONY: deps test demo soak bench
 
-# deps installs redis-server and redis-cli from Debian packages when either is missing.
+# deps installs redis-server and redis-cli, and node and npm, from Debian packages
+# when missing, and the pinned packages of the Redisson interop driver.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
 		sudo=; if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo=sudo; fi; \
 		echo "installing redis-server and redis-tools with apt-get"; \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools; \
+	fi
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+		sudo=; if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo=sudo; fi; \
+		echo "installing nodejs and npm with apt-get (the Redisson interop tests run node-redisson)"; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; \
+	fi
+	@if [ ! -f testdata/redisson-node/node_modules/node-redisson/package.json ]; then \
+		echo "installing the Redisson interop driver's packages with npm ci"; \
+		cd testdata/redisson-node && npm ci --no-audit --no-fund; \
 	fi
 
 # Modules of their own (kept out of the library's dependencies) are tested too,

@@ -129,6 +129,9 @@ type leaseKind struct {
 	// id in its field "owner", held by one holder at a time: Redis can tell
 	// the Client when it changes (see tracker).
 	tracked bool
+	// ownerField marks tracked kinds whose hash has the holder's owner id
+	// as a field of its own (Redisson's layouts) rather than in "owner".
+	ownerField bool
 	// forceMarked marks kinds whose forced unlock leaves the owner it
 	// removed in the lock hash's field "f": a holder that finds its lock
 	// free can tell a forced unlock from an expiry.

@@ -303,6 +303,9 @@ type Client struct {
 	watchdog *watchdog
 	tracker  *tracker
 	presence *presence
+	// redissonShards caches whether the Cluster's servers have sharded
+	// pub/sub, for the Redisson layouts: 0 not known yet, 1 no, 2 yes.
+	redissonShards atomic.Int32
 
 	closed    chan struct{}
 	closeOnce sync.Once

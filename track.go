@@ -276,7 +276,7 @@ func (t *tracker) read(hs []*holder) bool {
 	for i, h := range live {
 		// Pinned: rueidis recycles the commands of a DoMultiCache call that
 		// failed while its connection may still be writing them.
-		cmd := t.c.rc.B().Hget().Key(h.key).Field("owner").Cache().ToStaticTTL().Pin()
+		cmd := t.c.rc.B().Hget().Key(h.key).Field(h.trackField()).Cache().ToStaticTTL().Pin()
 		cmds[i] = rueidis.CT(cmd, trackCacheTTL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(t.c.watchdog.period, time.Second))
@@ -287,7 +287,7 @@ func (t *tracker) read(hs []*holder) bool {
 		h := live[i]
 		owner, err := r.ToString()
 		switch {
-		case err == nil && owner == h.owner:
+		case err == nil && h.owns(owner):
 		case err == nil || rueidis.IsRedisNil(err) || isRedisReply(err):
 			check = append(check, h)
 		default:
@@ -375,7 +375,7 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 	ask := func(node rueidis.Client) (owner string, moved string, err error) {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		owner, err = node.Do(pctx, node.B().Hget().Key(h.key).Field("owner").Build()).ToString()
+		owner, err = node.Do(pctx, node.B().Hget().Key(h.key).Field(h.trackField()).Build()).ToString()
 		if re, isRedis := rueidis.IsRedisErr(err); isRedis {
 			if addr, ok := re.IsMoved(); ok {
 				return "", addr, err
@@ -396,7 +396,7 @@ func (t *tracker) probeOne(ctx context.Context, nodes map[string]rueidis.Client,
 			owner, _, err = ask(to)
 		}
 		switch {
-		case err == nil && owner == h.owner:
+		case err == nil && h.owns(owner):
 			return 1, true
 		case err == nil && owner != "":
 			return 2, true
@@ -420,6 +420,19 @@ func serves(ctx context.Context, node rueidis.Client) bool {
 	}
 	kind, err := role[0].ToString()
 	return err == nil && kind == "master"
+}
+
+// trackField is the field of h's lock hash that tracking reads.
+func (h *holder) trackField() string {
+	if h.kind.ownerField {
+		return h.owner
+	}
+	return "owner"
+}
+
+// owns reports whether v, read from trackField, shows h holding its lock.
+func (h *holder) owns(v string) bool {
+	return h.kind.ownerField || v == h.owner
 }
 
 // isRedisReply reports whether err is a reply from Redis (a key of the

@@ -22,7 +22,9 @@ var inspectCommand = &command{
 	help: `
 Shows every primitive named NAME that is in use: a Mutex, FairMutex or
 RWMutex that is held or waited for, a Semaphore with a size or holders, a
-Latch with a count. Primitives of different kinds with the same name are
+Latch with a count, and a lock in Redisson's RLock layout (the hash NAME,
+written by Java's Redisson, node-redisson or Client.RedissonLock) that is
+held or has a fair queue. Primitives of different kinds with the same name are
 unrelated; each is shown on its own.
 
 For each holder: its owner id (the holding Client's ID, as returned by
@@ -41,8 +43,9 @@ of them prints "NAME: free (no lock of any kind)".
 
 --json prints one JSON object: {"name", "time", "free", "kinds": [...]},
 one element per primitive in use with a "kind" of mutex, fair, rw,
-semaphore or latch, and its Redis "keys". Holders have a "client_id" and,
-when known, a "client_name". Durations are in milliseconds; a ttl_ms of -1 means the key
+semaphore, latch or redisson, and its Redis "keys". Holders have a
+"client_id" and, when known, a "client_name". Durations are in
+milliseconds; a ttl_ms of -1 means the key
 has no expiry.
 
 Inspecting a Semaphore drops its holders whose lease is over, as every
@@ -297,7 +300,7 @@ func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
 // lookups read, each, one kind of lock that name may be: nil when that
 // lock is free and nobody waits. A snapshot lists the kinds in this order.
 var lookups = []func(ctx context.Context, c *client, name string) (kind, error){
-	lookMutex, lookFair, lookRW, lookSemaphore, lookLatch,
+	lookMutex, lookFair, lookRW, lookSemaphore, lookLatch, lookRedisson, lookRedissonRW,
 }
 
 func lookMutex(ctx context.Context, c *client, name string) (kind, error) {

@@ -1,0 +1,24 @@
+-- Shared by the scripts of the Redisson layouts. how is the publishing
+-- mode: 'c' classic PUBLISH, 's' sharded SPUBLISH, 'b' both.
+local function rpublish(channel, message, how)
+  if how ~= 's' then
+    redis.call('PUBLISH', channel, message)
+  end
+  if how ~= 'c' then
+    redis.call('SPUBLISH', channel, message)
+  end
+end
+
+-- rlock_layout returns an error reply when key is not the hash of a
+-- Redisson RLock (RFencedLock, RFairLock): another type, or the hash of a
+-- Redisson read-write lock (field mode). It returns the key's type.
+local function rlock_layout(key)
+  local t = redis.call('TYPE', key).ok
+  if t ~= 'none' and t ~= 'hash' then
+    return t, redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. t .. ', not the hash of a Redisson lock')
+  end
+  if t == 'hash' and redis.call('HEXISTS', key, 'mode') == 1 then
+    return t, redis.error_reply('WRONGTYPE ' .. key .. ' holds a Redisson read-write lock, not a Redisson lock')
+  end
+  return t
+end

@@ -1,0 +1,313 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Redisson's fair lock (RFairLock):
+//
+//	hash NAME: field UUID:THREADID -> hold count, expiry = lease (as RLock)
+//	list redisson_lock_queue:{NAME}: the waiters' ids, in arrival order
+//	zset redisson_lock_timeout:{NAME}: waiter id -> when it counts as gone,
+//	     in ms of the clients' wall clocks
+//	channel redisson_lock__channel:{NAME}:UUID:THREADID, one per waiter,
+//	     message "0" to the queue's head when the lock is freed
+
+// defaultRedissonFairWait is Redisson's fairLockWaitTimeout: how long a
+// queued waiter may stay away before the others pass it.
+const defaultRedissonFairWait = 5 * time.Minute
+
+// WithRedissonFairWait sets how long a fair lock waiter of this handle
+// counts as waiting after the waiter ahead of it (Redisson's
+// fairLockWaitTimeout, 5 minutes by default; a tryLock's wait time in
+// Java): a waiter that has not taken the lock by then is passed over, and
+// one that went away holds up those behind it at most that long. A Lock
+// whose ctx has a deadline uses the time left to it instead, as Java's
+// tryLock(waitTime) does. Other Redisson handles ignore it. d must be at
+// least a millisecond.
+func WithRedissonFairWait(d time.Duration) RedissonOption {
+	return func(c *redissonConfig) {
+		c.fairWait = d
+		if d < time.Millisecond {
+			c.bad = fmt.Errorf("%w: Redisson fair wait %v is under a millisecond", ErrInvalidArgument, d)
+		}
+	}
+}
+
+// The scripts of Redisson's fair lock.
+var (
+	redissonFairLockScript    = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_lock")
+	redissonFairUnlockScript  = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_unlock")
+	redissonFairReleaseScript = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_release")
+	redissonFairForceScript   = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_force")
+)
+
+// RedissonFairLock is a lock in the layout of Redisson's RFairLock
+// (redisson.getFairLock(NAME) in Java): first come, first served among
+// Java and Go waiters alike. It is a cheap handle: make one per use or
+// share one, from many goroutines.
+//
+// Holders are as with RedissonLock: field UUID:THREADID, re-entry through
+// a Lease's Context, the Client's watchdog and loss detection, the unlock
+// latch. A waiter joins Redisson's queue with a timeout after the waiter
+// ahead of it (WithRedissonFairWait), and is told on its own channel when
+// its turn comes; a Lock that gives up (ctx ended, Client closed, an
+// error) leaves the queue, bringing the timeouts of those behind it
+// forward, as Java's acquireFailed does. A waiter that went away without
+// leaving (its process died) holds up those behind it until its timeout,
+// in Redisson as here.
+//
+// What it cannot keep of FairMutex: the timeouts are wall-clock times of
+// the clients that wrote them (Redisson's choice), so clock skew between
+// hosts moves them; there is no fencing token; a forced unlock is
+// reported as ErrExpired.
+type RedissonFairLock struct {
+	c    *Client
+	name string
+	keys lockKeys
+	cfg  redissonConfig
+	err  error
+}
+
+// RedissonFairLock returns the Redisson RFairLock of the given name. An
+// invalid name or option is reported by every method, as
+// ErrInvalidArgument.
+func (c *Client) RedissonFairLock(name string, opts ...RedissonOption) *RedissonFairLock {
+	l := &RedissonFairLock{c: c, name: name, keys: redissonLockKeys(name)}
+	l.cfg, l.err = newRedissonConfig(c, name, opts)
+	return l
+}
+
+// Name returns the lock's name.
+func (l *RedissonFairLock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
+
+func (l *RedissonFairLock) check(ctx context.Context) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil RedissonFairLock", ErrInvalidArgument)
+	}
+	return checkHandle("RedissonFairLock", l.c, l.err, ctx)
+}
+
+func (l *RedissonFairLock) spans() []*Client { return []*Client{l.c} }
+
+// Lock acquires the lock in its turn, waiting as long as ctx allows: in
+// Redisson's queue, for the message on its own channel, looking again at
+// least every second.
+//
+// It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
+// is closed; either way it leaves the queue. Connection errors do not end
+// the wait: Lock retries them with backoff until ctx ends. Errors Redis
+// replies with are returned at once: ErrWrongType when the name, its queue
+// or its timeouts hold something else than a Redisson fair lock writes
+// (a string, a read-write lock). Whenever Lock returns an error nothing is
+// held.
+func (l *RedissonFairLock) Lock(ctx context.Context) (*Lease, error) {
+	return lockHandle(ctx, l, false)
+}
+
+// TryLock makes a single attempt, without queueing: it takes the lock
+// only when it is free and nobody waits for it (Java's tryLock()). It
+// returns ErrLocked otherwise, ErrWrongType as Lock does, and any error
+// from Redis or the connection at once.
+func (l *RedissonFairLock) TryLock(ctx context.Context) (*Lease, error) {
+	return lockHandle(ctx, l, true)
+}
+
+// Acquire acquires the lock in the background and delivers one Lease on
+// the returned channel, then closes it, as Mutex.Acquire does: the Lease
+// reports failure through Err, so check Err first; cancel ctx to give up,
+// and a Lease not yet received when ctx ends is released.
+func (l *RedissonFairLock) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, l) }
+
+func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
+
+func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error) {
+	c := l.c
+	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
+	if err != nil {
+		return nil, err
+	}
+	kind := redissonFairKinds[how]
+	parent := leaseFrom(ctx, c, l.keys)
+	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
+	if watchdog {
+		lease = c.cfg.watchdogLease
+	}
+	if parent != nil {
+		owner, lease, watchdog = parent.h.owner, parent.h.lease, parent.h.watchdog
+	}
+	wait := l.cfg.fairWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(dl), time.Millisecond)
+	}
+	waitMs := strconv.FormatInt(wait.Milliseconds(), 10)
+	queue := "1"
+	if try {
+		queue = "0"
+	}
+	keys := []string{l.keys.lock, l.keys.queue, l.keys.waiters}
+	leaseMs := strconv.FormatInt(lease.Milliseconds(), 10)
+	queued := false
+	w := redissonWait{
+		c: c, channel: l.keys.channel + ":" + owner, classic: classic, sharded: sharded,
+		busy: errorf("%w: Redisson fair lock %s", ErrLocked, l.name),
+		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
+			sent := time.Now()
+			actx, done := inflight(ctx)
+			res, err := redissonFairLockScript.exec(actx, c.rc, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}).ToArray()
+			done()
+			if err != nil {
+				return nil, 0, redisErr("acquire Redisson fair lock "+l.name, err)
+			}
+			if len(res) < 2 {
+				return nil, 0, fmt.Errorf("redisync: acquire Redisson fair lock: unexpected reply of %d elements", len(res))
+			}
+			if ok, _ := res[0].AsInt64(); ok != 1 {
+				queued = !try
+				ttl, _ := res[1].AsInt64()
+				return nil, time.Duration(ttl) * time.Millisecond, nil
+			}
+			queued = false
+			gl, err := c.grant(ctx, grant{kind: kind, name: l.name, keys: l.keys, key: l.keys.lock, parent: parent, owner: owner, hold: redissonHold(l.cfg.latch), lease: lease, watchdog: watchdog, sent: sent})
+			if err != nil {
+				// The outer lease ended meanwhile: give the hold back.
+				l.releaseHold(owner, how, lease)
+			}
+			return gl, 0, err
+		},
+		undo: func(ctx context.Context) {
+			if parent != nil {
+				return
+			}
+			l.leave(ctx, owner, how, waitMs)
+		},
+	}
+	gl, err := w.run(ctx, try)
+	if err != nil && queued && parent == nil {
+		// Given up: leave the queue, as Java's acquireFailed does.
+		dctx, cancel := detached(ctx)
+		l.leave(dctx, owner, how, waitMs)
+		cancel()
+	}
+	return gl, err
+}
+
+// leave takes owner off the queue and releases what it may hold.
+func (l *RedissonFairLock) leave(ctx context.Context, owner, how, waitMs string) {
+	err := redissonFairReleaseScript.exec(ctx, l.c.rc, []string{l.keys.lock, l.keys.queue, l.keys.waiters, l.keys.channel},
+		[]string{owner, how, nowMs(), waitMs}).Error()
+	if err != nil {
+		l.c.log.Warn("redisync: could not leave the queue of a Redisson fair lock; the waiters behind wait for its timeout", "key", l.keys.lock, "err", err)
+	}
+}
+
+// releaseHold gives back one hold taken for a lease that could not be made.
+func (l *RedissonFairLock) releaseHold(owner, how string, lease time.Duration) {
+	ctx, cancel := detached(context.Background())
+	defer cancel()
+	redissonFairUnlockScript.exec(ctx, l.c.rc, redissonFairUnlockKeys(l.name, l.keys, redissonRequestID()),
+		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, "1", how, "0", nowMs()})
+}
+
+func redissonFairUnlockKeys(name string, keys lockKeys, request string) []string {
+	return []string{keys.lock, keys.queue, keys.waiters, keys.channel, redissonLatchKey(name, request)}
+}
+
+// redissonFairKinds are the lease kinds of RFairLock holders, by
+// publishing mode.
+var redissonFairKinds = map[string]*leaseKind{
+	"c": newRedissonFairKind("c"),
+	"s": newRedissonFairKind("s"),
+	"b": newRedissonFairKind("b"),
+}
+
+func newRedissonFairKind(how string) *leaseKind {
+	return &leaseKind{
+		primitive:  "redisson_fair_lock",
+		tracked:    true,
+		ownerField: true,
+		renew:      redissonRenewScript,
+		release:    redissonFairReleaseScript,
+		releaseAll: func(h *holder) rueidis.LuaExec {
+			return rueidis.LuaExec{Keys: []string{h.key, h.keys.queue, h.keys.waiters, h.keys.channel}, Args: []string{h.owner, how, nowMs(), ""}}
+		},
+		unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
+			return redissonFairUnlock(ctx, h, hold, how)
+		},
+	}
+}
+
+// redissonFairUnlock is redissonUnlock for a fair lock: a lock freed is
+// told to the queue's head.
+func redissonFairUnlock(ctx context.Context, h *holder, hold, how string) (releaseState, error) {
+	c := h.c
+	h.mu.Lock()
+	all := len(h.leases) <= 1
+	h.mu.Unlock()
+	if hold == "" {
+		hold, all = redissonHold(defaultRedissonLatch), true
+	}
+	req, latchMs, _ := strings.Cut(hold, "/")
+	flag := "0"
+	if all {
+		flag = "1"
+	}
+	keys := redissonFairUnlockKeys(h.name, h.keys, req)
+	n, err := redissonFairUnlockScript.exec(ctx, c.rc, keys,
+		[]string{strconv.FormatInt(h.lease.Milliseconds(), 10), h.owner, latchMs, how, flag, nowMs()}).AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return notHeld, redisErr("unlock Redisson fair lock "+h.name, err)
+	}
+	c.rc.Do(ctx, c.rc.B().Del().Key(keys[4]).Build())
+	switch {
+	case err != nil:
+		return notHeld, nil
+	case n == 1:
+		return freed, nil
+	}
+	return stillHeld, nil
+}
+
+// Inspect reads the lock's state: holders, TTL, and the length of its
+// queue (Waiters). A key of another layout is ErrWrongType; an error from
+// Redis or the connection, or ctx's end, is returned as it comes. It
+// changes nothing.
+func (l *RedissonFairLock) Inspect(ctx context.Context) (RedissonLockState, error) {
+	if err := l.check(ctx); err != nil {
+		return RedissonLockState{}, err
+	}
+	return InspectRedissonLock(ctx, l.c.rc, l.name)
+}
+
+// ForceUnlock deletes the lock whoever holds it and tells the queue's
+// head, as Java's forceUnlock of a fair lock. It reports whether the lock
+// was held. A Go holder's Lease reports ErrExpired (about one round trip
+// later with DetectOnChange, at its next renewal otherwise). A key of
+// another layout is left alone: ErrWrongType. For operators: a holder that
+// is alive loses mutual exclusion.
+func (l *RedissonFairLock) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	if err != nil {
+		return false, err
+	}
+	n, err := redissonFairForceScript.exec(ctx, l.c.rc, []string{l.keys.lock, l.keys.queue, l.keys.waiters, l.keys.channel},
+		[]string{how, nowMs()}).AsInt64()
+	if err != nil {
+		return false, redisErr("force unlock Redisson fair lock "+l.name, err)
+	}
+	return n == 1, nil
+}

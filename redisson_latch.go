@@ -1,0 +1,202 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Redisson's count-down latch (RCountDownLatch):
+//
+//	string NAME: the count; no key is a count of zero
+//	channel redisson_countdownlatch__channel__{NAME} (braces whatever NAME
+//	        holds), messages "0" (the count reached zero) and "1" (a new
+//	        count was set, or the latch deleted)
+
+// RedissonCountDownLatch is a count-down latch in the layout of Redisson's
+// RCountDownLatch (redisson.getCountDownLatch(NAME) in Java): Wait returns
+// once the count is zero, as Java's await. It is a cheap handle: make one
+// per use or share one, from many goroutines.
+//
+// It holds nothing, so there is no Lease: a latch is not lost, and a
+// process that dies before its CountDown leaves the count where it was,
+// as in Redisson. Compared with Latch: the count is not bound to a
+// lifetime (Redisson's key never expires), and a latch that was never
+// set, or was deleted, reads as open (count zero), as Java's getCount.
+//
+// On Cluster NAME must not contain '{': Java puts the channel in the slot
+// of {NAME} and the key in the slot of NAME's own hash tag, which then
+// differ (ErrInvalidArgument).
+type RedissonCountDownLatch struct {
+	c    *Client
+	name string
+	cfg  redissonConfig
+	err  error
+}
+
+// RedissonCountDownLatch returns the Redisson RCountDownLatch of the given
+// name. An invalid name or option is reported by every method, as
+// ErrInvalidArgument.
+func (c *Client) RedissonCountDownLatch(name string, opts ...RedissonOption) *RedissonCountDownLatch {
+	l := &RedissonCountDownLatch{c: c, name: name}
+	l.cfg, l.err = newRedissonConfig(c, name, opts)
+	if l.err == nil && c.cluster && strings.Contains(name, "{") {
+		l.err = fmt.Errorf("%w: Redisson count-down latch %q contains '{': its key and channel would be in different Cluster slots", ErrInvalidArgument, name)
+	}
+	return l
+}
+
+// Name returns the latch's name.
+func (l *RedissonCountDownLatch) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
+
+func (l *RedissonCountDownLatch) channel() string {
+	return "redisson_countdownlatch__channel__{" + l.name + "}"
+}
+
+func (l *RedissonCountDownLatch) check(ctx context.Context) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil RedissonCountDownLatch", ErrInvalidArgument)
+	}
+	return checkHandle("RedissonCountDownLatch", l.c, l.err, ctx)
+}
+
+// TrySetCount sets the count when the latch has none (its key does not
+// exist), as Java's trySetCount, and reports whether it did. count must
+// be at least 1. ErrWrongType when NAME holds something else than a
+// number; an error from Redis or the connection, or ctx's end, is
+// returned as it comes.
+func (l *RedissonCountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
+	if count < 1 {
+		return false, fmt.Errorf("%w: count %d: at least 1", ErrInvalidArgument, count)
+	}
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	if err != nil {
+		return false, err
+	}
+	n, err := redissonLatchSetScript.exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{strconv.FormatInt(count, 10), how}).AsInt64()
+	if err != nil {
+		return false, redisErr("set Redisson count-down latch "+l.name, err)
+	}
+	return n == 1, nil
+}
+
+// CountDown counts the latch down by one and returns the count after; at
+// zero the key goes and the waiters, Java's and Go's, are woken. A latch
+// at zero stays there. Errors as TrySetCount. A CountDown whose reply was
+// lost may or may not have counted: retrying it may count twice.
+func (l *RedissonCountDownLatch) CountDown(ctx context.Context) (int64, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, err
+	}
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	if err != nil {
+		return 0, err
+	}
+	n, err := redissonLatchDownScript.exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
+	if err != nil {
+		return 0, redisErr("count down Redisson count-down latch "+l.name, err)
+	}
+	return n, nil
+}
+
+// Count returns the count (0 when the latch has none). Errors as
+// TrySetCount.
+func (l *RedissonCountDownLatch) Count(ctx context.Context) (int64, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, err
+	}
+	_, n, err := redissonCount(ctx, l.c.rc, l.name, "count-down latch")
+	return n, err
+}
+
+// Wait returns nil once the count is zero: at once when it is, else on
+// Redisson's message, looking again at least every second. It returns
+// ctx.Err() when ctx ends first, ErrClosed when the Client is closed, and
+// ErrWrongType at once when NAME holds something else. Connection errors
+// are retried with backoff until ctx ends.
+func (l *RedissonCountDownLatch) Wait(ctx context.Context) error {
+	if err := l.check(ctx); err != nil {
+		return err
+	}
+	_, classic, sharded, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	if err != nil {
+		return err
+	}
+	var lastErr error
+	retry := errorBackoff()
+	w := redissonWait{c: l.c}
+	var sub *redissonSub
+	defer func() {
+		if sub != nil {
+			sub.close()
+		}
+	}()
+	for {
+		if sub == nil || sub.broken() {
+			if sub != nil {
+				sub.close()
+				sub = nil
+			}
+			s, err := l.c.redissonSubscribe(ctx, l.channel(), classic, sharded)
+			if err != nil {
+				switch {
+				case ctx.Err() != nil:
+					return ctxErr(ctx, lastErr)
+				case !transient(err):
+					return err
+				}
+				lastErr = err
+				if w.sleep(ctx, nil, retry.next()) != nil {
+					return ctxErr(ctx, lastErr)
+				}
+				continue
+			}
+			sub = s
+		}
+		n, err := l.Count(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctxErr(ctx, lastErr)
+		case err != nil && !transient(err):
+			return err
+		case err != nil:
+			lastErr = err
+			if w.sleep(ctx, nil, retry.next()) != nil {
+				return ctxErr(ctx, lastErr)
+			}
+			continue
+		case n <= 0:
+			return nil
+		}
+		retry.reset()
+		if err := w.sleep(ctx, sub.wake, redissonPoll); err != nil {
+			return err
+		}
+	}
+}
+
+// Delete deletes the latch, as Java's delete, and reports whether it
+// existed; its waiters then find it open. Errors as TrySetCount.
+func (l *RedissonCountDownLatch) Delete(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	if err != nil {
+		return false, err
+	}
+	n, err := redissonLatchDeleteScript.exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
+	if err != nil {
+		return false, redisErr("delete Redisson count-down latch "+l.name, err)
+	}
+	return n == 1, nil
+}

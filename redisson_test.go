@@ -1,0 +1,169 @@
+package redisync
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// requireRedissonHeld checks that the Redisson lock is held by l's owner
+// with holds holds, and returns its state.
+func requireRedissonHeld(t testing.TB, rl *RedissonLock, l *Lease, holds int) RedissonLockState {
+	t.Helper()
+	st, err := rl.Inspect(context.Background())
+	require.NoError(t, err)
+	require.True(t, st.Locked)
+	require.Len(t, st.Holders, 1)
+	require.Equal(t, l.h.owner, st.Holders[0].Owner)
+	require.Equal(t, holds, st.Holders[0].Holds)
+	return st
+}
+
+func TestRedissonLockLockUnlock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		name := "rlock-" + e.name
+		rl := c.RedissonLock(name)
+		l := mustLock(t, ctx, rl.Lock)
+		st := requireRedissonHeld(t, rl, l, 1)
+		require.Equal(t, c.ID(), st.Holders[0].ClientID(), "the field is UUID:THREADID with the Client's ID")
+		require.Greater(t, st.TTL, 20*time.Second, "the watchdog lease, 30s")
+		require.Zero(t, l.Token(), "a plain RLock has no token")
+
+		// Re-entry through the lease's context: one more hold in one field.
+		inner := mustLock(t, l.Context(), rl.Lock)
+		requireRedissonHeld(t, rl, l, 2)
+
+		other := e.client(t)
+		_, err := other.RedissonLock(name).TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+
+		require.NoError(t, inner.Unlock(ctx))
+		requireRedissonHeld(t, rl, l, 1)
+		require.NoError(t, l.Unlock(ctx))
+		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		st, err = rl.Inspect(ctx)
+		require.NoError(t, err)
+		require.False(t, st.Locked)
+		require.Empty(t, e.keys(t, "redisson_unlock_latch:*"), "a released lock leaves no latch")
+
+		ol := mustLock(t, ctx, other.RedissonLock(name).TryLock)
+		require.NoError(t, ol.Unlock(ctx))
+	})
+}
+
+func TestRedissonFencedLockTokens(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		name := "rfenced-" + e.name
+		fl := c.RedissonFencedLock(name)
+		var last uint64
+		for range 3 {
+			l := mustLock(t, ctx, fl.Lock)
+			require.Greater(t, l.Token(), last, "tokens count up")
+			last = l.Token()
+			// A re-entry counts the token up too, as in Redisson, and shares
+			// its ownership's.
+			inner := mustLock(t, l.Context(), fl.Lock)
+			require.Equal(t, l.Token(), inner.Token())
+			st, err := fl.Inspect(ctx)
+			require.NoError(t, err)
+			require.Equal(t, last+1, st.Token)
+			require.NoError(t, inner.Unlock(ctx))
+			require.NoError(t, l.Unlock(ctx))
+			last = st.Token
+		}
+		rc := e.rueidisClient(t)
+		v, err := rc.Do(ctx, rc.B().Get().Key("redisson_lock_token:{"+name+"}").Build()).ToString()
+		require.NoError(t, err)
+		require.Equal(t, strconv.FormatUint(last, 10), v, "the counter is Redisson's")
+	})
+}
+
+func TestRedissonLockWrongLayout(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.client(t)
+		rc := e.rueidisClient(t)
+		str, rw, fair := "rlock-string-"+e.name, "rlock-rw-"+e.name, "rlock-fair-"+e.name
+		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(str).Value("5").Build()).Error())
+		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(rw).FieldValue().FieldValue("mode", "read").FieldValue("x:1", "1").Build()).Error())
+		// A Redisson fair lock, free, with a waiter queued: an RLock would
+		// jump the queue.
+		require.NoError(t, rc.Do(ctx, rc.B().Rpush().Key("redisson_lock_queue:{"+fair+"}").Element("x:1").Build()).Error())
+		_, err := c.RedissonLock(fair).TryLock(ctx)
+		require.ErrorIs(t, err, ErrWrongType)
+		n, err := rc.Do(ctx, rc.B().Exists().Key(fair).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "not taken")
+		for _, name := range []string{str, rw} {
+			_, err := c.RedissonLock(name).TryLock(ctx)
+			require.ErrorIs(t, err, ErrWrongType, name)
+			_, err = c.RedissonLock(name).Lock(ctx)
+			require.ErrorIs(t, err, ErrWrongType, name)
+			_, err = c.RedissonLock(name).ForceUnlock(ctx)
+			require.ErrorIs(t, err, ErrWrongType, name)
+			_, err = c.RedissonLock(name).Inspect(ctx)
+			require.ErrorIs(t, err, ErrWrongType, name)
+		}
+		v, err := rc.Do(ctx, rc.B().Get().Key(str).Build()).ToString()
+		require.NoError(t, err)
+		require.Equal(t, "5", v, "left alone")
+		n, err = rc.Do(ctx, rc.B().Hlen().Key(rw).Build()).AsInt64()
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "left alone")
+	})
+}
+
+func TestRedissonLockContention(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		name := "rlock-contended-" + e.name
+		locks := onClients(t, e, 3, func(c *Client) *RedissonLock { return c.RedissonLock(name) })
+		var (
+			mu      sync.Mutex
+			inside  int
+			overlap int
+			count   int
+			wg      sync.WaitGroup
+		)
+		for i := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					l, err := locks[i%3].Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					inside++
+					if inside > 1 {
+						overlap++
+					}
+					n := count
+					mu.Unlock()
+					time.Sleep(100 * time.Microsecond)
+					mu.Lock()
+					count = n + 1
+					inside--
+					mu.Unlock()
+					if err := l.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Zero(t, overlap)
+		require.Equal(t, 12*20, count, "no lost update")
+	})
+}
