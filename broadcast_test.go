@@ -362,6 +362,7 @@ func unlockEach(t *testing.T, ctx context.Context, chs []<-chan *Lease, d time.D
 		}
 	}
 }
+
 // TestGroupWaitEndedByItsTimerReportsFallback frees a lock that a Group
 // waits for without announcing it: the Group gets the lock when its timer
 // (the holder's lease) ends, and reports the lost wake-up.

@@ -66,14 +66,14 @@ type notifier struct {
 type subscription struct {
 	n       *notifier
 	channel string
-	refs    int         // guarded by n.mu
+	refs    int // guarded by n.mu
 	// probe, when set, is what the Client's presence pass reads for the
 	// waiters of the channel that have no place in a queue (see follow);
 	// probed is what it read last. Guarded by n.mu.
 	probe  probe
 	probed *string
-	linger  *time.Timer // drops the subscription once idle; guarded by n.mu
-	sema    sema.Sema   // the broadcasts' generations
+	linger *time.Timer // drops the subscription once idle; guarded by n.mu
+	sema   sema.Sema   // the broadcasts' generations
 
 	// Guarded by n.mu.
 	link    *link // where it is subscribed, or to be; nil until routed
