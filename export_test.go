@@ -10,11 +10,11 @@ var RedisAddrForExamples = redisAddr
 // shared by them and closed after the last one.
 var ClientForExamples = clientForExamples
 
-// pausePresence stalls c's presence loop for d, as a process lapse would:
-// it holds the loop's mutex, so no pass, check, join or leave of a waiter
-// of c runs until d has passed.
+// pausePresence stalls c's presence passes for d, as a lapse of the
+// Client would: its deadlines in the queues it waits in are not renewed,
+// and what it waits for is not read, until d has passed.
 func (c *Client) pausePresence(d time.Duration) {
-	c.presence.mu.Lock()
-	defer c.presence.mu.Unlock()
+	c.presence.stall.Lock()
+	defer c.presence.stall.Unlock()
 	time.Sleep(d)
 }
