@@ -566,9 +566,5 @@ func (l *RedissonLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := redissonForceScript.exec(ctx, l.c.rc, []string{l.keys.lock, l.keys.channel}, []string{how}).AsInt64()
-	if err != nil {
-		return false, redisErr("force unlock Redisson lock "+l.name, err)
-	}
-	return n == 1, nil
+	return l.c.runFound(ctx, redissonForceScript, "force unlock Redisson lock "+l.name, []string{l.keys.lock, l.keys.channel}, []string{how})
 }

@@ -304,10 +304,6 @@ func (l *RedissonFairLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := redissonFairForceScript.exec(ctx, l.c.rc, []string{l.keys.lock, l.keys.queue, l.keys.waiters, l.keys.channel},
-		[]string{how, nowMs()}).AsInt64()
-	if err != nil {
-		return false, redisErr("force unlock Redisson fair lock "+l.name, err)
-	}
-	return n == 1, nil
+	return l.c.runFound(ctx, redissonFairForceScript, "force unlock Redisson fair lock "+l.name,
+		[]string{l.keys.lock, l.keys.queue, l.keys.waiters, l.keys.channel}, []string{how, nowMs()})
 }

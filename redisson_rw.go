@@ -489,9 +489,5 @@ func (l *RedissonReadWriteLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := redissonRWForceScript.exec(ctx, l.c.rc, []string{l.keys.lock, l.keys.channel}, []string{how}).AsInt64()
-	if err != nil {
-		return false, redisErr("force unlock Redisson read-write lock "+l.name, err)
-	}
-	return n == 1, nil
+	return l.c.runFound(ctx, redissonRWForceScript, "force unlock Redisson read-write lock "+l.name, []string{l.keys.lock, l.keys.channel}, []string{how})
 }
