@@ -594,9 +594,9 @@ func TestHandOverWithoutMessageFoundAtNextPass(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
-		var fallbacks atomic.Int64
+		var fell atomic.Int64
 		holder := e.client(t)
-		waiting := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		waiting := e.client(t, fallbacks(&fell))
 		name := "silent:" + t.Name()
 		keys := holder.keysFor(name)
 		l, err := holder.Mutex(name).Lock(ctx)
@@ -617,7 +617,7 @@ func TestHandOverWithoutMessageFoundAtNextPass(t *testing.T) {
 			t.Fatal("a waiter whose hand-over message was lost still waits after several presence passes")
 		}
 		<-l.Lost() // the old holder sees the lock taken
-		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+		require.Zero(t, fell.Load(), "waits ended by the fallback")
 	})
 }
 
@@ -630,9 +630,9 @@ func TestGroupWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
-		var fallbacks atomic.Int64
+		var fell atomic.Int64
 		holder := e.client(t)
-		waiting := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		waiting := e.client(t, fallbacks(&fell))
 		name := "{silentg}:a"
 		l, err := holder.Mutex(name).Lock(ctx)
 		require.NoError(t, err)
@@ -655,7 +655,7 @@ func TestGroupWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("a Group whose release message was lost still waits after several presence passes")
 		}
-		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+		require.Zero(t, fell.Load(), "waits ended by the fallback")
 	})
 }
 
@@ -666,8 +666,8 @@ func TestLatchWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
-		var fallbacks atomic.Int64
-		c := e.client(t, WithMetrics(Metrics{WaitFallback: func(string, string) { fallbacks.Add(1) }}))
+		var fell atomic.Int64
+		c := e.client(t, fallbacks(&fell))
 		lt := c.Latch("silent-latch:" + t.Name())
 		ok, err := lt.TrySetCount(ctx, 1)
 		require.NoError(t, err)
@@ -689,6 +689,6 @@ func TestLatchWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
 			}
 		}
 		t.Logf("the waiters returned %v after the latch opened", time.Since(opened).Round(time.Millisecond))
-		require.Zero(t, fallbacks.Load(), "waits ended by the fallback")
+		require.Zero(t, fell.Load(), "waits ended by the fallback")
 	})
 }
