@@ -426,11 +426,25 @@ func redissonHold(latch time.Duration) string {
 }
 
 // redissonUnlock releases one hold of a Redisson lock holder ("" for every
-// hold): the hold's request id names the unlock latch, so a retried Unlock
-// of one Lease gets the first attempt's result, as in Redisson. The
-// holder's last Lease releases every hold, so that a re-entry whose
-// outcome was unknown never keeps the lock.
+// hold), as redissonRelease does.
 func redissonUnlock(ctx context.Context, h *holder, hold, how string) (releaseState, error) {
+	return redissonRelease(ctx, h, hold, redissonUnlockScript, "unlock Redisson lock", func(req string) ([]string, string) {
+		latch := redissonLatchKey(h.name, req)
+		return []string{h.key, h.keys.channel, latch}, latch
+	}, how)
+}
+
+// redissonRelease releases one hold of a Redisson lock holder ("" for every
+// hold) with the unlock script s: the hold's request id names the unlock
+// latch, so a retried Unlock of one Lease gets the first attempt's result,
+// as in Redisson. The holder's last Lease releases every hold, so that a
+// re-entry whose outcome was unknown never keeps the lock. keys gives the
+// script's keys for a request id, and the latch's key among them; the
+// script's arguments are the lease (ms), the owner, the latch's life (ms),
+// how to publish, '1' to release every hold, then extra. what names the
+// operation in errors.
+func redissonRelease(ctx context.Context, h *holder, hold string, s script, what string,
+	keys func(req string) ([]string, string), how string, extra ...string) (releaseState, error) {
 	c := h.c
 	h.mu.Lock()
 	all := len(h.leases) <= 1
@@ -443,11 +457,11 @@ func redissonUnlock(ctx context.Context, h *holder, hold, how string) (releaseSt
 	if all {
 		flag = "1"
 	}
-	latch := redissonLatchKey(h.name, req)
-	n, err := redissonUnlockScript.exec(ctx, c.rc, []string{h.key, h.keys.channel, latch},
-		[]string{strconv.FormatInt(h.lease.Milliseconds(), 10), h.owner, latchMs, how, flag}).AsInt64()
+	ks, latch := keys(req)
+	args := append([]string{strconv.FormatInt(h.lease.Milliseconds(), 10), h.owner, latchMs, how, flag}, extra...)
+	n, err := s.exec(ctx, c.rc, ks, args).AsInt64()
 	if err != nil && !rueidis.IsRedisNil(err) {
-		return notHeld, redisErr("unlock Redisson lock "+h.name, err)
+		return notHeld, redisErr(what+" "+h.name, err)
 	}
 	// The result is known: the latch has done its work.
 	c.rc.Do(ctx, c.rc.B().Del().Key(latch).Build())

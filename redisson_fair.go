@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -251,32 +250,10 @@ func newRedissonFairKind(how string) *leaseKind {
 // redissonFairUnlock is redissonUnlock for a fair lock: a lock freed is
 // told to the queue's head.
 func redissonFairUnlock(ctx context.Context, h *holder, hold, how string) (releaseState, error) {
-	c := h.c
-	h.mu.Lock()
-	all := len(h.leases) <= 1
-	h.mu.Unlock()
-	if hold == "" {
-		hold, all = redissonHold(defaultRedissonLatch), true
-	}
-	req, latchMs, _ := strings.Cut(hold, "/")
-	flag := "0"
-	if all {
-		flag = "1"
-	}
-	keys := redissonFairUnlockKeys(h.name, h.keys, req)
-	n, err := redissonFairUnlockScript.exec(ctx, c.rc, keys,
-		[]string{strconv.FormatInt(h.lease.Milliseconds(), 10), h.owner, latchMs, how, flag, nowMs()}).AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return notHeld, redisErr("unlock Redisson fair lock "+h.name, err)
-	}
-	c.rc.Do(ctx, c.rc.B().Del().Key(keys[4]).Build())
-	switch {
-	case err != nil:
-		return notHeld, nil
-	case n == 1:
-		return freed, nil
-	}
-	return stillHeld, nil
+	return redissonRelease(ctx, h, hold, redissonFairUnlockScript, "unlock Redisson fair lock", func(req string) ([]string, string) {
+		keys := redissonFairUnlockKeys(h.name, h.keys, req)
+		return keys, keys[4]
+	}, how, nowMs())
 }
 
 // Inspect reads the lock's state: holders, TTL, and the length of its

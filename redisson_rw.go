@@ -372,35 +372,12 @@ func newRedissonRWKind(how string, write bool) *leaseKind {
 }
 
 // redissonRWUnlock releases one hold of a read-write lock holder ("" for
-// every hold), with the unlock latch of the hold's request id, as
-// redissonUnlock does for an RLock.
+// every hold), on side, as redissonRelease does for an RLock.
 func redissonRWUnlock(ctx context.Context, h *holder, hold, how, side string) (releaseState, error) {
-	c := h.c
-	h.mu.Lock()
-	all := len(h.leases) <= 1
-	h.mu.Unlock()
-	if hold == "" {
-		hold, all = redissonHold(defaultRedissonLatch), true
-	}
-	req, latchMs, _ := strings.Cut(hold, "/")
-	flag := "0"
-	if all {
-		flag = "1"
-	}
-	latch := redissonLatchKey(h.name, req)
-	n, err := redissonRWUnlockScript.exec(ctx, c.rc, []string{h.key, h.keys.channel, latch},
-		[]string{strconv.FormatInt(h.lease.Milliseconds(), 10), h.owner, latchMs, how, flag, side}).AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return notHeld, redisErr("unlock Redisson read-write lock "+h.name, err)
-	}
-	c.rc.Do(ctx, c.rc.B().Del().Key(latch).Build())
-	switch {
-	case err != nil:
-		return notHeld, nil
-	case n == 1:
-		return freed, nil
-	}
-	return stillHeld, nil
+	return redissonRelease(ctx, h, hold, redissonRWUnlockScript, "unlock Redisson read-write lock", func(req string) ([]string, string) {
+		latch := redissonLatchKey(h.name, req)
+		return []string{h.key, h.keys.channel, latch}, latch
+	}, how, side)
 }
 
 // RedissonRWLockState is a snapshot of a lock in Redisson's RReadWriteLock
