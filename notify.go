@@ -261,6 +261,20 @@ func (s *subscription) follow(p probe) {
 	n.c.presence.follow()
 }
 
+// following reports whether a subscription with waiters has a probe for
+// the presence pass to read: the pass then runs, with or without places
+// in queues to renew.
+func (n *notifier) following() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range n.subs {
+		if s.probe != nil && s.refs > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // followed returns the subscriptions with waiters whose probe the presence
 // pass reads.
 func (n *notifier) followed() []*subscription {

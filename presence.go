@@ -201,7 +201,7 @@ func (p *presence) follow() {
 // schedule returns the time between passes (a third of the shortest waiter
 // expiry) and the soonest check; ok is false when nothing is waited for.
 func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
-	followed := len(p.c.notify.followed()) > 0
+	followed := p.c.notify.following()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if followed {
