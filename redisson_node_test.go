@@ -380,12 +380,12 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 				}
 				got <- at
 			}()
-			awaitSubscribers(t, e, channel, 1)
+			awaitGoWaiting(t, c, channel)
 			sent := micros(t, node.do("unlock", "N")[0])
 			at, ok := <-got
 			require.True(t, ok, "round %d", i)
 			goWakes = append(goWakes, at.Sub(sent))
-			eventually(t, 15*time.Second, func() bool { return subscribers(t, e, channel) == 0 }, "the Go waiter's subscription ends")
+			require.Zero(t, redissonWaiters(c, channel), "the Go waiter left its subscription")
 		}
 
 		// A Node waiter woken by a Go unlock.

@@ -357,19 +357,21 @@ func TestRedissonRWJavaSimWakeUp(t *testing.T) {
 			}
 			got := make(chan time.Time, 1)
 			go func() {
+				// Unlocked before the next round's Java lock.
 				l, err := lock(ctx)
-				got <- time.Now()
+				at := time.Now()
 				if err == nil {
 					l.Unlock(ctx)
 				} else {
 					t.Error(err)
 				}
+				got <- at
 			}()
-			awaitSubscribers(t, e, j.channel(), 1)
+			awaitGoWaiting(t, rw.c, j.channel())
 			sent := time.Now()
 			j.mustUnlock(t, ctx, javaWrite, 1)
 			goWakes = append(goWakes, (<-got).Sub(sent))
-			eventually(t, 15*time.Second, func() bool { return subscribers(t, e, j.channel()) == 0 }, "the Go waiter's subscription ends")
+			require.Zero(t, redissonWaiters(rw.c, j.channel()), "the Go waiter left its subscription")
 		}
 		for i := range rounds {
 			w := mustLock(t, ctx, rw.Lock)

@@ -128,22 +128,24 @@ func TestRedissonJavaSimWakeUp(t *testing.T) {
 			require.True(t, ok)
 			got := make(chan time.Time, 1)
 			go func() {
+				// Unlocked before the next round's Java lock.
 				l, err := rl.Lock(ctx)
-				got <- time.Now()
+				at := time.Now()
 				if err == nil {
 					l.Unlock(ctx)
 				} else {
 					t.Error(err)
 				}
+				got <- at
 			}()
-			awaitSubscribers(t, e, j.channel(), 1)
+			awaitGoWaiting(t, rl.c, j.channel())
 			sent := time.Now()
 			r, err := j.unlock(ctx)
 			require.NoError(t, err)
 			n, _ := r.AsInt64()
 			require.EqualValues(t, 1, n, "round %d", i)
 			goWakes = append(goWakes, (<-got).Sub(sent))
-			eventually(t, 5*time.Second, func() bool { return subscribers(t, e, j.channel()) == 0 }, "the Go waiter's subscription ends")
+			require.Zero(t, redissonWaiters(rl.c, j.channel()), "the Go waiter left its subscription")
 		}
 		for i := range rounds {
 			l := mustLock(t, ctx, rl.Lock)

@@ -20,6 +20,10 @@ import (
 // selects over a number of channels known only at run time, hence
 // reflect.Select.
 //
+// A waiter of a Redisson lock waits in a waitSet too (redisson_wait.go):
+// on its channel on one or both kinds of pub/sub, which Redisson's
+// publishers may use.
+//
 // An acquisition that spans Clients ends when any of them is closed
 // (watchClosed, and every wait of the set), and Close of each of them waits
 // for it (acquireHandle). Attempts that failed with errors are retried
