@@ -218,7 +218,7 @@ func TestRedissonFairJavaSimOrder(t *testing.T) {
 		}
 		t.Logf("%s: Java fair waiter woken by a Go unlock: %s; Go fair waiter woken by a Java unlock: %s", e.name,
 			wakeStats(javaWakes), wakeStats(goWakes))
-		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
+		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, slices.Max(javaWakes), 5*time.Second, "the Java waiter got the message, not its 30 s TTL")
 	})
 }

@@ -396,7 +396,7 @@ func TestRedissonRWJavaSimWakeUp(t *testing.T) {
 		}
 		t.Logf("%s: Go waiter woken by a Java unlock: %s; Java reader woken by a Go writer's unlock: %s", e.name,
 			wakeStats(goWakes), wakeStats(javaWakes))
-		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
+		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, percentile(javaWakes, 50), 250*time.Millisecond, "woken by the message, not its poll")
 	})
 }

@@ -145,7 +145,7 @@ func TestRedissonSemaphoreJavaSim(t *testing.T) {
 		}
 		t.Logf("%s: Go semaphore waiter woken by a Java release: %s; Java waiter woken by a Go release: %s", e.name,
 			wakeStats(goWakes), wakeStats(javaWakes))
-		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
+		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, percentile(javaWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
 
 		// Two permits among Go and Java holders: never more than two inside.
@@ -362,7 +362,7 @@ func TestRedissonCountDownLatchJavaSim(t *testing.T) {
 		}
 		t.Logf("%s: Go latch waiter woken by a Java countDown: %s; Java waiter woken by a Go CountDown: %s", e.name,
 			wakeStats(goWakes), wakeStats(javaWakes))
-		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
+		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, percentile(javaWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
 
 		// Delete opens it; a wrong layout is refused.

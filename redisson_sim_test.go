@@ -173,7 +173,7 @@ func TestRedissonJavaSimWakeUp(t *testing.T) {
 		}
 		t.Logf("%s: Go waiter woken by a Java unlock: %s; Java waiter woken by a Go unlock: %s", e.name,
 			wakeStats(goWakes), wakeStats(javaWakes))
-		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
+		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, slices.Max(javaWakes), 5*time.Second, "the Java waiter got the message, not its 30 s TTL")
 	})
 }
