@@ -75,7 +75,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 	var w waiting
 	defer w.end(a)
 	if !once && a.target != "" {
-		if w.sub = a.c.notify.joinLive(a.listen()); w.sub != nil {
+		if w.sub = a.c.notify.joinLive(a.listen(), ownPubSub); w.sub != nil {
 			w.targeted = w.sub.expect(a.target)
 		}
 	}
@@ -169,7 +169,7 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 	first := w.sub == nil
 	if first {
 		var err error
-		if w.sub, err = a.c.notify.join(ctx, a.listen()); err != nil {
+		if w.sub, err = a.c.notify.join(ctx, a.listen(), ownPubSub); err != nil {
 			return nil, err
 		}
 		if a.probe != nil {

@@ -262,7 +262,7 @@ func benchHandOff(b *testing.B, probe rueidis.Client, held *Lease, to *Mutex) (*
 func benchExpecting(m *Mutex) bool {
 	n := m.c.notify
 	n.mu.Lock()
-	s := n.subs[waiterChannel(m.keys.channel, m.c.id)]
+	s := n.subs[subKey{waiterChannel(m.keys.channel, m.c.id), ownPubSub}]
 	n.mu.Unlock()
 	if s == nil {
 		return false

@@ -39,7 +39,7 @@ func TestRWMutexHammerOneClient(t *testing.T) {
 		eventually(t, 10*time.Second, func() bool {
 			c.notify.mu.Lock()
 			defer c.notify.mu.Unlock()
-			s := c.notify.subs[m.keys.channel]
+			s := c.notify.subs[subKey{m.keys.channel, ownPubSub}]
 			return s != nil && s.confirms.Load() == 1
 		}, "the reader did not subscribe")
 		require.NoError(t, w.Unlock(ctx))
@@ -271,7 +271,7 @@ func TestGroupsOfOneClientAllWokenByARelease(t *testing.T) {
 		eventually(t, 10*time.Second, func() bool {
 			c.notify.mu.Lock()
 			defer c.notify.mu.Unlock()
-			s := c.notify.subs[channel]
+			s := c.notify.subs[subKey{channel, ownPubSub}]
 			return s != nil && s.refs == groups && s.confirms.Load() == 1
 		}, "the groups did not subscribe")
 		time.Sleep(200 * time.Millisecond) // their looks after subscribing
@@ -308,7 +308,7 @@ func TestQuorumAndGroupsOfOneClientWokenByOneRelease(t *testing.T) {
 		return func() bool {
 			for _, c := range clients {
 				c.notify.mu.Lock()
-				s := c.notify.subs[c.Mutex(name).keys.channel]
+				s := c.notify.subs[subKey{c.Mutex(name).keys.channel, ownPubSub}]
 				ok := s != nil && s.refs == n && s.confirms.Load() == 1
 				c.notify.mu.Unlock()
 				if !ok {

@@ -101,7 +101,7 @@ func TestResubscribePromptAfterManyBreaks(t *testing.T) {
 	waiter, p := e.proxied(t)
 	ctx := withTimeout(t, 2*time.Minute)
 	m := waiter.FairMutex("rebreak", WithWaiterExpiry(time.Minute))
-	sub, err := waiter.notify.join(t.Context(), m.keys.channel)
+	sub, err := waiter.notify.join(t.Context(), m.keys.channel, ownPubSub)
 	require.NoError(t, err)
 	defer sub.leave()
 	eventually(t, 10*time.Second, func() bool { return sub.confirms.Load() > 0 }, "never subscribed")

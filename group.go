@@ -352,7 +352,7 @@ func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 		return fmt.Errorf("%w: %q", ErrLocked, blocked.name)
 	}
 	a.w.keepOnly(c, blocked.keys.channel)
-	if err := a.w.join(ctx, c, blocked.keys.channel, blocked.keys.ownerProbe); err != nil {
+	if err := a.w.join(ctx, c, blocked.keys.channel, ownPubSub, blocked.keys.ownerProbe); err != nil {
 		return err
 	}
 	timedOut, err := a.w.wait(ctx, a.g.clients, reply.wait)

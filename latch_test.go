@@ -137,7 +137,7 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 		eventually(t, 10*time.Second, func() bool {
 			for _, c := range cs {
 				c.notify.mu.Lock()
-				s := c.notify.subs[setter.channel]
+				s := c.notify.subs[subKey{setter.channel, ownPubSub}]
 				ready := s != nil && s.refs == perClient && s.confirms.Load() == 1
 				c.notify.mu.Unlock()
 				if !ready {

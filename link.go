@@ -205,7 +205,7 @@ func (l *link) settle() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for s := range l.subs {
-		if n.subs[s.channel] != s && !s.sent {
+		if !n.live(s) && !s.sent {
 			n.finish(s)
 		}
 	}
@@ -304,7 +304,7 @@ func (l *link) sync(dc rueidis.DedicatedClient) (again bool, refused, err error)
 	}
 	cmds := make(rueidis.Commands, 0, len(subs)+len(unsubs))
 	for _, s := range subs {
-		if classic {
+		if s.kind == classicPubSub || (s.kind == ownPubSub && classic) {
 			cmds = append(cmds, dc.B().Subscribe().Channel(s.channel).Build())
 		} else {
 			cmds = append(cmds, dc.B().Ssubscribe().Channel(s.channel).Build())
@@ -330,7 +330,7 @@ func (l *link) sync(dc rueidis.DedicatedClient) (again bool, refused, err error)
 			// The confirmation, handled by the hook, came before.
 		case !isRedis:
 			err = rerr
-		case !classic && isUnknownCommand(rerr):
+		case s.kind == ownPubSub && !classic && isUnknownCommand(rerr):
 			n.classic.Store(true)
 			again = true
 		default:
@@ -362,7 +362,7 @@ func (l *link) pending() (subs, unsubs []*subscription) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for s := range l.subs {
-		switch live := n.subs[s.channel] == s; {
+		switch live := n.live(s); {
 		case live && !s.sent:
 			s.sending = true
 			subs = append(subs, s)
@@ -382,7 +382,7 @@ func (l *link) movedTo(s *subscription, addr string) {
 		n.moved = make(map[uint16]string)
 	}
 	n.moved[slotHash(s.channel)] = addr
-	if s.link == l && n.subs[s.channel] == s {
+	if s.link == l && n.live(s) {
 		n.detach(s)
 		n.attach(s, addr)
 	}
@@ -395,12 +395,8 @@ func (l *link) movedTo(s *subscription, addr string) {
 func (l *link) subscription(conn int64, ps rueidis.PubSubSubscription) {
 	n := l.n
 	n.mu.Lock()
-	s := n.subs[ps.Channel]
-	live := s != nil
-	if !live {
-		s = n.closing[ps.Channel]
-	}
-	if s == nil || s.link != l || l.conn != conn {
+	s, live := l.find(ps)
+	if s == nil || l.conn != conn {
 		n.mu.Unlock()
 		return
 	}
@@ -428,6 +424,27 @@ func (l *link) subscription(conn int64, ps rueidis.PubSubSubscription) {
 		}
 	}
 	n.mu.Unlock()
+}
+
+// find returns the link's subscription that a subscribe or unsubscribe
+// event is about, and whether it is live: a Redisson subscription of the
+// event's kind of pub/sub, or else the library's own subscription of the
+// channel. The caller holds n.mu.
+func (l *link) find(ps rueidis.PubSubSubscription) (s *subscription, live bool) {
+	n := l.n
+	kind := shardedPubSub
+	if ps.Kind == "subscribe" || ps.Kind == "unsubscribe" {
+		kind = classicPubSub
+	}
+	for _, k := range []subKey{{ps.Channel, kind}, {ps.Channel, ownPubSub}} {
+		if s := n.subs[k]; s != nil && s.link == l {
+			return s, true
+		}
+		if s := n.closing[k]; s != nil && s.link == l {
+			return s, false
+		}
+	}
+	return nil, false
 }
 
 func isUnknownCommand(err error) bool {

@@ -25,6 +25,12 @@ import (
 // connection broke (messages sent meanwhile are lost), every waiter of it
 // looks again.
 //
+// The Redisson locks (redisson_wait.go) wait on Redisson's channels, on the
+// pub/sub its publishers use: a subscription is of a kind (pubsubKind),
+// classic or sharded for those channels, whatever the server prefers, and
+// every message on them, whatever it says ("0", "1", a number of permits),
+// is a broadcast to the channel's local waiters.
+//
 // Messages are for latency, never for liveness: every waiter also looks
 // again when a timer of its own ends (the holder's lease, a refresh
 // interval), and a message only makes it look sooner. Broadcasts wake by
@@ -49,8 +55,8 @@ type notifier struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	subs    map[string]*subscription // live, by channel
-	closing map[string]*subscription // being unsubscribed, by channel
+	subs    map[subKey]*subscription // live
+	closing map[subKey]*subscription // being unsubscribed
 	links   map[string]*link         // by node address; "" outside Cluster
 	closed  bool
 	wg      sync.WaitGroup
@@ -62,10 +68,37 @@ type notifier struct {
 	routing bool              // route runs
 }
 
+// A pubsubKind is the pub/sub a subscription listens on.
+type pubsubKind uint8
+
+const (
+	// ownPubSub is for the library's own channels: sharded pub/sub where
+	// the server has it, classic elsewhere (learnt at the first
+	// SSUBSCRIBE).
+	ownPubSub pubsubKind = iota
+	// classicPubSub is SUBSCRIBE, whatever the server has: for Redisson's
+	// channels where its publishers PUBLISH.
+	classicPubSub
+	// shardedPubSub is SSUBSCRIBE: for Redisson's channels where its
+	// publishers SPUBLISH.
+	shardedPubSub
+)
+
+// pubsubKinds are the kinds of pub/sub a channel may be subscribed on.
+var pubsubKinds = [...]pubsubKind{ownPubSub, classicPubSub, shardedPubSub}
+
+// subKey names a subscription: a channel on one kind of pub/sub. A Client
+// has at most one subscription per key.
+type subKey struct {
+	channel string
+	kind    pubsubKind
+}
+
 // subscription is one channel's subscription and its waiters.
 type subscription struct {
 	n       *notifier
 	channel string
+	kind    pubsubKind
 	refs    int // guarded by n.mu
 	// probe, when set, is what the Client's presence pass reads for the
 	// waiters of the channel that have no place in a queue (see follow);
@@ -94,28 +127,32 @@ func newNotifier(c *Client) *notifier {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &notifier{
 		c: c, ctx: ctx, cancel: cancel,
-		subs: make(map[string]*subscription), closing: make(map[string]*subscription),
+		subs: make(map[subKey]*subscription), closing: make(map[subKey]*subscription),
 		links: make(map[string]*link),
 	}
 }
 
-// join adds a waiter to the channel's subscription, subscribing first when
-// it has none. The waiter must call leave. Ready tells when messages flow.
-// It returns ctx's error, having joined nothing, when ctx ends while an
-// old subscription of the channel is being dropped.
-func (n *notifier) join(ctx context.Context, channel string) (*subscription, error) {
+// key is what the notifier files the subscription under.
+func (s *subscription) key() subKey { return subKey{s.channel, s.kind} }
+
+// join adds a waiter to the subscription of channel on the kind of pub/sub,
+// subscribing first when there is none. The waiter must call leave. Ready
+// tells when messages flow. It returns ctx's error, having joined nothing,
+// when ctx ends while an old subscription of the channel is being dropped.
+func (n *notifier) join(ctx context.Context, channel string, kind pubsubKind) (*subscription, error) {
+	k := subKey{channel, kind}
 	n.mu.Lock()
 	for {
 		if n.closed {
 			n.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if s := n.subs[channel]; s != nil {
+		if s := n.subs[k]; s != nil {
 			s.refs++
 			n.mu.Unlock()
 			return s, nil
 		}
-		old := n.closing[channel]
+		old := n.closing[k]
 		if old == nil {
 			break
 		}
@@ -130,10 +167,10 @@ func (n *notifier) join(ctx context.Context, channel string) (*subscription, err
 		n.mu.Lock()
 	}
 	s := &subscription{
-		n: n, channel: channel, refs: 1,
+		n: n, channel: channel, kind: kind, refs: 1,
 		ready: make(chan struct{}), gone: make(chan struct{}),
 	}
-	n.subs[channel] = s
+	n.subs[k] = s
 	n.place(s)
 	if f := n.c.cfg.metrics.Subscribed; f != nil {
 		f(1)
@@ -142,14 +179,15 @@ func (n *notifier) join(ctx context.Context, channel string) (*subscription, err
 	return s, nil
 }
 
-// joinLive joins the channel's subscription when messages flow on it
-// already (other waiters', or one lingering after its last waiter), and
-// returns nil otherwise. A waiter that joins before its first attempt can
-// expect its message at once, without an attempt more once subscribed.
-func (n *notifier) joinLive(channel string) *subscription {
+// joinLive joins the subscription of channel on the kind of pub/sub when
+// messages flow on it already (other waiters', or one lingering after its
+// last waiter), and returns nil otherwise. A waiter that joins before its
+// first attempt can expect its message at once, without an attempt more
+// once subscribed.
+func (n *notifier) joinLive(channel string, kind pubsubKind) *subscription {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := n.subs[channel]
+	s := n.subs[subKey{channel, kind}]
 	if n.closed || s == nil {
 		return nil
 	}
@@ -175,7 +213,7 @@ func (s *subscription) leave() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s.refs--
-	if s.refs > 0 || n.subs[s.channel] != s {
+	if s.refs > 0 || !n.live(s) {
 		return
 	}
 	if s.linger == nil {
@@ -191,11 +229,11 @@ func (s *subscription) dropIdle() {
 	n := s.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if s.refs > 0 || n.subs[s.channel] != s {
+	if s.refs > 0 || !n.live(s) {
 		return
 	}
-	delete(n.subs, s.channel)
-	n.closing[s.channel] = s
+	delete(n.subs, s.key())
+	n.closing[s.key()] = s
 	if s.link == nil {
 		n.finish(s)
 		return
@@ -203,11 +241,15 @@ func (s *subscription) dropIdle() {
 	s.link.poke()
 }
 
+// live reports whether s is its key's live subscription, not one dropped.
+// The caller holds n.mu.
+func (n *notifier) live(s *subscription) bool { return n.subs[s.key()] == s }
+
 // finish ends a dropped subscription that the server no longer holds. The
 // caller holds n.mu.
 func (n *notifier) finish(s *subscription) {
-	if n.closing[s.channel] == s {
-		delete(n.closing, s.channel)
+	if n.closing[s.key()] == s {
+		delete(n.closing, s.key())
 	}
 	if s.link != nil {
 		delete(s.link.subs, s)
@@ -248,9 +290,9 @@ type probe func(rc rueidis.Client) rueidis.Completed
 
 // follow has the Client's presence pass read p for the waiters of the
 // subscription, once per pass while it has waiters: the waiters that have
-// no place in a queue (Groups and Quorums on a Mutex, Latch waiters) learn
-// within one pass what a lost message would have told them. The first
-// probe given to the subscription is kept.
+// no place in a queue (Groups and Quorums on a Mutex, Latch waiters, the
+// Redisson locks' waiters) learn within one pass what a lost message would
+// have told them. The first probe given to the subscription is kept.
 func (s *subscription) follow(p probe) {
 	n := s.n
 	n.mu.Lock()
@@ -301,21 +343,21 @@ func (s *subscription) probedAs(v string) bool {
 	return v == "" || changed
 }
 
-// wakeAll makes every local waiter of channel look again.
+// wakeAll makes every local waiter of the library's channel look again.
 func (n *notifier) wakeAll(channel string) {
 	n.mu.Lock()
-	s := n.subs[channel]
+	s := n.subs[subKey{channel, ownPubSub}]
 	n.mu.Unlock()
 	if s != nil {
 		s.wakeAll()
 	}
 }
 
-// wake wakes the local waiter id of channel, if it waits: the presence
-// pass found the lock handed over to it.
+// wake wakes the local waiter id of the library's channel, if it waits: the
+// presence pass found the lock handed over to it.
 func (n *notifier) wake(channel, id string) {
 	n.mu.Lock()
-	s := n.subs[channel]
+	s := n.subs[subKey{channel, ownPubSub}]
 	n.mu.Unlock()
 	if s != nil {
 		s.target(id, "")
@@ -328,19 +370,30 @@ func (n *notifier) wake(channel, id string) {
 // only, however many Clients wait.
 func waiterChannel(channel, clientID string) string { return channel + ":" + clientID }
 
-// message hands a message to the channel's subscription. It runs in a
-// connection's reader: it must not block.
+// message hands a message to the channel's subscriptions. A message does
+// not say which kind of pub/sub brought it: each subscription of the
+// channel gets it. It runs in a connection's reader: it must not block.
 func (n *notifier) message(m rueidis.PubSubMessage) {
+	var subs [len(pubsubKinds)]*subscription
 	n.mu.Lock()
-	s := n.subs[m.Channel]
+	for i, kind := range pubsubKinds {
+		subs[i] = n.subs[subKey{m.Channel, kind}]
+	}
 	n.mu.Unlock()
-	if s != nil {
-		s.message(m)
+	for _, s := range subs {
+		if s != nil {
+			s.message(m)
+		}
 	}
 }
 
 // message must not block.
 func (s *subscription) message(m rueidis.PubSubMessage) {
+	if s.kind != ownPubSub {
+		// Redisson's channels: every message says "look again".
+		s.sema.Broadcast()
+		return
+	}
 	switch {
 	case strings.HasPrefix(m.Message, "w:"):
 		s.target(m.Message[2:], "")
@@ -418,12 +471,12 @@ func signal(ch chan string, v string) {
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
-	for ch, s := range n.subs {
+	for k, s := range n.subs {
 		if s.linger != nil {
 			s.linger.Stop()
 		}
-		delete(n.subs, ch)
-		n.closing[ch] = s
+		delete(n.subs, k)
+		n.closing[k] = s
 	}
 	n.mu.Unlock()
 	n.cancel()

@@ -18,12 +18,14 @@ import (
 // waiter, whether the Client's places there are whole, whether the lock is
 // free, and whether it was handed to one of the Client's waiters; and for
 // the waiters without a place in a queue (Groups and Quorums on a Mutex,
-// Latch waiters) whether what they wait for became free (follow). A waiter's place is alive while its
-// Client's deadline in the lock's waiters hash has not passed (see the
-// prelude), and the Client renews that one deadline for all its waiters on
-// the lock, every third of the waiter expiry, in batched scripts: what
-// waiting costs grows with the Clients and the locks waited for, not with
-// the waiting goroutines. A Client that dies stops renewing, and its places
+// Latch waiters, the waiters of the Redisson locks, whose queue, if any, is
+// Redisson's) whether what they wait for became free or changed (follow):
+// one command per channel followed, whatever the number of its waiters. A
+// waiter's place is alive while its Client's deadline in the lock's
+// waiters hash has not passed (see the prelude), and the Client renews
+// that one deadline for all its waiters on the lock, every third of the
+// waiter expiry, in batched scripts: what waiting costs grows with the
+// Clients and the locks waited for, not with the waiting goroutines. A Client that dies stops renewing, and its places
 // are passed over once its deadline has passed. One goroutine, started with
 // the first waiter.
 type presence struct {

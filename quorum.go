@@ -278,7 +278,7 @@ func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 			return nil, out.err
 		}
 		for _, i := range out.busy {
-			if err := w.join(ctx, q.clients[i], q.ms[i].keys.channel, q.ms[i].keys.ownerProbe); err != nil {
+			if err := w.join(ctx, q.clients[i], q.ms[i].keys.channel, ownPubSub, q.ms[i].keys.ownerProbe); err != nil {
 				return nil, err
 			}
 		}

@@ -40,7 +40,8 @@ import (
 // ClusterServersConfig.shardedSubscriptionMode (3.29.0 and later) is OFF;
 // they use classic pub/sub on standalone Redis, Sentinel, older Clusters,
 // and in older versions. Waiters listen on both kinds on Cluster whatever
-// the mode, so a publisher of either kind wakes them.
+// the mode, so a publisher of either kind wakes them; the waiters of a
+// Client share one subscription per channel and kind.
 type RedissonPubSub int
 
 const (
@@ -92,8 +93,9 @@ func WithRedissonLeaseTime(d time.Duration) RedissonOption {
 
 // WithRedissonPubSub sets how the lock publishes its messages (default
 // RedissonPubSubAuto). A mode that no other client of the lock listens on
-// delays their waiters by up to their poll (a second here, the holder's
-// remaining lease in Redisson).
+// delays their waiters: Go waiters until their Client's next presence pass
+// (a second apart by default), Redisson's until the holder's remaining
+// lease runs out.
 func WithRedissonPubSub(m RedissonPubSub) RedissonOption {
 	return func(c *redissonConfig) {
 		c.pubsub = m
@@ -180,6 +182,13 @@ var (
 	redissonForceScript   = newScript("redisson_prelude", "redisson_force")
 )
 
+// redissonHolderProbe reads a holder of the Redisson lock hash name (its
+// one field for an RLock or RFairLock), none while it is free: what the
+// presence pass reads for its waiters (see subscription.follow).
+func redissonHolderProbe(name string) probe {
+	return func(rc rueidis.Client) rueidis.Completed { return rc.B().Hrandfield().Key(name).Build() }
+}
+
 // redissonSharded reports whether RedissonPubSubAuto means sharded pub/sub
 // on c: on a Cluster whose servers answer PUBSUB SHARDNUMSUB, as Redisson
 // finds out.
@@ -247,9 +256,10 @@ func redissonRequestID() string {
 // release wakes every waiter of this Client and one per Redisson client,
 // and whoever comes first takes it); plain RLock has no fencing token
 // (Token is 0: use RedissonFencedLock); a forced unlock is reported as
-// ErrExpired, not ErrForceUnlocked; waiters of this Client look at the
-// lock at least every second, and Java waiters whenever the holder's
-// lease runs out, so a message lost costs that much. Mutual exclusion,
+// ErrExpired, not ErrForceUnlocked; a message lost costs the waiters of
+// this Client up to their Client's next presence pass (a second apart by
+// default), which reads the lock for them all, and Java waiters up to the
+// holder's remaining lease. Mutual exclusion,
 // the watchdog (a third of the lease), loss detection and the unlock latch
 // are as in Redisson.
 type RedissonLock struct {
@@ -302,8 +312,10 @@ func (l *RedissonLock) check(ctx context.Context) error {
 func (l *RedissonLock) spans() []*Client { return []*Client{l.c} }
 
 // Lock acquires the lock, waiting as long as ctx allows: for Redisson's
-// unlock message on the lock's channel, and looking again at least every
-// second.
+// unlock message on the lock's channel, which the Client's waiters share
+// one subscription to, and looking again when the holder's lease runs out
+// or the Client's presence pass (a second apart by default) finds the lock
+// free or taken by another holder, whatever messages were lost.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
 // is closed. Connection errors do not end the wait: Lock retries them with
@@ -349,6 +361,7 @@ func (l *RedissonLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), owner, fenced}
 	w := redissonWait{
 		c: c, channel: l.keys.channel, classic: classic, sharded: sharded,
+		probe: redissonHolderProbe(l.name), primitive: kind.primitive, name: l.name,
 		busy: errorf("%w: Redisson lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()

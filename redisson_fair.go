@@ -101,8 +101,9 @@ func (l *RedissonFairLock) check(ctx context.Context) error {
 func (l *RedissonFairLock) spans() []*Client { return []*Client{l.c} }
 
 // Lock acquires the lock in its turn, waiting as long as ctx allows: in
-// Redisson's queue, for the message on its own channel, looking again at
-// least every second.
+// Redisson's queue, for the message on its own channel, and looking again
+// when the Client's presence pass (a second apart by default) finds the
+// lock free or taken by another holder, whatever messages were lost.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
 // is closed; either way it leaves the queue. Connection errors do not end
@@ -160,6 +161,7 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 	queued := false
 	w := redissonWait{
 		c: c, channel: l.keys.channel + ":" + owner, classic: classic, sharded: sharded,
+		probe: redissonHolderProbe(l.name), primitive: kind.primitive, name: l.name,
 		busy: errorf("%w: Redisson fair lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()

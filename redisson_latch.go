@@ -122,10 +122,11 @@ func (l *RedissonCountDownLatch) Count(ctx context.Context) (int64, error) {
 }
 
 // Wait returns nil once the count is zero: at once when it is, else on
-// Redisson's message, looking again at least every second. It returns
-// ctx.Err() when ctx ends first, ErrClosed when the Client is closed, and
-// ErrWrongType at once when NAME holds something else. Connection errors
-// are retried with backoff until ctx ends.
+// Redisson's message, or when the Client's presence pass (a second apart
+// by default) finds the count changed or gone, whatever messages were
+// lost. It returns ctx.Err() when ctx ends first, ErrClosed when the
+// Client is closed, and ErrWrongType at once when NAME holds something
+// else. Connection errors are retried with backoff until ctx ends.
 func (l *RedissonCountDownLatch) Wait(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
@@ -134,57 +135,32 @@ func (l *RedissonCountDownLatch) Wait(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var lastErr error
-	retry := errorBackoff()
-	w := redissonWait{c: l.c}
-	var sub *redissonSub
-	defer func() {
-		if sub != nil {
-			sub.close()
-		}
-	}()
-	for {
-		if sub == nil || sub.broken() {
-			if sub != nil {
-				sub.close()
-				sub = nil
+	open := failedLease(errLatchOpen)
+	w := redissonWait{
+		c: l.c, channel: l.channel(), classic: classic, sharded: sharded,
+		probe: redissonCountProbe(l.name), primitive: "redisson_countdownlatch", name: l.name,
+		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
+			actx, done := inflight(ctx)
+			defer done()
+			_, n, err := redissonCount(actx, l.c.rc, l.name, "count-down latch")
+			switch {
+			case err != nil:
+				return nil, 0, err
+			case n <= 0:
+				return open, 0, nil
 			}
-			s, err := l.c.redissonSubscribe(ctx, l.channel(), classic, sharded)
-			if err != nil {
-				switch {
-				case ctx.Err() != nil:
-					return ctxErr(ctx, lastErr)
-				case !transient(err):
-					return err
-				}
-				lastErr = err
-				if w.sleep(ctx, nil, retry.next()) != nil {
-					return ctxErr(ctx, lastErr)
-				}
-				continue
-			}
-			sub = s
-		}
-		n, err := l.Count(ctx)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return ctxErr(ctx, lastErr)
-		case err != nil && !transient(err):
-			return err
-		case err != nil:
-			lastErr = err
-			if w.sleep(ctx, nil, retry.next()) != nil {
-				return ctxErr(ctx, lastErr)
-			}
-			continue
-		case n <= 0:
-			return nil
-		}
-		retry.reset()
-		if err := w.sleep(ctx, sub.wake, redissonPoll); err != nil {
-			return err
-		}
+			return nil, -1, nil
+		},
 	}
+	_, err = w.run(ctx, false)
+	return err
+}
+
+// redissonCountProbe reads the count of the Redisson count-down latch
+// name, none once it is open: what the presence pass reads for its
+// waiters (see subscription.follow).
+func redissonCountProbe(name string) probe {
+	return func(rc rueidis.Client) rueidis.Completed { return rc.B().Get().Key(name).Build() }
 }
 
 // Delete deletes the latch, as Java's delete, and reports whether it

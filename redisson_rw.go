@@ -70,9 +70,9 @@ const redissonWriteSuffix = ":write"
 // (readers are let in while the lock is in mode read, whoever waits);
 // there is no fencing token; a forced unlock is reported as ErrExpired; a
 // reader that crashed holds the lock until its hold keys expire, a lease
-// after its last renewal. Waiters of this Client look at the lock at
-// least every second, and Java waiters when the holder's lease runs out,
-// so a message lost costs that much.
+// after its last renewal. A message lost costs the waiters of this Client
+// up to their Client's next presence pass (a second apart by default), and
+// Java waiters up to the holder's remaining lease.
 type RedissonReadWriteLock struct {
 	c    *Client
 	name string
@@ -112,7 +112,10 @@ func (l *RedissonReadWriteLock) check(ctx context.Context) error {
 
 // RLock takes a read hold, waiting as long as ctx allows while a writer
 // holds the lock: for Redisson's unlock messages on the lock's channel,
-// and looking again at least every second.
+// which the Client's waiters share one subscription to, and looking again
+// when the holder's lease runs out or the Client's presence pass (a second
+// apart by default) finds the lock's mode changed, whatever messages were
+// lost.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
 // is closed. Connection errors do not end the wait: RLock retries them
@@ -211,6 +214,13 @@ func holderLive(h *holder) bool {
 	return !h.done
 }
 
+// redissonModeProbe reads the mode of the Redisson read-write lock hash
+// name, "read" or "write", none while it is free: what the presence pass
+// reads for its waiters (see subscription.follow).
+func redissonModeProbe(name string) probe {
+	return func(rc rueidis.Client) rueidis.Completed { return rc.B().Hget().Key(name).Field("mode").Build() }
+}
+
 func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 	l, c := s.l, s.l.c
 	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
@@ -277,6 +287,7 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 	}
 	w := redissonWait{
 		c: c, channel: l.keys.channel, classic: classic, sharded: sharded,
+		probe: redissonModeProbe(l.name), primitive: kind.primitive, name: l.name,
 		busy: errorf("%w: Redisson read-write lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()

@@ -103,8 +103,10 @@ func (a redissonSemAcq) check(ctx context.Context) error {
 func (a redissonSemAcq) spans() []*Client { return []*Client{a.s.c} }
 
 // Lock takes n permits, waiting as long as ctx allows: for Redisson's
-// message on the semaphore's channel, looking again at least every
-// second. A semaphore that was never set has no permits: Lock waits for
+// message on the semaphore's channel, which the Client's waiters share one
+// subscription to, and looking again when the Client's presence pass (a
+// second apart by default) finds the permits changed, whatever messages
+// were lost. A semaphore that was never set has no permits: Lock waits for
 // them.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
@@ -145,6 +147,7 @@ func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) {
 	owner := c.newOwner() + "/" + n
 	w := redissonWait{
 		c: c, channel: s.channel(), classic: classic, sharded: sharded,
+		probe: redissonPermitsProbe(s.name), primitive: kind.primitive, name: s.name,
 		busy: errorf("%w: Redisson semaphore %s", ErrNoPermits, s.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
@@ -169,6 +172,18 @@ func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) {
 	}
 	return w.run(ctx, try)
 }
+
+// redissonPermitsProbe reads the permits of the Redisson semaphore name as
+// "=N", and "=" when it has none (never set, or deleted): never empty, for
+// the presence pass, which reads empty as free (see subscription.follow),
+// and changed whenever the permits change.
+func redissonPermitsProbe(name string) probe {
+	return func(rc rueidis.Client) rueidis.Completed {
+		return rc.B().Eval().Script(redissonPermitsProbeScript).Numkeys(1).Key(name).Build()
+	}
+}
+
+const redissonPermitsProbeScript = `return '=' .. (redis.call('GET', KEYS[1]) or '')`
 
 // redissonSemPermits is the number of permits a holder holds.
 func redissonSemPermits(h *holder) string {

@@ -3,46 +3,62 @@ package redisync
 import (
 	"context"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
-// The waiting of the Redisson locks: on Redisson's own channels and
-// messages, with one subscription (a dedicated rueidis connection) per
-// waiting acquisition, and a re-check at least every redissonPoll so that
-// a message lost (a publisher on the other kind of pub/sub, a broken
-// connection, a holder that died) never stalls a waiter longer than that.
+// The waiting of the Redisson locks, on Redisson's own channels and
+// messages, through the Client's notifier as the library's own locks wait:
+// one subscription per channel and kind of pub/sub for all the Client's
+// waiters, whose every message wakes them all, by generation (notify.go).
+// Messages are for latency, never for liveness: the Client's presence pass
+// reads, once per pass, what each channel's waiters wait for (the probe of
+// their primitive: a holder of the lock, a read-write lock's mode, the
+// permits, the count), and wakes them when it reads free or changed; a
+// waiter also looks again when the holder's lease runs out, as its attempt
+// found it. Whatever messages are lost (a publisher on the other kind of
+// pub/sub, a broken connection, a holder that died and published nothing),
+// a waiter looks again within one pass.
 
-// redissonPoll bounds how long a Redisson waiter sleeps without a message
-// before it attempts again.
+// redissonPoll bounds how long a Redisson waiter without a probe sleeps
+// without a message before it attempts again: nothing else would tell it
+// that a message was lost.
 const redissonPoll = time.Second
 
 // redissonWait is one acquisition of a Redisson primitive.
 type redissonWait struct {
 	c       *Client
 	channel string
-	// classic and sharded tell which subscriptions to listen on.
+	// classic and sharded tell which kinds of pub/sub to listen on.
 	classic, sharded bool
 	// attempt runs the acquire script once: the Lease, or how long the
-	// thing stays taken at most (negative: unknown).
+	// thing stays taken at most (zero or negative: unknown).
 	attempt func(ctx context.Context) (*Lease, time.Duration, error)
 	// undo releases what an attempt whose outcome is unknown may have
 	// taken; it gets a detached context.
 	undo func(ctx context.Context)
 	// busy is TryLock's error when the thing is taken.
 	busy error
+	// probe, if set, is what the Client's presence pass reads for the
+	// waiters of channel (see subscription.follow): they look again within
+	// one pass whatever messages were lost. Without one, a waiter looks
+	// again at least every redissonPoll.
+	probe probe
+	// primitive and name label, in metrics and logs, a wait that the
+	// fallback timer ended; the channel stands for both when unset.
+	primitive, name string
 }
 
-// run attempts, and unless try, waits for a message or the poll between
-// attempts until it acquires or ctx ends. Connection errors are retried
-// with backoff; Redis errors are returned at once.
+// run attempts, and unless try, waits for a message, the presence pass or
+// the end of the holder's lease between attempts, until it acquires or ctx
+// ends. Connection errors are retried with backoff; Redis errors are
+// returned at once.
 func (w *redissonWait) run(ctx context.Context, try bool) (*Lease, error) {
-	var sub *redissonSub
-	defer func() {
-		if sub != nil {
-			sub.close()
-		}
-	}()
+	var subs waitSet
+	defer subs.leave()
+	// Joined before the first attempt when messages flow on the channel
+	// already (other waiters of the Client): the attempt's failure is then
+	// waited out at once, without a second attempt once subscribed.
+	joined := !try && w.joinLive(&subs)
+	clients := []*Client{w.c}
 	retry := errorBackoff()
 	var lastErr error
 	backoff := func(err error) error {
@@ -52,7 +68,9 @@ func (w *redissonWait) run(ctx context.Context, try bool) (*Lease, error) {
 		}
 		return nil
 	}
+	fellBack := false // the last wait was ended by the fallback timer
 	for {
+		subs.mark()
 		l, wait, err := w.attempt(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -68,44 +86,111 @@ func (w *redissonWait) run(ctx context.Context, try bool) (*Lease, error) {
 			}
 			continue
 		}
+		retry.reset()
 		if l != nil {
 			if ctx.Err() != nil {
 				l.abandon(ctx.Err())
 				return nil, ctx.Err()
+			}
+			if fellBack {
+				w.c.fellBack(w.label())
 			}
 			return l, nil
 		}
 		if try {
 			return nil, w.busy
 		}
-		if sub == nil || sub.broken() {
-			if sub != nil {
-				sub.close()
-			}
-			if sub, err = w.c.redissonSubscribe(ctx, w.channel, w.classic, w.sharded); err != nil {
-				switch {
-				case ctx.Err() != nil:
+		if !joined {
+			// The first wait waits for the subscriptions to take effect: a
+			// release published before was missed, so the next attempt
+			// comes then.
+			if err := w.join(ctx, &subs); err != nil {
+				if ctx.Err() != nil {
 					return nil, ctxErr(ctx, lastErr)
-				case !transient(err):
-					return nil, err
 				}
-				if err := backoff(err); err != nil {
-					return nil, err
-				}
-				continue
+				return nil, err
 			}
-			// Attempt again at once: a release published before the
-			// subscription took effect was missed.
-			continue
+			joined = true
 		}
-		retry.reset()
-		if wait <= 0 || wait > redissonPoll {
-			wait = redissonPoll
-		}
-		if err := w.sleep(ctx, sub.wake, wait); err != nil {
+		d, fallback := w.timer(wait)
+		timedOut, err := subs.wait(ctx, clients, d)
+		if err != nil {
 			return nil, err
 		}
+		fellBack = timedOut && fallback
 	}
+}
+
+// kinds are the kinds of pub/sub the waiter listens on: classic first.
+func (w *redissonWait) kinds() []pubsubKind {
+	var kinds []pubsubKind
+	if w.classic || !w.sharded {
+		kinds = append(kinds, classicPubSub)
+	}
+	if w.sharded {
+		kinds = append(kinds, shardedPubSub)
+	}
+	return kinds
+}
+
+// joinLive adds to subs the Client's subscriptions of the channel that are
+// in effect, and reports whether it has all it listens on. Their waiters
+// are then followed already.
+func (w *redissonWait) joinLive(subs *waitSet) bool {
+	all := true
+	for _, k := range w.kinds() {
+		all = subs.joinLive(w.c, w.channel, k) && all
+	}
+	if all {
+		w.follow(subs)
+	}
+	return all
+}
+
+// join adds to subs the Client's subscriptions of the channel, subscribing
+// where need be, and has the presence pass read the probe for them.
+func (w *redissonWait) join(ctx context.Context, subs *waitSet) error {
+	for _, k := range w.kinds() {
+		if err := subs.join(ctx, w.c, w.channel, k, nil); err != nil {
+			return err
+		}
+	}
+	w.follow(subs)
+	return nil
+}
+
+// follow has the presence pass read the probe for the waiters of the
+// channel, once per pass: through the first subscription (both kinds'
+// waiters wait on it).
+func (w *redissonWait) follow(subs *waitSet) {
+	if w.probe != nil && len(subs.subs) > 0 {
+		subs.subs[0].follow(w.probe)
+	}
+}
+
+// timer returns how long a wait lasts without a message or a presence
+// pass: until the holder's lease runs out, when the attempt knew when, and
+// the fallback otherwise (fallback true), which only a lost wake-up lets
+// end a wait that the next attempt ends in success. Without a probe, it is
+// redissonPoll.
+func (w *redissonWait) timer(wait time.Duration) (d time.Duration, fallback bool) {
+	limit := waiterFallback
+	if w.probe == nil {
+		limit = redissonPoll
+	}
+	if wait > 0 && wait < limit {
+		// A millisecond more: the lease has run out on the server then.
+		return wait + time.Millisecond, false
+	}
+	return limit, w.probe != nil
+}
+
+// label names the wait for fellBack: primitive, name, key.
+func (w *redissonWait) label() (string, string, string) {
+	if w.primitive == "" {
+		return "redisson", w.channel, w.channel
+	}
+	return w.primitive, w.name, w.name
 }
 
 // sleep waits for wake, at most d: ctx's error when ctx ends first,
@@ -132,58 +217,4 @@ func (w *redissonWait) abandon(ctx context.Context) {
 	dctx, cancel := detached(ctx)
 	defer cancel()
 	w.undo(dctx)
-}
-
-// redissonSub is the subscription of one waiting acquisition to one
-// channel: classic, sharded, or both, on a dedicated connection.
-type redissonSub struct {
-	dc     rueidis.DedicatedClient
-	cancel func()
-	wake   chan struct{}
-	errs   <-chan error
-}
-
-// redissonSubscribe subscribes to channel and returns once the server
-// confirmed every subscription. On Cluster the connection goes to the
-// master of the channel's slot (sharded pub/sub requires it; classic
-// messages reach every node).
-func (c *Client) redissonSubscribe(ctx context.Context, channel string, classic, sharded bool) (*redissonSub, error) {
-	dc, cancel := c.rc.Dedicate()
-	s := &redissonSub{dc: dc, cancel: cancel, wake: make(chan struct{}, 1)}
-	s.errs = dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(rueidis.PubSubMessage) {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	}})
-	var cmds rueidis.Commands
-	if sharded {
-		cmds = append(cmds, dc.B().Ssubscribe().Channel(channel).Build())
-	}
-	if classic {
-		cmds = append(cmds, dc.B().Subscribe().Channel(channel).Build())
-	}
-	for _, r := range dc.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			s.close()
-			return nil, redisErr("subscribe "+channel, err)
-		}
-	}
-	return s, nil
-}
-
-// broken reports whether the subscription's connection ended.
-func (s *redissonSub) broken() bool {
-	select {
-	case <-s.errs:
-		return true
-	default:
-		return false
-	}
-}
-
-// close drops the subscription with its connection.
-func (s *redissonSub) close() {
-	s.dc.Close()
-	s.cancel()
 }

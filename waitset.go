@@ -20,6 +20,10 @@ import (
 // selects over a number of channels known only at run time, hence
 // reflect.Select.
 //
+// A waiter of a Redisson lock waits in a waitSet too (redisson_wait.go):
+// on its channel on one or both kinds of pub/sub, which Redisson's
+// publishers may use.
+//
 // An acquisition that spans Clients ends when any of them is closed
 // (watchClosed, and every wait of the set), and Close of each of them waits
 // for it (acquireHandle). Attempts that failed with errors are retried
@@ -34,24 +38,54 @@ type waitSet struct {
 	fresh []*subscription // joined since the last wait: not known to be in effect
 }
 
-// join subscribes to channel on c, unless the set already has it, and has
-// c's presence pass read p for it (see subscription.follow). It returns
-// ctx's error when ctx ends first.
-func (w *waitSet) join(ctx context.Context, c *Client, channel string, p probe) error {
-	for _, s := range w.subs {
-		if s.n.c == c && s.channel == channel {
-			return nil
-		}
+// join subscribes to channel on the kind of pub/sub on c, unless the set
+// already has it, and has c's presence pass read p for it, when not nil
+// (see subscription.follow). It returns ctx's error when ctx ends first.
+func (w *waitSet) join(ctx context.Context, c *Client, channel string, kind pubsubKind, p probe) error {
+	if w.has(c, subKey{channel, kind}) {
+		return nil
 	}
-	s, err := c.notify.join(ctx, channel)
+	s, err := c.notify.join(ctx, channel, kind)
 	if err != nil {
 		return err
 	}
-	s.follow(p)
-	w.subs = append(w.subs, s)
-	w.gens = append(w.gens, s.sema.Gen())
+	if p != nil {
+		s.follow(p)
+	}
+	w.add(s)
 	w.fresh = append(w.fresh, s)
 	return nil
+}
+
+// joinLive adds c's subscription of channel on the kind of pub/sub to the
+// set when messages flow on it already (see notifier.joinLive), and reports
+// whether it is in the set. A subscription joined so is in effect: the
+// next wait waits for its broadcasts at once.
+func (w *waitSet) joinLive(c *Client, channel string, kind pubsubKind) bool {
+	if w.has(c, subKey{channel, kind}) {
+		return true
+	}
+	s := c.notify.joinLive(channel, kind)
+	if s != nil {
+		w.add(s)
+	}
+	return s != nil
+}
+
+// has reports whether the set has c's subscription k.
+func (w *waitSet) has(c *Client, k subKey) bool {
+	for _, s := range w.subs {
+		if s.n.c == c && s.key() == k {
+			return true
+		}
+	}
+	return false
+}
+
+// add puts a joined subscription in the set.
+func (w *waitSet) add(s *subscription) {
+	w.subs = append(w.subs, s)
+	w.gens = append(w.gens, s.sema.Gen())
 }
 
 // mark reads the generation of every subscription: call it before each
