@@ -332,13 +332,15 @@ func (n *notifier) followed() []*subscription {
 }
 
 // probedAs records what a presence pass read of the subscription's probe,
-// and reports whether its waiters must look again: it reads free, or it
-// changed since the previous pass.
+// and reports whether its waiters must look again: it reads free, it
+// changed since the previous pass, or it is the first read: what changed
+// between the waiters' last attempts and that read (a latch opened, a
+// semaphore's permits set, without a message) has nothing to be told from.
 func (s *subscription) probedAs(v string) bool {
 	n := s.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	changed := s.probed != nil && *s.probed != v
+	changed := s.probed == nil || *s.probed != v
 	s.probed = &v
 	return v == "" || changed
 }

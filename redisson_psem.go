@@ -219,6 +219,10 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 	}
 	w := redissonWait{
 		c: c, channel: keys[2], classic: classic, sharded: sharded,
+		// The available permits change with every release, whatever
+		// message is lost; a permit that expires is looked at when its
+		// lease ends (the attempt's wait).
+		probe: redissonPermitsProbe(s.name), primitive: redissonPSemPrimitive, name: s.name,
 		busy: errorf("%w: Redisson permit expirable semaphore %s", ErrNoPermits, s.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			// Fresh ids every attempt: an attempt whose reply was lost may
