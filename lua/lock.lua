@@ -7,7 +7,9 @@
 --   holds  the holder's hold fields ("#<n>"), separated by spaces; empty
 --          while free
 --   token  the holder's fencing token; while free, the last one handed out
---   t      a fencing counter a group raised above token (group_fence)
+--   t      a fencing counter raised above token: by a group (group_fence),
+--          or by an acquisition that reserved the tokens up to t for its
+--          Client's local passes (acquire_free.lua)
 --   r      the owner and hold of the release that freed the lock
 --   f      the owner a forced unlock removed
 --   q      '1' while the lock's queue may have waiters, '' or no such field
