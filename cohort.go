@@ -149,6 +149,9 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 // lock over: that lease is not passed on). The lease it gets holds for the
 // cohort until its Unlock; on an error the next waiter leads.
 func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
+	// Tokens are reserved whether or not other goroutines of the cohort
+	// wait now: they may come while the lock is held, and reserving costs
+	// the script two commands.
 	reserve := func() int { return m.cfg.localPasses }
 	l, reserved, err := m.queued().acquireReserving(ctx, false, reserve)
 	if err != nil {

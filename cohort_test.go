@@ -268,3 +268,60 @@ func TestMutexLocalPassReentry(t *testing.T) {
 		require.NoError(t, last.Unlock(ctx))
 	})
 }
+
+// A lock that a release in Redis hands over to a Client's waiter is passed
+// on locally too: the waiter, which goroutines of its Client wait behind,
+// asked for a block of tokens with its place in the queue, and the release
+// reserved it. Another Client's next token comes after the block.
+func TestMutexLocalPassAfterHandOver(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		var passed atomic.Int64
+		c := e.client(t, WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passed.Add(1) }}))
+		m := c.Mutex(t.Name(), WithLocalPasses(1, time.Minute))
+		warm(t, ctx, m)
+		other := e.client(t).Mutex(t.Name())
+
+		first := mustLock(t, ctx, m.Lock)
+		theirs := make(chan *Lease, 1)
+		go func() {
+			l, err := other.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			theirs <- l
+		}()
+		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, other.c, t.Name()) == 1 }, "the other Client's waiter did not queue")
+		_, leases, _ := holdAndQueueFrom(t, ctx, m, first, 3)
+
+		// The budget's one pass, then the lock goes through Redis, to the
+		// other Client, and the next local waiter queues behind it, asking
+		// for a block.
+		require.NoError(t, first.Unlock(ctx))
+		l2 := <-leases
+		require.NoError(t, l2.Err())
+		require.Equal(t, int64(1), passed.Load())
+		require.NoError(t, l2.Unlock(ctx))
+		ol := <-theirs
+		require.NotNil(t, ol)
+		require.Greater(t, ol.Token(), l2.Token())
+		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the local leader did not queue")
+		require.NoError(t, ol.Unlock(ctx))
+
+		// Handed over with a block: the next Unlock passes it on locally.
+		l3 := <-leases
+		require.NoError(t, l3.Err())
+		require.Greater(t, l3.Token(), ol.Token())
+		require.NoError(t, l3.Unlock(ctx))
+		l4 := <-leases
+		require.NoError(t, l4.Err())
+		require.Equal(t, int64(2), passed.Load(), "the lock handed over was not passed on locally")
+		require.Greater(t, l4.Token(), l3.Token())
+		requireHeldBy(t, m, l4)
+		require.NoError(t, l4.Unlock(ctx))
+
+		ol = mustLock(t, ctx, other.Lock)
+		require.Greater(t, ol.Token(), l4.Token())
+		require.NoError(t, ol.Unlock(ctx))
+	})
+}

@@ -419,7 +419,7 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 	qa.reserved, qa.tookToken = 0, val
 	if len(res) > 3 {
 		n, _ := res[3].AsInt64()
-		qa.reserved = int(min(n, int64(reserve)))
+		qa.reserved = int(max(min(n, maxLocalPasses), 0))
 	}
 	l, err := c.grant(ctx, grant{kind: q.kind, name: q.name, keys: q.keys, key: q.keys.lock, parent: qa.parent, owner: qa.owner, hold: qa.hold,
 		token: val, lease: qa.lease, watchdog: q.cfg.fixedLease == 0, sent: sent})
@@ -499,8 +499,10 @@ func msArg(d time.Duration) string {
 }
 
 // handedOver takes a lock that a release handed over to the waiter, as
-// the message "TOKEN MS" told: the token it got, and the server's clock in
-// ms at the release. The message is trusted only as far as it can be:
+// the message "TOKEN MS [N]" told: the token it got, the server's clock in
+// ms at the release, and the tokens reserved after it for the Client's
+// local passes, when the waiter asked for some. The message is trusted
+// only as far as it can be:
 //   - A token not above the last one the waiter's last attempt saw is a
 //     hand-over that came late (the attempt would have found the lock its
 //     own otherwise), and the lock may have moved on since: it is ignored,
@@ -515,7 +517,8 @@ func msArg(d time.Duration) string {
 // wait goes on.
 func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease, error) {
 	q := qa.q
-	tokText, msText, _ := strings.Cut(msg, " ")
+	tokText, rest, _ := strings.Cut(msg, " ")
+	msText, reservedText, _ := strings.Cut(rest, " ")
 	tok, err := strconv.ParseInt(tokText, 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("redisync: lock handed over with a bad message %q", msg)
@@ -531,6 +534,10 @@ func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease
 		token: tok, lease: qa.lease, watchdog: true, sent: at}
 	if qa.short < qa.lease {
 		g.initial = qa.short
+	}
+	qa.tookToken, qa.reserved = tok, 0
+	if n, err := strconv.Atoi(reservedText); err == nil && n > 0 {
+		qa.reserved = min(n, maxLocalPasses)
 	}
 	return q.c.grant(ctx, g)
 }
