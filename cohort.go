@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -37,6 +38,10 @@ type cohort struct {
 	until   time.Time // when the budget of passes ends
 	next    uint64    // the token of the next local pass
 	top     uint64    // the last token reserved
+	// budget and within are the budget of the lock's last leader
+	// (WithLocalPasses), which keep asks Redis for again.
+	budget int
+	within time.Duration
 	waiters []*localWaiter
 }
 
@@ -144,15 +149,23 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 }
 
 // lead acquires the lock in Redis for the cohort, reserving a token for
-// each local pass of its budget (fewer when the tokens come close to the
-// server's clock, see acquire_free.lua; none when a release handed the
-// lock over: that lease is not passed on). The lease it gets holds for the
-// cohort until its Unlock; on an error the next waiter leads.
+// each local pass of its budget, whether it takes the lock free or a
+// release hands it over (fewer when the tokens come close to the server's
+// clock, see reserve_tokens in lua/lock.lua). The lease it gets holds for
+// the cohort until its Unlock; on an error the next waiter leads.
 func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
-	// Tokens are reserved whether or not other goroutines of the cohort
-	// wait now: they may come while the lock is held, and reserving costs
-	// the script two commands.
-	reserve := func() int { return m.cfg.localPasses }
+	// Tokens are reserved while other goroutines of the cohort wait: an
+	// acquisition nobody waits behind costs the script nothing more, and
+	// waiters that come later are passed the lock once its Unlock got
+	// tokens (keep).
+	reserve := func() int {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		if len(co.waiters) == 0 {
+			return 0
+		}
+		return m.cfg.localPasses
+	}
 	l, reserved, err := m.queued().acquireReserving(ctx, false, reserve)
 	if err != nil {
 		co.endLead()
@@ -163,6 +176,7 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 	co.leading = false
 	co.current, co.hold = l, l.hold
 	co.passes, co.until = reserved, time.Now().Add(m.cfg.localWithin)
+	co.budget, co.within = m.cfg.localPasses, m.cfg.localWithin
 	co.next, co.top = h.token+1, h.token+uint64(reserved)
 	co.mu.Unlock()
 	h.mu.Lock()
@@ -223,14 +237,17 @@ const (
 	unlockInRedis unlockState = iota // release the hold in Redis
 	unlockPassed                     // passed on locally: done
 	unlockGone                       // passed on before: not held
+	unlockKeep                       // keep it for the waiters if Redis allows (keep)
 )
 
 // pass passes the lock l holds on to the first waiter, when the budget
-// allows; otherwise l releases it in Redis, and, once that is done (ended
-// called), the first waiter leads the next acquisition. A lease passed on
-// before is unlockGone: its Unlock must not release the hold its
-// successor carries.
-func (co *cohort) pass(l *Lease) (st unlockState, ended func()) {
+// allows. When the budget is spent and goroutines of the cohort wait,
+// unlockKeep asks Redis for more (keep). Otherwise l releases the lock in
+// Redis, and, once that is done (ended called), the first waiter leads the
+// next acquisition. A lease passed on before is unlockGone: its Unlock must
+// not release the hold its successor carries. mayKeep false releases
+// without asking for more.
+func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	switch {
@@ -240,40 +257,108 @@ func (co *cohort) pass(l *Lease) (st unlockState, ended func()) {
 		// Released in Redis before (a retry), or re-entered.
 		return unlockInRedis, func() {}
 	}
-	h := l.h
-	var w *localWaiter
-	if co.passes > 0 && co.next <= co.top && len(co.waiters) > 0 && time.Now().Before(co.until) {
-		w = co.waiters[0]
-	}
-	if w != nil {
-		h.mu.Lock()
-		if h.done || len(h.leases) != 1 {
-			// Lost, or held by a re-entry too: Redis decides.
-			w = nil
-		} else {
-			nl := newLease(w.ctx, h, co.hold)
-			nl.co, nl.token, nl.lost = co, co.next, make(chan struct{})
-			delete(h.leases, l)
-			h.leases[nl] = struct{}{}
-			co.waiters = co.waiters[1:]
-			co.passes--
-			co.next++
-			co.current = nl
-			h.mu.Unlock()
-			l.mu.Lock()
-			l.passedOn = true
-			l.mu.Unlock()
-			w.turn <- localTurn{lease: nl}
-			return unlockPassed, nil
-		}
-		h.mu.Unlock()
-	}
-	co.current = nil
-	return unlockInRedis, func() {
+	ended = func() {
 		co.mu.Lock()
 		co.promote()
 		co.mu.Unlock()
 		co.drop()
+	}
+	if len(co.waiters) > 0 && co.passes > 0 && co.next <= co.top && time.Now().Before(co.until) {
+		if co.handOn(l) {
+			return unlockPassed, nil
+		}
+	} else if mayKeep && len(co.waiters) > 0 && co.alone(l) {
+		return unlockKeep, ended
+	}
+	co.current = nil
+	return unlockInRedis, ended
+}
+
+// alone reports whether l is the only lease of its holder, which is held:
+// a lock held through a re-entry too, or lost, is not passed on.
+func (co *cohort) alone(l *Lease) bool {
+	h := l.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.done && len(h.leases) == 1
+}
+
+// handOn passes the lock from l, the cohort's current lease, to the first
+// waiter, with the next token; false when l's holder is lost or holds the
+// lock through a re-entry too (Redis decides then). Call it with co.mu
+// held and a waiter waiting.
+func (co *cohort) handOn(l *Lease) bool {
+	h := l.h
+	w := co.waiters[0]
+	h.mu.Lock()
+	if h.done || len(h.leases) != 1 {
+		h.mu.Unlock()
+		return false
+	}
+	nl := newLease(w.ctx, h, co.hold)
+	nl.co, nl.token, nl.lost = co, co.next, make(chan struct{})
+	delete(h.leases, l)
+	h.leases[nl] = struct{}{}
+	co.waiters = co.waiters[1:]
+	co.passes--
+	co.next++
+	co.current = nl
+	h.mu.Unlock()
+	l.mu.Lock()
+	l.passedOn = true
+	l.mu.Unlock()
+	w.turn <- localTurn{lease: nl}
+	return true
+}
+
+// keep runs l's release in Redis asking to keep the lock for the cohort's
+// waiters instead: Redis keeps it when nobody waits there (another
+// Client's waiter, a Group), with a new block of tokens, and the lock
+// passes to the first waiter on a new budget (passed). Otherwise the
+// release ran as any other, with its outcome st and err, unless kept is
+// set: kept and not passed, the waiters left meanwhile, and the caller
+// releases the lock.
+func (co *cohort) keep(ctx context.Context, l *Lease) (passed, kept bool, st releaseState, err error) {
+	h := l.h
+	co.mu.Lock()
+	budget, within := co.budget, co.within
+	co.mu.Unlock()
+	e := h.c.releaseExec(h.keys, h.owner, l.hold)
+	e.Args = append(e.Args, strconv.Itoa(budget))
+	res, err := releaseScript.exec(ctx, h.c.rc, e.Keys, e.Args).ToAny()
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if err != nil {
+		co.forget(l)
+		return false, false, notHeld, redisErr("release", err)
+	}
+	if a, ok := res.([]any); ok && len(a) == 3 {
+		from, _ := a[1].(int64)
+		n, _ := a[2].(int64)
+		co.passes, co.until = int(n), time.Now().Add(within)
+		co.next, co.top = uint64(from)+1, uint64(from)+uint64(n)
+		if len(co.waiters) > 0 && co.handOn(l) {
+			return true, true, freed, nil
+		}
+		co.forget(l)
+		return false, true, stillHeld, nil
+	}
+	co.forget(l)
+	n, _ := res.(int64)
+	switch n {
+	case 1:
+		return false, false, freed, nil
+	case 2:
+		return false, false, stillHeld, nil
+	}
+	return false, false, notHeld, nil
+}
+
+// forget ends l's hold of the cohort, if it still has it. Call it with
+// co.mu held.
+func (co *cohort) forget(l *Lease) {
+	if co.current == l {
+		co.current = nil
 	}
 }
 

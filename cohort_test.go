@@ -113,20 +113,21 @@ func TestMutexLocalPassBudget(t *testing.T) {
 		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
 		warm(t, ctx, m)
 		l := mustLock(t, ctx, m.Lock)
-		_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 4)
-		owners := []string{l.h.owner}
-		for i := 0; i < 4; i++ {
+		_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 5)
+		// Nobody waits in Redis: a spent budget gets a new one there, with
+		// new tokens, and the lock stays with the Client.
+		for i := 0; i < 5; i++ {
 			require.NoError(t, l.Unlock(ctx))
-			l = <-leases
-			owners = append(owners, l.h.owner)
+			nl := <-leases
+			require.NoError(t, nl.Err())
+			require.Equal(t, l.h.owner, nl.h.owner, "pass %d", i)
+			require.Greater(t, nl.Token(), l.Token())
+			l = nl
 		}
 		require.NoError(t, l.Unlock(ctx))
-		// Two passes, then a release in Redis: the next holder is a new
-		// ownership, which passes on again.
-		require.Equal(t, owners[0], owners[1])
-		require.Equal(t, owners[0], owners[2])
-		require.NotEqual(t, owners[2], owners[3])
-		require.Equal(t, owners[3], owners[4])
+		ol := mustLock(t, ctx, e.client(t).Mutex(t.Name()).Lock)
+		require.Greater(t, ol.Token(), l.Token())
+		require.NoError(t, ol.Unlock(ctx))
 	})
 }
 
@@ -269,10 +270,11 @@ func TestMutexLocalPassReentry(t *testing.T) {
 	})
 }
 
-// A lock that a release in Redis hands over to a Client's waiter is passed
-// on locally too: the waiter, which goroutines of its Client wait behind,
-// asked for a block of tokens with its place in the queue, and the release
-// reserved it. Another Client's next token comes after the block.
+// A spent budget goes to another Client's waiter in Redis; a lock that a
+// release in Redis hands over to a Client's waiter is passed on locally
+// too: the waiter, which goroutines of its Client wait behind, asked for a
+// block of tokens with its place in the queue, and the release reserved
+// it. Another Client's next token comes after the block.
 func TestMutexLocalPassAfterHandOver(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
@@ -282,7 +284,7 @@ func TestMutexLocalPassAfterHandOver(t *testing.T) {
 		warm(t, ctx, m)
 		other := e.client(t).Mutex(t.Name())
 
-		first := mustLock(t, ctx, m.Lock)
+		first := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
 		theirs := make(chan *Lease, 1)
 		go func() {
 			l, err := other.Lock(ctx)
@@ -292,36 +294,34 @@ func TestMutexLocalPassAfterHandOver(t *testing.T) {
 			theirs <- l
 		}()
 		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, other.c, t.Name()) == 1 }, "the other Client's waiter did not queue")
-		_, leases, _ := holdAndQueueFrom(t, ctx, m, first, 3)
+		_, leases, _ := holdAndQueueFrom(t, ctx, m, first, 2)
 
-		// The budget's one pass, then the lock goes through Redis, to the
-		// other Client, and the next local waiter queues behind it, asking
-		// for a block.
+		// Another Client waits in Redis: no new budget, the lock goes
+		// there, and the first local waiter queues behind, asking for a
+		// block.
 		require.NoError(t, first.Unlock(ctx))
-		l2 := <-leases
-		require.NoError(t, l2.Err())
-		require.Equal(t, int64(1), passed.Load())
-		require.NoError(t, l2.Unlock(ctx))
 		ol := <-theirs
 		require.NotNil(t, ol)
-		require.Greater(t, ol.Token(), l2.Token())
+		require.Greater(t, ol.Token(), first.Token())
+		require.Zero(t, passed.Load())
 		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the local leader did not queue")
 		require.NoError(t, ol.Unlock(ctx))
 
 		// Handed over with a block: the next Unlock passes it on locally.
+		l2 := <-leases
+		require.NoError(t, l2.Err())
+		require.Greater(t, l2.Token(), ol.Token())
+		require.NoError(t, l2.Unlock(ctx))
 		l3 := <-leases
 		require.NoError(t, l3.Err())
-		require.Greater(t, l3.Token(), ol.Token())
+		require.Equal(t, int64(1), passed.Load(), "the lock handed over was not passed on locally")
+		require.Equal(t, l2.h.owner, l3.h.owner)
+		require.Greater(t, l3.Token(), l2.Token())
+		requireHeldBy(t, m, l3)
 		require.NoError(t, l3.Unlock(ctx))
-		l4 := <-leases
-		require.NoError(t, l4.Err())
-		require.Equal(t, int64(2), passed.Load(), "the lock handed over was not passed on locally")
-		require.Greater(t, l4.Token(), l3.Token())
-		requireHeldBy(t, m, l4)
-		require.NoError(t, l4.Unlock(ctx))
 
 		ol = mustLock(t, ctx, other.Lock)
-		require.Greater(t, ol.Token(), l4.Token())
+		require.Greater(t, ol.Token(), l3.Token())
 		require.NoError(t, ol.Unlock(ctx))
 	})
 }

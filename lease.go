@@ -447,25 +447,47 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if !h.kind.spansClients && h.c.isClosed() {
 		return errorf("%w: %w", ErrNotHeld, ErrClosed)
 	}
+	// A Mutex passed on locally (cohort) passes now, or asks Redis to keep
+	// the lock for its waiters (keep), or releases it; ended then lets the
+	// next waiter lead.
+	var keep bool
+	var ended func()
 	if co := l.co; co != nil {
-		st, ended := co.pass(l)
+		var st unlockState
+		st, ended = co.pass(l, true)
 		switch st {
 		case unlockGone:
 			return errorf("%w: %w", ErrNotHeld, ErrReleased)
 		case unlockPassed:
-			l.end(ErrReleased)
-			co.drop()
-			if f := h.c.cfg.metrics.Released; f != nil {
-				f(h.kind.primitive, h.name, time.Since(l.since))
-			}
+			l.passed()
 			return nil
+		case unlockKeep:
+			keep = true
 		}
-		defer ended()
 	}
+	defer func() {
+		if ended != nil {
+			ended()
+		}
+	}()
 	h.beginRelease()
 	defer h.endRelease()
 	sent := time.Now()
-	st, err := h.kind.unlock(ctx, h, l.hold)
+	var st releaseState
+	var err error
+	kept := false
+	if keep {
+		var passed bool
+		passed, kept, st, err = l.co.keep(ctx, l)
+		if passed {
+			ended = nil
+			l.passed()
+			return nil
+		}
+	}
+	if !keep || kept {
+		st, err = h.kind.unlock(ctx, h, l.hold)
+	}
 	l.mu.Lock()
 	unsure := l.unsure
 	switch {
@@ -504,6 +526,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		f(h.kind.primitive, h.name, time.Since(l.since))
 	}
 	return nil
+}
+
+// passed ends a lease of a Mutex that passed the lock on locally.
+func (l *Lease) passed() {
+	l.end(ErrReleased)
+	l.co.drop()
+	if f := l.h.c.cfg.metrics.Released; f != nil {
+		f(l.h.kind.primitive, l.h.name, time.Since(l.since))
+	}
 }
 
 // end marks the lease released and cancels its context with reason.
@@ -730,7 +761,7 @@ func (l *Lease) giveBack(err error, onlyOffered bool) {
 	}
 	h := l.h
 	if co := l.co; co != nil {
-		st, ended := co.pass(l)
+		st, ended := co.pass(l, false)
 		switch st {
 		case unlockGone:
 			return

@@ -315,8 +315,7 @@ func TestFencedLinearizable(t *testing.T) {
 // to be lost, and sometimes it writes again after Unlock with the old token.
 func fencedWriter(h *history, rnd *rand.Rand, sc *schedClient, id, n int, regKey func(int) string) {
 	// Mostly the Client's own register, so that its writers meet there
-	// and pass the lock on locally (a lock that another Client's release
-	// handed over is not passed on).
+	// and pass the lock on locally.
 	k := sc.i % 3
 	if rnd.IntN(3) == 0 {
 		k = rnd.IntN(3)

@@ -209,8 +209,7 @@ const maxLocalPasses = 1000
 // released (ErrReleased) and its Unlock never releases its successor's
 // hold. Inspect, ForceUnlock and the command-line tool see the Client's
 // ownership: its owner id, and the token of its acquisition in Redis. A
-// lock handed over by a release in Redis, one re-entered, and one with a
-// fixed lease are not passed on locally.
+// lock re-entered, and one with a fixed lease, are not passed on locally.
 type Mutex struct {
 	c    *Client
 	name string
@@ -305,8 +304,8 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 
 // acquireReserving runs the acquisition loop; when reserve is not nil,
 // each attempt asks the script to reserve the number of tokens it returns
-// after the token of a free lock it takes, and reserved is what the
-// attempt that took the lock reserved (0 for a lock handed over).
+// after the token of a lock it takes free or that a release hands over to
+// it, and reserved is what was reserved for the lease returned.
 func (q *queuedLock) acquireReserving(ctx context.Context, try bool, reserve func() int) (l *Lease, reserved int, err error) {
 	c := q.c
 	qa := q.newAcquisition(ctx, try)

@@ -583,9 +583,10 @@ func TestLateHandOverIsNotDelivered(t *testing.T) {
 // token the waiter got.
 const handOverSilently = `
 local h = redis.call('ZPOPMIN', KEYS[2])[1]
-local lease, hold, owner = string.match(redis.call('HGET', KEYS[3], h), '^(%d+) (%S+) (%S+)$')
+local lease, hold, owner = string.match(redis.call('HGET', KEYS[3], h), '^(%d+) (%S+) (%S+)')
 redis.call('HDEL', KEYS[3], h)
-local token = tonumber(redis.call('HGET', KEYS[1], 'token')) + 1
+local v = redis.call('HMGET', KEYS[1], 'token', 't')
+local token = math.max(tonumber(v[1]), tonumber(v[2] or '0')) + 1
 redis.call('HSET', KEYS[1], 'owner', owner, 'holds', hold, 'token', token)
 redis.call('PEXPIRE', KEYS[1], lease)
 return token`

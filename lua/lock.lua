@@ -59,12 +59,13 @@ local function next_token(t, last)
   return micros(t or redis.call('TIME'))
 end
 
--- Reserve up to n tokens after token, the token of the ownership of lock
--- given at t (the server's TIME), for its Client's local passes: as many
--- as asked but none above the server's clock in microseconds, so that
--- tokens stay below it (see next_token). The field t keeps the last one
--- reserved, so that the next token of another owner comes after them.
--- Returns how many were reserved.
+-- Reserve up to n tokens after token (the ownership's token, or the last
+-- one its Client passed on) for the local passes of the Client that holds
+-- lock, at t (the server's TIME): as many as asked but none above the
+-- server's clock in microseconds, so that tokens stay below it (see
+-- next_token). The field t keeps the last one reserved, so that the next
+-- token of another owner comes after them. Returns how many were
+-- reserved.
 local function reserve_tokens(lock, t, token, n)
   n = math.min(tonumber(n) or 0, tonumber(micros(t)) - tonumber(token))
   if n <= 0 then
