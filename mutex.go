@@ -140,11 +140,14 @@ func WithRenewedLease(d time.Duration) LockOption {
 // WithLocalPasses sets the budget of local passes of a Mutex: when a
 // goroutine unlocks it and another goroutine of the same Client waits for
 // it, the lock passes to that goroutine without a command to Redis, up to
-// passes times and for at most within after the Client took it in Redis;
-// then the next Unlock releases it through Redis, where waiters of other
-// Clients get their turn. So a waiter of another Client waits at most
-// within longer (and the critical section that runs when it ends) than
-// without local passes. The default is DefaultLocalPasses within
+// passes times and for at most within after the Client took it in Redis,
+// or got a budget there. Then the next Unlock goes to Redis: when nobody
+// waits there, the Client keeps the lock with a new budget (new fencing
+// tokens, one round trip); when a waiter of another Client (or a Group)
+// does, the lock is released to it, and the Client's goroutines queue
+// behind. So a waiter of another Client waits at most within longer (and
+// the critical section that runs when it ends) than without local
+// passes. The default is DefaultLocalPasses within
 // DefaultLocalPassWindow. passes 0 turns local passes off: every hand-off
 // goes through Redis, as a FairMutex's do. passes must be 0 to
 // maxLocalPasses (1000), within positive unless passes is 0
@@ -199,11 +202,13 @@ const maxLocalPasses = 1000
 // Goroutines of one Client that want the same Mutex wait for it in the
 // Client while one of them acquires it in Redis, and the lock passes from
 // one of them to the next without a command to Redis, within a budget
-// (WithLocalPasses): then the next Unlock releases it in Redis, where
-// waiters of other Clients come first. Each goroutine's Lease keeps its
-// own contract: a token greater than every earlier holder's (the
-// acquisition in Redis reserved a block of tokens, and another Client's
-// next token comes after it), Lost, Err and Context that report a loss of
+// (WithLocalPasses): then the next Unlock gets a new budget in Redis if
+// nobody waits there, and releases the lock otherwise, to the waiters of
+// other Clients. Each goroutine's Lease keeps its own contract: a token
+// greater than every earlier holder's (Redis reserved a block of tokens
+// for the Client's passes, with its acquisition, the hand-over that gave
+// it the lock, or a new budget, and another Client's next token comes
+// after the block), Lost, Err and Context that report a loss of
 // the Client's hold to the goroutine holding it, and an Unlock that passes
 // the lock on, or releases it in Redis; a lease that passed the lock on is
 // released (ErrReleased) and its Unlock never releases its successor's
