@@ -56,3 +56,60 @@ func ExampleClient_RedissonLock() {
 	// held by this Client: true holds: 1
 	// locked: false
 }
+
+// A Go worker and Java workers share Redisson's permit expirable
+// semaphore: at most two exports run at once, and the permit of a worker
+// that dies comes back when its lease ends. The Go side's Lease holds
+// permit ids Java can read and release.
+//
+// The Java side (Redisson 3.x):
+//
+//	RPermitExpirableSemaphore sem = redisson.getPermitExpirableSemaphore("exports");
+//	sem.trySetPermits(2);
+//	String id = sem.acquire(10, TimeUnit.MINUTES); // a permit with a lease
+//	try {
+//	    export();
+//	} finally {
+//	    sem.release(id);       // publishes the permits available on redisson_sc:{exports}
+//	}
+func ExampleClient_RedissonPermitExpirableSemaphore() {
+	c := client()
+	sem := c.RedissonPermitExpirableSemaphore("exports")
+	// Two permits in all, whatever was there: Java's setPermits(2).
+	if _, err := sem.SetPermits(ctx, 2); err != nil {
+		panic(err)
+	}
+
+	// A permit whose lease the Client's watchdog renews; with
+	// redisync.WithRedissonLeaseTime(d), a fixed lease as Java's
+	// acquire(d, unit).
+	l, err := sem.Lock(ctx, 1)
+	if err != nil {
+		panic(err)
+	}
+	ids := sem.PermitIDs(l)
+	fmt.Println("permit id:", len(ids[0]), "hex digits, as Java shows it")
+	lease, err := sem.LeaseTime(ctx, ids[0]) // Java's getLeaseTime(id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("leased:", lease > 0)
+	n, _ := sem.AvailablePermits(ctx)
+	fmt.Println("available:", n)
+
+	// Unlock gives the permit back and wakes the waiters, Java's included.
+	if err := l.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	n, _ = sem.AvailablePermits(ctx)
+	fmt.Println("available:", n)
+	// A permit that is not held (released, expired, never taken).
+	err = sem.Release(ctx, ids[0])
+	fmt.Println("released twice:", errors.Is(err, redisync.ErrNotHeld))
+	// Output:
+	// permit id: 32 hex digits, as Java shows it
+	// leased: true
+	// available: 1
+	// available: 2
+	// released twice: true
+}

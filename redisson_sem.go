@@ -260,12 +260,45 @@ func (s *RedissonSemaphore) AvailablePermits(ctx context.Context) (int64, error)
 // redissonCount reads the number of a Redisson semaphore or latch:
 // whether it exists, and its value.
 func redissonCount(ctx context.Context, rc rueidis.Client, name, what string) (bool, int64, error) {
+	exists, v, _, err := redissonCountTTL(ctx, rc, name, what)
+	return exists, v, err
+}
+
+// redissonCountTTL is redissonCount, and the key's PTTL.
+func redissonCountTTL(ctx context.Context, rc rueidis.Client, name, what string) (bool, int64, time.Duration, error) {
 	res, err := redissonCountGetScript.exec(ctx, rc, []string{name}, []string{what}).AsIntSlice()
 	if err != nil {
-		return false, 0, redisErr("read Redisson "+what+" "+name, err)
+		return false, 0, 0, redisErr("read Redisson "+what+" "+name, err)
 	}
-	if len(res) < 2 {
-		return false, 0, fmt.Errorf("redisync: read Redisson %s: unexpected reply of %d elements", what, len(res))
+	if len(res) < 3 {
+		return false, 0, 0, fmt.Errorf("redisync: read Redisson %s: unexpected reply of %d elements", what, len(res))
 	}
-	return res[0] == 1, res[1], nil
+	return res[0] == 1, res[1], time.Duration(res[2]) * time.Millisecond, nil
+}
+
+// RedissonSemaphoreState is a snapshot of a semaphore in Redisson's
+// RSemaphore layout.
+type RedissonSemaphoreState struct {
+	// Exists tells whether NAME exists (the permits were set).
+	Exists bool
+	// Available is the permits available (0 when NAME does not exist).
+	Available int64
+	// TTL is NAME's remaining time to live; negative when it has no
+	// expiry or does not exist.
+	TTL time.Duration
+}
+
+// InspectRedissonSemaphore reads the Redisson semaphore (RSemaphore) of
+// the given name through rc, changing nothing: what `redisync inspect
+// --redisson semaphore` shows. The string NAME of an RSemaphore cannot be
+// told from an RCountDownLatch's, an RPermitExpirableSemaphore's or any
+// counter's: it is read as a semaphore because the caller says it is one.
+// A key that is not a string holding an integer is ErrWrongType; a name
+// with no key is a state with Exists false.
+func InspectRedissonSemaphore(ctx context.Context, rc rueidis.Client, name string) (RedissonSemaphoreState, error) {
+	if rc == nil || ctx == nil || name == "" {
+		return RedissonSemaphoreState{}, fmt.Errorf("%w: nil client or context, or empty name", ErrInvalidArgument)
+	}
+	exists, v, ttl, err := redissonCountTTL(ctx, rc, name, "semaphore")
+	return RedissonSemaphoreState{Exists: exists, Available: v, TTL: ttl}, err
 }

@@ -399,3 +399,54 @@ func ignoreNil(err error) error {
 	}
 	return err
 }
+
+// InspectRedissonSemaphore and InspectRedissonCountDownLatch read the
+// string NAME as the kind the caller names, changing nothing.
+func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		rc := e.rueidisClient(t)
+		c := e.client(t)
+		name := "rsem-inspect-" + e.name
+		st, err := InspectRedissonSemaphore(ctx, rc, name)
+		require.NoError(t, err)
+		require.False(t, st.Exists)
+		require.Zero(t, st.Available)
+		_, err = c.RedissonSemaphore(name).TrySetPermits(ctx, 3)
+		require.NoError(t, err)
+		l := mustLock(t, ctx, func(ctx context.Context) (*Lease, error) { return c.RedissonSemaphore(name).Lock(ctx, 2) })
+		st, err = InspectRedissonSemaphore(ctx, rc, name)
+		require.NoError(t, err)
+		require.Equal(t, RedissonSemaphoreState{Exists: true, Available: 1, TTL: -time.Millisecond}, st)
+		require.NoError(t, l.Unlock(ctx))
+		require.NoError(t, rc.Do(ctx, rc.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
+		st, err = InspectRedissonSemaphore(ctx, rc, name)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, st.Available)
+		require.Greater(t, st.TTL, 50*time.Second)
+
+		latch := "rlatch-inspect-" + e.name
+		ls, err := InspectRedissonCountDownLatch(ctx, rc, latch)
+		require.NoError(t, err)
+		require.Zero(t, ls.Count, "a latch never set is open")
+		_, err = c.RedissonCountDownLatch(latch).TrySetCount(ctx, 2)
+		require.NoError(t, err)
+		ls, err = InspectRedissonCountDownLatch(ctx, rc, latch)
+		require.NoError(t, err)
+		require.Equal(t, RedissonCountDownLatchState{Count: 2, TTL: -time.Millisecond}, ls)
+
+		hash := "rsem-inspect-hash-" + e.name
+		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(hash).FieldValue().FieldValue("a", "1").Build()).Error())
+		_, err = InspectRedissonSemaphore(ctx, rc, hash)
+		require.ErrorIs(t, err, ErrWrongType)
+		_, err = InspectRedissonCountDownLatch(ctx, rc, hash)
+		require.ErrorIs(t, err, ErrWrongType)
+		_, err = InspectRedissonSemaphore(ctx, nil, name)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = InspectRedissonCountDownLatch(ctx, rc, "")
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(name).Build()).Error())
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(latch).Build()).Error())
+		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(hash).Build()).Error())
+	})
+}

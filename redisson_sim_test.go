@@ -2,8 +2,10 @@ package redisync
 
 import (
 	"context"
+	"encoding/hex"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,4 +211,159 @@ func TestRedissonJavaSimExclusion(t *testing.T) {
 		require.NoError(t, l.Err())
 		require.NoError(t, l.Unlock(ctx))
 	})
+}
+
+// The Java side of Redisson's permit expirable semaphore in the simulator:
+// Redisson's commands for an RPermitExpirableSemaphore, written here from
+// its documented layout (string NAME, permits available; zset
+// {NAME}:timeout, member a permit id's 16 raw bytes, score its expiry in
+// ms of the Java host's clock, or 922337203685477 for no lease; channel
+// redisson_sc:{NAME}, message the permits available). Java sends the ids
+// as bytes and shows them as 32 hex digits; it passes its own clock's now.
+const (
+	// KEYS: NAME, zset, channel. ARGV: permits, expiry, now, no-lease
+	// score, publish command, ids. Reply: "OK", ":<nearest expiry>" or nil.
+	javaPSemTryAcquire = `local gone = redis.call('zrangebyscore', KEYS[2], 0, ARGV[3], 'limit', 0, ARGV[1])
+if #gone > 0 then
+  for _, g in ipairs(gone) do redis.call('zrem', KEYS[2], g) end
+  local now = redis.call('incrby', KEYS[1], #gone)
+  if tonumber(now) > 0 then redis.call(ARGV[5], KEYS[3], now) end
+end
+local have = redis.call('get', KEYS[1])
+if have ~= false and tonumber(have) >= tonumber(ARGV[1]) then
+  redis.call('decrby', KEYS[1], ARGV[1])
+  for i = 6, #ARGV do redis.call('zadd', KEYS[2], ARGV[2], ARGV[i]) end
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end
+  return 'OK'
+end
+local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
+if first[1] ~= nil and first[2] ~= ARGV[4] then return ':' .. first[2] end
+return nil`
+	// KEYS: NAME, channel, zset. ARGV: id, 1, now, publish command.
+	// Reply: 1 released, 0 unknown or expired (an expired one is given
+	// back all the same).
+	javaPSemTryRelease = `local ends = redis.call('zscore', KEYS[3], ARGV[1])
+if redis.call('zrem', KEYS[3], ARGV[1]) ~= 1 then return 0 end
+local now = redis.call('incrby', KEYS[1], ARGV[2])
+redis.call(ARGV[4], KEYS[2], now)
+if tonumber(ends) <= tonumber(ARGV[3]) then return 0 end
+return 1`
+)
+
+// javaNoLease is the score of a Java permit without lease.
+const javaNoLease = "922337203685477"
+
+// javaPSem is a Java thread's RPermitExpirableSemaphore.
+type javaPSem struct {
+	*javaSide
+	name string
+}
+
+func newJavaPSem(t testing.TB, e *env, name string) *javaPSem {
+	return &javaPSem{javaSide: newJavaSide(t, e), name: name}
+}
+
+func (j *javaPSem) keys() []string {
+	return []string{j.name, "{" + j.name + "}:timeout", "redisson_sc:{" + j.name + "}"}
+}
+
+// tryAcquire is one attempt at n permits with lease (negative: none). It
+// returns the ids taken, or the time until the nearest expiry (negative:
+// none known).
+func (j *javaPSem) tryAcquire(ctx context.Context, n int, lease time.Duration) ([]string, time.Duration, error) {
+	now := time.Now().UnixMilli()
+	until := javaNoLease
+	if lease >= 0 {
+		until = strconv.FormatInt(now+lease.Milliseconds(), 10)
+	}
+	ids := make([]string, n)
+	args := []string{strconv.Itoa(n), until, strconv.FormatInt(now, 10), javaNoLease, j.pub}
+	for i := range ids {
+		ids[i] = redissonRequestID()
+		raw, _ := hex.DecodeString(ids[i])
+		args = append(args, string(raw))
+	}
+	s, err := j.eval(ctx, javaPSemTryAcquire, j.keys(), args...).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return nil, -1, nil
+	case err != nil:
+		return nil, 0, err
+	case s == "OK":
+		return ids, 0, nil
+	}
+	at, err := strconv.ParseFloat(strings.TrimPrefix(s, ":"), 64)
+	if err != nil {
+		return nil, 0, err
+	}
+	return nil, time.Duration(int64(at)-time.Now().UnixMilli()) * time.Millisecond, nil
+}
+
+// acquire waits as Redisson does: subscribed to the channel, attempting
+// after each message, or once the nearest permit expires. subscribed,
+// when not nil, is closed once the subscription is on.
+func (j *javaPSem) acquire(ctx context.Context, n int, lease time.Duration, subscribed chan<- struct{}) ([]string, error) {
+	var ids []string
+	next := time.Hour
+	err := j.awaitFor(ctx, j.keys()[2], subscribed, func() (bool, time.Duration, error) {
+		got, nearest, err := j.tryAcquire(ctx, n, lease)
+		ids = got
+		if nearest < 0 {
+			nearest = next
+		}
+		return got != nil, max(nearest, time.Millisecond), err
+	})
+	return ids, err
+}
+
+// release is Java's tryRelease(id): whether the permit was held.
+func (j *javaPSem) release(ctx context.Context, id string) (bool, error) {
+	raw, err := hex.DecodeString(id)
+	if err != nil {
+		return false, err
+	}
+	n, err := j.eval(ctx, javaPSemTryRelease, []string{j.name, j.keys()[2], j.keys()[1]},
+		string(raw), "1", strconv.FormatInt(time.Now().UnixMilli(), 10), j.pub).AsInt64()
+	return n == 1, err
+}
+
+// awaitFor is await whose done also says how long to wait at most before
+// the next look.
+func (j *javaSide) awaitFor(ctx context.Context, channel string, subscribed chan<- struct{}, done func() (bool, time.Duration, error)) error {
+	dc, cancel := j.rc.Dedicate()
+	defer cancel()
+	defer dc.Close()
+	msgs := make(chan struct{}, 1)
+	dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(rueidis.PubSubMessage) {
+		select {
+		case msgs <- struct{}{}:
+		default:
+		}
+	}})
+	sub := dc.B().Subscribe().Channel(channel).Build()
+	if j.pub == "spublish" {
+		sub = dc.B().Ssubscribe().Channel(channel).Build()
+	}
+	if err := dc.Do(ctx, sub).Error(); err != nil {
+		return err
+	}
+	if subscribed != nil {
+		close(subscribed)
+	}
+	for {
+		ok, wait, err := done()
+		if err != nil || ok {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-msgs:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		t.Stop()
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,15 +18,28 @@ import (
 
 var inspectCommand = &command{
 	name:     "inspect",
-	synopsis: "[--json] [connection flags] NAME",
+	synopsis: "[--json] [--redisson KIND] [connection flags] NAME",
 	summary:  "show who holds a lock, for how long, and who waits for it",
 	help: `
 Shows every primitive named NAME that is in use: a Mutex, FairMutex or
 RWMutex that is held or waited for, a Semaphore with a size or holders, a
-Latch with a count, and a lock in Redisson's RLock layout (the hash NAME,
+Latch with a count, a lock in Redisson's RLock layout (the hash NAME,
 written by Java's Redisson, node-redisson or Client.RedissonLock) that is
-held or has a fair queue. Primitives of different kinds with the same name are
-unrelated; each is shown on its own.
+held or has a fair queue, a lock in Redisson's RReadWriteLock layout that
+is held, and a Redisson RPermitExpirableSemaphore with permits acquired
+(the zset {NAME}:timeout of permit ids): its permits available, and each
+permit acquired with its id and what is left of its lease. Primitives of
+different kinds with the same name are unrelated; each is shown on its own.
+
+Redisson keeps an RSemaphore's permits, an RCountDownLatch's count and an
+RPermitExpirableSemaphore's available permits in the string NAME, a number
+that nothing tells from another program's counter. inspect reads it as one
+of them only when told which: --redisson semaphore (the permits
+available), --redisson latch (the count, shown while it is not zero) or
+--redisson permit-expirable-semaphore (shown with no permit acquired
+too). A
+NAME that holds something else is then an error. Without --redisson, a
+string NAME holding a number is mentioned in a note.
 
 For each holder: its owner id (the holding Client's ID, as returned by
 Client.ID, a colon and a sequence number), the client id alone, followed by
@@ -38,12 +52,15 @@ waiting writers, a Semaphore its size, holders and waiters, a Latch its
 count. Each also lists its Redis keys (keys:), with --prefix and the
 name's Cluster hash tag as the library writes them: {NAME} for a plain
 name, :NAME for a name with a hash tag of its own, {#hhhh}:NAME for other
-names with braces; some exist only while someone waits. A name with none
+names with braces; some exist only while someone waits. The keys of
+Redisson's layouts are Redisson's names, without --prefix. A name with none
 of them prints "NAME: free (no lock of any kind)".
 
 --json prints one JSON object: {"name", "time", "free", "kinds": [...]},
 one element per primitive in use with a "kind" of mutex, fair, rw,
-semaphore, latch or redisson, and its Redis "keys". Holders have a
+semaphore, latch, redisson, redisson-rw, redisson-semaphore,
+redisson-permit-expirable-semaphore or redisson-latch, and its Redis
+"keys", and a "note" when there is one. Holders have a
 "client_id" and, when known, a "client_name". Durations are in
 milliseconds; a ttl_ms of -1 means the key
 has no expiry.
@@ -54,9 +71,13 @@ operation on it does.` + connHelp,
 		var conn connFlags
 		conn.register(fs)
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+		as := fs.String("redisson", "", redissonAsFlag)
 		return func(ctx context.Context, args []string, stdout io.Writer) error {
 			name, err := oneName(args)
 			if err != nil {
+				return err
+			}
+			if err := checkRedissonAs(*as); err != nil {
 				return err
 			}
 			c, err := conn.dial(ctx)
@@ -66,7 +87,7 @@ operation on it does.` + connHelp,
 			defer c.Close()
 			rctx, cancel := conn.request(ctx)
 			defer cancel()
-			snap, err := inspect(rctx, c, name)
+			snap, err := inspect(rctx, c, name, *as)
 			if err != nil {
 				return err
 			}
@@ -85,6 +106,9 @@ type snapshot struct {
 	Time  time.Time `json:"time"`
 	Free  bool      `json:"free"`
 	Kinds []kind    `json:"kinds"`
+	// Note says what inspect could not tell: a string NAME holding a
+	// number that --redisson was not given for.
+	Note string `json:"note,omitempty"`
 }
 
 // kind is one primitive in use: *mutexView, *fairView, *rwView,
@@ -273,17 +297,28 @@ func (v *latchView) fields() []field {
 }
 
 // inspect reads every kind of primitive named name, concurrently, and
-// returns those in use, with the names of their holders' Clients.
-func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
-	found := make([]kind, len(lookups))
-	errs := make([]error, len(lookups))
+// returns those in use, with the names of their holders' Clients. as (the
+// value of --redisson, or "") names the Redisson object the string NAME
+// is read as.
+func inspect(ctx context.Context, c *client, name, as string) (*snapshot, error) {
+	var plain redisync.RedissonSemaphoreState
+	looks := append(slices.Clone(lookups),
+		func(ctx context.Context, c *client, name string) (kind, error) {
+			return lookRedissonPSem(ctx, c, name, as == asPSem)
+		},
+		func(ctx context.Context, c *client, name string) (kind, error) {
+			return lookRedissonString(ctx, c, name, as, &plain)
+		})
+	found := make([]kind, len(looks))
+	errs := make([]error, len(looks))
 	var wg sync.WaitGroup
-	for i, look := range lookups {
+	for i, look := range looks {
 		wg.Go(func() { found[i], errs[i] = look(ctx, c, name) })
 	}
 	wg.Wait()
 
 	snap := &snapshot{Name: name, Time: time.Now(), Kinds: []kind{}}
+	explained := false
 	for i, k := range found {
 		if errs[i] != nil {
 			return nil, errs[i]
@@ -291,6 +326,12 @@ func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
 		if k != nil {
 			snap.Kinds = append(snap.Kinds, k)
 		}
+		if _, ok := k.(*redissonPSemView); ok {
+			explained = true
+		}
+	}
+	if plain.Exists && !explained {
+		snap.Note = fmt.Sprintf("the string %s holds %d: a Redisson semaphore, permit-expirable semaphore or count-down latch keeps its number there, and so may any program; --redisson KIND reads it as one", strconv.Quote(name), plain.Available)
 	}
 	snap.Free = len(snap.Kinds) == 0
 	c.nameHolders(ctx, snap)
@@ -298,7 +339,8 @@ func inspect(ctx context.Context, c *client, name string) (*snapshot, error) {
 }
 
 // lookups read, each, one kind of lock that name may be: nil when that
-// lock is free and nobody waits. A snapshot lists the kinds in this order.
+// lock is free and nobody waits. A snapshot lists the kinds in this order,
+// then the Redisson objects kept in strings (see inspect).
 var lookups = []func(ctx context.Context, c *client, name string) (kind, error){
 	lookMutex, lookFair, lookRW, lookSemaphore, lookLatch, lookRedisson, lookRedissonRW,
 }
@@ -363,7 +405,6 @@ func lookLatch(ctx context.Context, c *client, name string) (kind, error) {
 func (s *snapshot) writeText(w io.Writer) {
 	if s.Free {
 		fmt.Fprintf(w, "%s: free (no lock of any kind)\n", s.Name)
-		return
 	}
 	for i, k := range s.Kinds {
 		if i > 0 {
@@ -387,6 +428,12 @@ func (s *snapshot) writeText(w io.Writer) {
 			fmt.Fprintf(tw, "  %s\t%s\n", key, f.value)
 		}
 		tw.Flush()
+	}
+	if s.Note != "" {
+		if !s.Free {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "note: %s\n", s.Note)
 	}
 }
 

@@ -363,12 +363,14 @@ func TestOperatorCommands(t *testing.T) {
 			{[]string{"inspect", "a", "--json=maybe"}, `invalid boolean value "maybe" for -json`},
 			{[]string{"inspect", "--prefix", "a{b", "a"}, `--prefix "a{b" must be non-empty`},
 			{[]string{"inspect", "--timeout", "0s", "a"}, "--timeout must be positive"},
+			{[]string{"inspect", "--redisson", "lock", "a"}, `--redisson must be semaphore, permit-expirable-semaphore or latch, got "lock"`},
 			{[]string{"unlock", "--force"}, "missing the lock NAME"},
 			{[]string{"unlock", "--force", "--kind", "semaphore", "a"}, `--kind must be mutex, fair or rw, got "semaphore"`},
 			{[]string{"watch"}, "missing the lock NAME"},
 			{[]string{"watch", "--interval", "0s", "a"}, "--interval must be at least 10ms"},
 			{[]string{"watch", "--count", "-1", "a"}, "--count must not be negative"},
 			{[]string{"watch", "--count", "x", "a"}, `invalid value "x" for flag -count`},
+			{[]string{"watch", "--redisson", "rlock", "a"}, `--redisson must be semaphore, permit-expirable-semaphore or latch, got "rlock"`},
 		} {
 			stdout, stderr, code := runCLI(t, bin, tc.args...)
 			require.Equal(t, 2, code, "%q: %s", tc.args, stderr)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -158,6 +159,226 @@ func redissonKeys(name string, kinds ...string) []string {
 	keys := []string{name}
 	for _, k := range kinds {
 		keys = append(keys, k+":"+tagged)
+	}
+	return keys
+}
+
+// The Redisson objects --redisson names. Redisson keeps an RSemaphore's
+// permits, an RPermitExpirableSemaphore's available permits and an
+// RCountDownLatch's count in a plain string NAME holding a number, which
+// any program's counter could be too: nothing in Redis tells them apart,
+// so inspect reads NAME as one of them only when told which. An
+// RPermitExpirableSemaphore with permits acquired is found without being
+// named: its zset {NAME}:timeout of 16-byte permit ids is its own.
+const (
+	asSemaphore = "semaphore"
+	asPSem      = "permit-expirable-semaphore"
+	asLatch     = "latch"
+)
+
+// checkRedissonAs checks the value of --redisson.
+func checkRedissonAs(as string) error {
+	switch as {
+	case "", asSemaphore, asPSem, asLatch:
+		return nil
+	}
+	return usageErrorf("--redisson must be %s, %s or %s, got %q", asSemaphore, asPSem, asLatch, as)
+}
+
+// redissonAsFlag is the help of --redisson.
+const redissonAsFlag = "read the string NAME as the Redisson object of this `kind`: " + asSemaphore + ", " + asPSem + " or " + asLatch
+
+// redissonSemView is a semaphore in Redisson's RSemaphore layout: the
+// string NAME, the permits available.
+type redissonSemView struct {
+	keyed
+	Kind      string `json:"kind"` // "redisson-semaphore"
+	Available int64  `json:"available"`
+	TTLms     int64  `json:"ttl_ms"`
+}
+
+func (v *redissonSemView) title() string         { return "redisson semaphore" }
+func (v *redissonSemView) clients() []*clientRef { return nil }
+
+func (v *redissonSemView) fields() []field {
+	return []field{
+		{"available", strconv.FormatInt(v.Available, 10) + " permits (holders are not recorded)"},
+		{"ttl", formatTTL(v.TTLms)},
+	}
+}
+
+func (v *redissonSemView) row() watchRow {
+	return watchRow{holder: strconv.FormatInt(v.Available, 10) + " available", holds: "-", ttl: formatTTL(v.TTLms), token: "-", waiting: "-"}
+}
+
+// redissonLatchView is a count-down latch in Redisson's RCountDownLatch
+// layout: the string NAME, the count.
+type redissonLatchView struct {
+	keyed
+	Kind  string `json:"kind"` // "redisson-latch"
+	Count int64  `json:"count"`
+	TTLms int64  `json:"ttl_ms"`
+}
+
+func (v *redissonLatchView) title() string         { return "redisson count-down latch" }
+func (v *redissonLatchView) clients() []*clientRef { return nil }
+
+func (v *redissonLatchView) fields() []field {
+	return []field{
+		{"count", strconv.FormatInt(v.Count, 10) + " (closed: waiters wait until it is 0)"},
+		{"ttl", formatTTL(v.TTLms)},
+	}
+}
+
+func (v *redissonLatchView) row() watchRow {
+	return watchRow{holder: "count " + strconv.FormatInt(v.Count, 10), holds: "-", ttl: formatTTL(v.TTLms), token: "-", waiting: "-"}
+}
+
+// redissonPSemView is a semaphore in Redisson's RPermitExpirableSemaphore
+// layout: the string NAME, the permits available, and the zset
+// {NAME}:timeout of the permits acquired.
+type redissonPSemView struct {
+	keyed
+	Kind      string              `json:"kind"` // "redisson-permit-expirable-semaphore"
+	Available int64               `json:"available"`
+	Acquired  int                 `json:"acquired"`
+	Permits   []redissonPermitRef `json:"permits"`
+	TTLms     int64               `json:"ttl_ms"`
+}
+
+// redissonPermitRef is one acquired permit.
+type redissonPermitRef struct {
+	ID string `json:"id"` // 32 hex digits, as Java shows it
+	// LeaseMs is what is left of its lease; -1 for a permit without lease.
+	LeaseMs int64 `json:"lease_ms"`
+	// Expired: its lease is over, and the next operation on the semaphore
+	// gives it back.
+	Expired bool `json:"expired"`
+}
+
+func (v *redissonPSemView) title() string         { return "redisson permit-expirable semaphore" }
+func (v *redissonPSemView) clients() []*clientRef { return nil }
+
+func (p redissonPermitRef) lease() string {
+	switch {
+	case p.LeaseMs == -1:
+		return "no lease"
+	case p.Expired:
+		return "expired, given back by the next operation"
+	}
+	return "lease " + formatTTL(p.LeaseMs)
+}
+
+func (v *redissonPSemView) fields() []field {
+	fs := []field{
+		{"available", strconv.FormatInt(v.Available, 10)},
+		{"acquired", strconv.Itoa(v.Acquired)},
+	}
+	for _, p := range v.Permits {
+		fs = append(fs, field{"", p.ID + "  " + p.lease()})
+	}
+	return append(fs, field{"ttl", formatTTL(v.TTLms)})
+}
+
+func (v *redissonPSemView) row() watchRow {
+	r := watchRow{holder: fmt.Sprintf("%d acquired, %d available", v.Acquired, v.Available), holds: "-", ttl: "-", token: "-", waiting: "-"}
+	if len(v.Permits) > 0 {
+		// The nearest expiry.
+		switch p := v.Permits[0]; {
+		case p.LeaseMs == -1:
+			r.ttl = "no lease"
+		case p.Expired:
+			r.ttl = "expired"
+		default:
+			r.ttl = formatTTL(p.LeaseMs)
+		}
+	}
+	return r
+}
+
+// lookRedissonPSem reads the Redisson permit expirable semaphore named
+// name: shown when permits are acquired, or, when named (--redisson
+// permit-expirable-semaphore), whenever NAME exists. Unless named, keys
+// of another type or layout are no such semaphore: nothing to show.
+func lookRedissonPSem(ctx context.Context, c *client, name string, named bool) (kind, error) {
+	st, err := redisync.InspectRedissonPermitExpirableSemaphore(ctx, c.rc, name)
+	switch {
+	case errors.Is(err, redisync.ErrWrongType) && !named:
+		return nil, nil
+	case err != nil:
+		return nil, notA(name, "permit expirable semaphore", err)
+	case len(st.Permits) == 0 && !(named && st.Exists):
+		return nil, nil
+	}
+	v := &redissonPSemView{Kind: "redisson-permit-expirable-semaphore", Available: st.Available, Acquired: len(st.Permits),
+		Permits: []redissonPermitRef{}, TTLms: ttlMillis(st.TTL), keyed: keyed{redissonSuffixed(name, "timeout")}}
+	for _, p := range st.Permits {
+		r := redissonPermitRef{ID: p.ID, LeaseMs: ttlMillis(p.Lease), Expired: p.Expired}
+		if p.Lease == redisync.RedissonNoLease {
+			r.LeaseMs = -1
+		} else if p.Expired {
+			r.LeaseMs = 0
+		}
+		v.Permits = append(v.Permits, r)
+	}
+	return v, nil
+}
+
+// lookRedissonString reads the string NAME as the Redisson object as
+// names (asSemaphore or asLatch): shown when NAME exists (a latch: when
+// its count is not zero). A key that is not a number is an error then.
+// With as "" it only reads NAME into plain, for the note that says it may
+// be one.
+func lookRedissonString(ctx context.Context, c *client, name, as string, plain *redisync.RedissonSemaphoreState) (kind, error) {
+	switch as {
+	case "":
+		st, err := redisync.InspectRedissonSemaphore(ctx, c.rc, name)
+		if err == nil {
+			*plain = st
+		}
+		return nil, nil
+	case asSemaphore:
+		st, err := redisync.InspectRedissonSemaphore(ctx, c.rc, name)
+		if err != nil {
+			return nil, notA(name, "semaphore", err)
+		}
+		if !st.Exists {
+			return nil, nil
+		}
+		return &redissonSemView{Kind: "redisson-semaphore", Available: st.Available, TTLms: ttlMillis(st.TTL), keyed: keyed{[]string{name}}}, nil
+	case asLatch:
+		st, err := redisync.InspectRedissonCountDownLatch(ctx, c.rc, name)
+		if err != nil {
+			return nil, notA(name, "count-down latch", err)
+		}
+		if st.Count == 0 {
+			return nil, nil
+		}
+		return &redissonLatchView{Kind: "redisson-latch", Count: st.Count, TTLms: ttlMillis(st.TTL), keyed: keyed{[]string{name}}}, nil
+	}
+	return nil, nil
+}
+
+// notA says that name is not the Redisson object what when err is
+// ErrWrongType, and returns other errors as they are.
+func notA(name, what string, err error) error {
+	if errors.Is(err, redisync.ErrWrongType) {
+		return fmt.Errorf("%q is not a Redisson %s: %w", name, what, err)
+	}
+	return err
+}
+
+// redissonSuffixed are the keys NAME and, for each suffix, the key Java's
+// Redisson names "{NAME}:SUFFIX" (or "NAME:SUFFIX" for a name that holds a
+// brace: RedissonObject.suffixName).
+func redissonSuffixed(name string, suffixes ...string) []string {
+	tagged := "{" + name + "}"
+	if strings.Contains(name, "{") {
+		tagged = name
+	}
+	keys := []string{name}
+	for _, s := range suffixes {
+		keys = append(keys, tagged+":"+s)
 	}
 	return keys
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"testing"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisync/redisync"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -93,4 +98,162 @@ func TestInspectRedissonRW(t *testing.T) {
 	require.Equal(t, "write", snap.Kinds[0].Mode)
 	require.Equal(t, c.ID(), snap.Kinds[0].Writer.ClientID)
 	require.Equal(t, 1, snap.Kinds[0].Writer.Holds)
+}
+
+// TestInspectRedissonPermitExpirableSemaphore: inspect finds a Redisson
+// permit expirable semaphore with permits acquired by its zset, and shows
+// its permits available and each permit's id and lease, on a standalone
+// server and on a Cluster.
+func TestInspectRedissonPermitExpirableSemaphore(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Run("standalone", func(t *testing.T) {
+		testInspectRedissonPSem(t, []string{redistest.Standalone(t).Addr})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		testInspectRedissonPSem(t, redistest.NewCluster(t, 3, 0).Addrs())
+	})
+}
+
+func testInspectRedissonPSem(t *testing.T, addrs []string) {
+	ctx := t.Context()
+	c := dialAll(t, addrs)
+	addr := []string{"--addr", addrs[0]}
+	s := c.RedissonPermitExpirableSemaphore("jobs")
+	ok, err := s.TrySetPermits(ctx, 3)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// No permit acquired: the string alone is only a note.
+	stdout, stderr, code := runIn(t, append([]string{"inspect"}, append(addr, "jobs")...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "jobs: free (no lock of any kind)\nnote: the string \"jobs\" holds 3: a Redisson semaphore, permit-expirable semaphore or count-down latch keeps its number there, and so may any program; --redisson KIND reads it as one\n", stdout)
+	stdout, stderr, code = runIn(t, append([]string{"inspect", "--redisson", "permit-expirable-semaphore"}, append(addr, "jobs")...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `redisson permit-expirable semaphore "jobs"`)
+	require.Regexp(t, `(?m)^  acquired: +0$`, stdout)
+
+	l := mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return s.Lock(ctx, 2) })
+	ids := s.PermitIDs(l)
+	require.Len(t, ids, 2)
+	stdout, stderr, code = runIn(t, append([]string{"inspect"}, append(addr, "jobs")...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `redisson permit-expirable semaphore "jobs"`)
+	require.Regexp(t, `(?m)^  available: +1$`, stdout)
+	require.Regexp(t, `(?m)^  acquired: +2$`, stdout)
+	for _, id := range ids {
+		require.Regexp(t, `(?m)^ +`+id+`  lease [0-9.]+(ms|s)$`, stdout)
+	}
+	require.Regexp(t, `(?m)^  keys: +jobs$`, stdout)
+	require.Regexp(t, `(?m)^ +\{jobs\}:timeout$`, stdout)
+	require.NotContains(t, stdout, "note:", "the string is explained")
+
+	stdout, stderr, code = runIn(t, append([]string{"inspect", "--json"}, append(addr, "jobs")...)...)
+	require.Equal(t, 0, code, stderr)
+	var snap struct {
+		Note  string `json:"note"`
+		Kinds []struct {
+			Kind      string   `json:"kind"`
+			Available int64    `json:"available"`
+			Acquired  int      `json:"acquired"`
+			Keys      []string `json:"keys"`
+			Permits   []struct {
+				ID      string `json:"id"`
+				LeaseMs int64  `json:"lease_ms"`
+				Expired bool   `json:"expired"`
+			} `json:"permits"`
+		} `json:"kinds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &snap))
+	require.Empty(t, snap.Note)
+	require.Len(t, snap.Kinds, 1)
+	k := snap.Kinds[0]
+	require.Equal(t, "redisson-permit-expirable-semaphore", k.Kind)
+	require.EqualValues(t, 1, k.Available)
+	require.Equal(t, 2, k.Acquired)
+	require.Equal(t, []string{"jobs", "{jobs}:timeout"}, k.Keys)
+	require.Len(t, k.Permits, 2)
+	for _, p := range k.Permits {
+		require.Contains(t, ids, p.ID)
+		require.Positive(t, p.LeaseMs)
+		require.False(t, p.Expired)
+	}
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// dialAll is dialT for a server or a Cluster.
+func dialAll(t *testing.T, addrs []string) *redisync.Client {
+	t.Helper()
+	c, err := redisync.Dial(rueidis.ClientOption{InitAddress: addrs}, redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// TestInspectRedissonSemaphoreAndLatch: the string NAME of a Redisson
+// semaphore or count-down latch is read as the kind --redisson names, and
+// only then; a name that holds something else is an error then.
+func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	ctx := t.Context()
+	c := dialT(t, srv.Addr)
+	ok, err := c.RedissonSemaphore("pool").TrySetPermits(ctx, 4)
+	require.NoError(t, err)
+	require.True(t, ok)
+	mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return c.RedissonSemaphore("pool").Lock(ctx, 1) })
+	ok, err = c.RedissonCountDownLatch("gate").TrySetCount(ctx, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	stdout, stderr, code := runIn(t, "inspect", "--addr", srv.Addr, "pool")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "pool: free (no lock of any kind)\n")
+	require.Contains(t, stdout, `note: the string "pool" holds 3`)
+
+	stdout, stderr, code = runIn(t, "inspect", "--redisson", "semaphore", "--addr", srv.Addr, "pool")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `redisson semaphore "pool"`)
+	require.Regexp(t, `(?m)^  available: +3 permits`, stdout)
+	require.Regexp(t, `(?m)^  ttl: +no expiry$`, stdout)
+	require.Regexp(t, `(?m)^  keys: +pool$`, stdout)
+	require.NotContains(t, stdout, "note:")
+	require.NotContains(t, stdout, "free")
+
+	stdout, stderr, code = runIn(t, "inspect", "--redisson", "latch", "--json", "--addr", srv.Addr, "gate")
+	require.Equal(t, 0, code, stderr)
+	var snap struct {
+		Kinds []struct {
+			Kind  string `json:"kind"`
+			Count int64  `json:"count"`
+			TTLms int64  `json:"ttl_ms"`
+		} `json:"kinds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &snap))
+	require.Len(t, snap.Kinds, 1)
+	require.Equal(t, "redisson-latch", snap.Kinds[0].Kind)
+	require.EqualValues(t, 2, snap.Kinds[0].Count)
+	require.EqualValues(t, -1, snap.Kinds[0].TTLms)
+
+	// A latch at zero is open: nothing in use.
+	for range 2 {
+		_, err := c.RedissonCountDownLatch("gate").CountDown(ctx)
+		require.NoError(t, err)
+	}
+	stdout, stderr, code = runIn(t, "inspect", "--redisson", "latch", "--addr", srv.Addr, "gate")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "gate: free (no lock of any kind)\n", stdout)
+
+	// Named the wrong kind: an error, not a guess.
+	mustLock(t, ctx, c.RedissonLock("held").Lock)
+	_, stderr, code = runIn(t, "inspect", "--redisson", "semaphore", "--addr", srv.Addr, "held")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `"held" is not a Redisson semaphore`)
+	_, stderr, code = runIn(t, "inspect", "--redisson", "permit-expirable-semaphore", "--addr", srv.Addr, "held")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `"held" is not a Redisson permit expirable semaphore`)
+
+	// watch reads it the same way.
+	stdout, stderr, code = runIn(t, "watch", "--count", "1", "--redisson", "semaphore", "--addr", srv.Addr, "pool")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^pool +redisson semaphore +3 available +- +no expiry`, stdout)
 }

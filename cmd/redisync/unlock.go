@@ -86,7 +86,7 @@ type unlocker struct {
 
 func (u *unlocker) run(ctx context.Context) error {
 	rctx, cancel := u.conn.request(ctx)
-	snap, err := inspect(rctx, u.c, u.name)
+	snap, err := inspect(rctx, u.c, u.name, "")
 	cancel()
 	if err != nil {
 		return err
@@ -158,6 +158,16 @@ func kindName(k kind) string {
 		return "semaphore"
 	case *latchView:
 		return "latch"
+	case *redissonView:
+		return "redisson"
+	case *redissonRWView:
+		return "redisson-rw"
+	case *redissonSemView:
+		return "redisson-semaphore"
+	case *redissonPSemView:
+		return "redisson-permit-expirable-semaphore"
+	case *redissonLatchView:
+		return "redisson-latch"
 	}
 	return ""
 }

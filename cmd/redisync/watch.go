@@ -14,14 +14,15 @@ import (
 
 var watchCommand = &command{
 	name:     "watch",
-	synopsis: "[--interval D] [--count N] [connection flags] NAME...",
+	synopsis: "[--interval D] [--count N] [--redisson KIND] [connection flags] NAME...",
 	summary:  "a live view of locks: who holds them, their TTL and their waiters",
 	help: `
 Shows the primitives named NAME... (see 'redisync inspect') as a table,
 refreshed every --interval until Ctrl-C, or --count refreshes. One line per
 primitive in use: its holder's client id (and name, see 'redisync
 inspect'), holds, remaining lease and fencing token, and who waits. A name
-with nothing in use shows "free".
+with nothing in use shows "free". --redisson reads the string NAME as a
+Redisson object, as 'redisync inspect --redisson' does.
 
 On a terminal the screen is redrawn in place. Otherwise (a pipe, a file)
 every refresh is a block of its own that starts with a line
@@ -34,6 +35,7 @@ its block and the next one tries again.` + connHelp,
 		conn.register(fs)
 		interval := fs.Duration("interval", time.Second, "`duration` between refreshes")
 		count := fs.Int("count", 0, "stop after `N` refreshes (0: run until interrupted)")
+		as := fs.String("redisson", "", redissonAsFlag)
 		return func(ctx context.Context, args []string, stdout io.Writer) error {
 			switch {
 			case len(args) == 0:
@@ -42,6 +44,9 @@ its block and the next one tries again.` + connHelp,
 				return usageErrorf("--interval must be at least 10ms, got %v", *interval)
 			case *count < 0:
 				return usageErrorf("--count must not be negative, got %d", *count)
+			}
+			if err := checkRedissonAs(*as); err != nil {
+				return err
 			}
 			for _, n := range args {
 				if n == "" {
@@ -53,7 +58,7 @@ its block and the next one tries again.` + connHelp,
 				return err
 			}
 			defer c.Close()
-			w := &watcher{c: c, conn: &conn, names: args, interval: *interval, out: stdout, tty: isTerminal(stdout)}
+			w := &watcher{c: c, conn: &conn, names: args, interval: *interval, as: *as, out: stdout, tty: isTerminal(stdout)}
 			return w.run(ctx, *count)
 		}
 	},
@@ -64,6 +69,7 @@ type watcher struct {
 	conn     *connFlags
 	names    []string
 	interval time.Duration
+	as       string // --redisson
 	out      io.Writer
 	tty      bool
 }
@@ -163,7 +169,7 @@ func (w *watcher) refresh(ctx context.Context) {
 	var errs []string
 	for _, name := range w.names {
 		rctx, cancel := w.conn.request(ctx)
-		snap, err := inspect(rctx, w.c, name)
+		snap, err := inspect(rctx, w.c, name, w.as)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
