@@ -79,7 +79,7 @@ type library struct {
 
 // libraries lists every library, in table order.
 func libraries() []*library {
-	return []*library{redisyncMutex(), redisyncFair(), redsyncLib(), redislockLib(), rueidislockLib(), floorLib()}
+	return []*library{redisyncMutex(), redisyncGlobal(), redisyncFair(), redsyncLib(), redislockLib(), rueidislockLib(), floorLib()}
 }
 
 // countingClient is a rueidis.Client that counts the calls made through it.

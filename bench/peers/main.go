@@ -118,7 +118,7 @@ func runOnce(ctx context.Context, rep *report, r int, size sizes, stderr io.Writ
 			if err != nil {
 				status = "error: " + err.Error()
 			}
-			fmt.Fprintf(stderr, "run %d/%d  %s  %-20s %6.1fs  %s\n", r+1, rep.runs, sc.id, lib.label, time.Since(t).Seconds(), status)
+			fmt.Fprintf(stderr, "run %d/%d  %s  %-32s %6.1fs  %s\n", r+1, rep.runs, sc.id, lib.label, time.Since(t).Seconds(), status)
 		}
 	}
 	return nil

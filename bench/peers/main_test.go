@@ -47,7 +47,7 @@ func TestQuick(t *testing.T) {
 		}
 	}
 
-	for _, label := range []string{"redisync Mutex", "redisync FairMutex"} {
+	for _, label := range []string{"redisync Mutex", "redisync Mutex, no local passes", "redisync FairMutex"} {
 		// | library | cycles/s | overlaps | lost updates | share min/max | errors |
 		cells := row(t, md, "### B.", label)
 		if len(cells) != 6 {

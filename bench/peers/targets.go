@@ -8,8 +8,9 @@ import (
 
 // The rows the targets are about.
 const (
-	mutexRow = "redisync"
-	fairRow  = "redisync-fair"
+	mutexRow  = "redisync"
+	globalRow = "redisync-global" // the Mutex without local passes
+	fairRow   = "redisync-fair"
 )
 
 // peerRows are the libraries "the best peer" is chosen from.
