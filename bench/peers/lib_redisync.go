@@ -30,6 +30,11 @@ func connectRedisync(cfg clientConfig, fair bool, lockOpts ...redisync.LockOptio
 		// Lost leases are what scenario F provokes: log errors only.
 		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}
+	if n := cfg.passed; n != nil {
+		opts = append(opts, redisync.WithMetrics(redisync.Metrics{
+			PassedOn: func(string, string, time.Duration) { n.Add(1) },
+		}))
+	}
 	opt := rueidis.ClientOption{InitAddress: []string{cfg.addr}}
 	if cfg.rt == nil {
 		// As users get it: Dial, which learns of changes to held keys.
@@ -84,9 +89,10 @@ func redisyncMutex() *library {
 			"to the first of them, telling it by sharded pub/sub. Local passes at their default: goroutines of one " +
 			"Client that wait for a lock one of them holds get it from each other without a command to Redis, " +
 			fmt.Sprintf("up to %d passes within %v of the acquisition in Redis.", redisync.DefaultLocalPasses, redisync.DefaultLocalPassWindow),
-		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
-		lossSignal: true,
-		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, false) },
+		renewal:      func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal:   true,
+		countsPasses: true,
+		connect:      func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, false) },
 		// The key layout of the README ("redisync:{N}" with the default prefix).
 		key:      func(prefix, name string) string { return prefix + ":{" + name + "}" },
 		attempts: scriptsBut,
@@ -102,8 +108,9 @@ func redisyncGlobal() *library {
 		note: "redisync Mutex, no local passes: as redisync Mutex with WithLocalPasses(0, 0) on every Mutex: " +
 			"every hand-off goes through Redis, between goroutines of one Client too (a goroutine waits in the " +
 			"lock's queue in Redis like a waiter of another Client).",
-		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
-		lossSignal: true,
+		renewal:      func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal:   true,
+		countsPasses: true,
 		connect: func(cfg clientConfig) (locker, error) {
 			return connectRedisync(cfg, false, redisync.WithLocalPasses(0, 0))
 		},
@@ -114,13 +121,14 @@ func redisyncGlobal() *library {
 
 func redisyncFair() *library {
 	return &library{
-		id:         "redisync-fair",
-		label:      "redisync FairMutex",
-		note:       "redisync FairMutex: as Mutex; besides, a free lock is never taken past the waiters.",
-		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
-		lossSignal: true,
-		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, true) },
-		key:        func(prefix, name string) string { return prefix + ":fair:{" + name + "}" },
-		attempts:   scriptsBut,
+		id:           "redisync-fair",
+		label:        "redisync FairMutex",
+		note:         "redisync FairMutex: as Mutex; besides, a free lock is never taken past the waiters.",
+		renewal:      func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal:   true,
+		countsPasses: true,
+		connect:      func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, true) },
+		key:          func(prefix, name string) string { return prefix + ":fair:{" + name + "}" },
+		attempts:     scriptsBut,
 	}
 }
