@@ -27,7 +27,9 @@ func WithWaiterExpiry(d time.Duration) LockOption {
 // Apart from that it behaves as a Mutex: the same leases (watchdog or fixed,
 // Lost with a reason, Context for re-entry, fencing tokens), the same
 // Acquire, Lock and TryLock forms. It is a cheap handle, safe for concurrent
-// use.
+// use. Unlike a Mutex it is never passed on locally between goroutines of
+// one Client (WithLocalPasses): every hand-off goes through Redis, in the
+// order of the queue there.
 //
 // A waiter that does not get the lock at once takes a place at the tail of
 // the lock's queue. A release hands the lock to the waiter at the head, as

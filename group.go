@@ -511,7 +511,8 @@ func (g *Group) acquireOrdered(ctx context.Context, try bool) (*Lease, error) {
 func (g *Group) takeInOrder(ctx context.Context, try bool) ([]*member, uint64, error) {
 	ms := make([]*member, 0, len(g.ms))
 	for _, m := range g.ms {
-		l, err := m.acquire(ctx, try)
+		// In Redis: a group's members are not passed on locally.
+		l, err := m.queued().acquire(ctx, try)
 		if err != nil {
 			if errors.Is(err, ErrLocked) {
 				err = fmt.Errorf("%w: %q", err, m.name)

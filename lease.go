@@ -88,6 +88,7 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 			return nil, errorf("%w: the outer lease ended: %w", ErrNotHeld, h.err)
 		}
 		l := newLease(ctx, h, hold)
+		l.token = parent.token // a lease passed on locally has its own
 		h.leases[l] = struct{}{}
 		return l, nil
 	}
@@ -229,7 +230,21 @@ func (h *holder) end(err error, ranOut bool) bool {
 	h.done, h.err, h.lostAt = true, err, time.Now()
 	leases := h.leases
 	h.leases = nil
+	var lost []chan struct{}
+	var cohorts []*Lease
+	for l := range leases {
+		if l.lost != nil {
+			lost = append(lost, l.lost)
+		}
+		if l.co != nil {
+			cohorts = append(cohorts, l)
+		}
+	}
 	h.mu.Unlock()
+	// The Client's goroutines that wait for the lock acquire it in Redis.
+	for _, l := range cohorts {
+		l.co.lose(l)
+	}
 	// Contexts first: whoever sees Lost closed finds their cause set.
 	received := false
 	for l := range leases {
@@ -256,6 +271,9 @@ func (h *holder) end(err error, ranOut bool) bool {
 	}
 	// Last: whoever sees Lost closed finds the loss reported everywhere.
 	close(h.lost)
+	for _, ch := range lost {
+		close(ch)
+	}
 	return true
 }
 
@@ -293,6 +311,13 @@ type Lease struct {
 	h     *holder // nil when the acquisition failed
 	hold  string
 	since time.Time // when it was granted
+	// A Mutex lease that may be passed on locally (see cohort) has its
+	// cohort, its own token (0: the holder's) and its own Lost channel,
+	// closed by the holder's loss while the lease is among its leases
+	// (guarded by h.mu until the lease is delivered).
+	co    *cohort
+	token uint64
+	lost  chan struct{}
 
 	mu sync.Mutex
 	// The lease's context is made by the first call of Context, from
@@ -311,6 +336,9 @@ type Lease struct {
 	// it, under mu, so that a lease seen held is never abandoned after.
 	offered     bool
 	stopReclaim func() bool // stops Acquire's reclaim of an unclaimed lease
+	// passedOn is set when the lock was passed on from this lease to
+	// another goroutine of its Client (guarded by mu and co.mu).
+	passedOn bool
 }
 
 // claim marks an offered lease as received. Call it with l.mu held.
@@ -419,10 +447,47 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if !h.kind.spansClients && h.c.isClosed() {
 		return errorf("%w: %w", ErrNotHeld, ErrClosed)
 	}
+	// A Mutex passed on locally (cohort) passes now, or asks Redis to keep
+	// the lock for its waiters (keep), or releases it; ended then lets the
+	// next waiter lead.
+	var keep bool
+	var ended func()
+	if co := l.co; co != nil {
+		var st unlockState
+		st, ended = co.pass(l, true)
+		switch st {
+		case unlockGone:
+			return errorf("%w: %w", ErrNotHeld, ErrReleased)
+		case unlockPassed:
+			l.passed()
+			return nil
+		case unlockKeep:
+			keep = true
+		}
+	}
+	defer func() {
+		if ended != nil {
+			ended()
+		}
+	}()
 	h.beginRelease()
 	defer h.endRelease()
 	sent := time.Now()
-	st, err := h.kind.unlock(ctx, h, l.hold)
+	var st releaseState
+	var err error
+	kept := false
+	if keep {
+		var passed bool
+		passed, kept, st, err = l.co.keep(ctx, l)
+		if passed {
+			ended = nil
+			l.passed()
+			return nil
+		}
+	}
+	if !keep || kept {
+		st, err = h.kind.unlock(ctx, h, l.hold)
+	}
 	l.mu.Lock()
 	unsure := l.unsure
 	switch {
@@ -461,6 +526,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		f(h.kind.primitive, h.name, time.Since(l.since))
 	}
 	return nil
+}
+
+// passed ends a lease of a Mutex that passed the lock on locally.
+func (l *Lease) passed() {
+	l.end(ErrReleased)
+	l.co.drop()
+	if f := l.h.c.cfg.metrics.Released; f != nil {
+		f(l.h.kind.primitive, l.h.name, time.Since(l.since))
+	}
 }
 
 // end marks the lease released and cancels its context with reason.
@@ -521,6 +595,9 @@ func (l *Lease) Lost() <-chan struct{} {
 	l.mu.Unlock()
 	if failed != nil {
 		return closedChan
+	}
+	if l.lost != nil {
+		return l.lost
 	}
 	return l.h.lost
 }
@@ -587,6 +664,9 @@ func (l *Lease) Token() uint64 {
 	l.mu.Lock()
 	l.claim()
 	l.mu.Unlock()
+	if l.token != 0 {
+		return l.token
+	}
 	return l.h.token
 }
 
@@ -633,6 +713,9 @@ func (l *Lease) Detach() error {
 	l.mu.Lock()
 	l.detached = true
 	l.mu.Unlock()
+	if co := l.co; co != nil {
+		co.detach(l)
+	}
 	l.end(ErrDetached)
 	h.mu.Lock()
 	rest := len(h.leases)
@@ -677,6 +760,18 @@ func (l *Lease) giveBack(err error, onlyOffered bool) {
 		return
 	}
 	h := l.h
+	if co := l.co; co != nil {
+		st, ended := co.pass(l, false)
+		switch st {
+		case unlockGone:
+			return
+		case unlockPassed:
+			l.fail(err)
+			co.drop()
+			return
+		}
+		defer ended()
+	}
 	ctx, cancel := detached(context.Background())
 	defer cancel()
 	h.beginRelease()

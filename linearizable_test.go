@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +148,7 @@ func TestFencedLinearizable(t *testing.T) {
 	regKey := func(i int) string { return "lin:reg:" + strconv.Itoa(i) }
 
 	w := &world{t: t, e: e, begin: time.Now(), faultCount: map[string]int{}}
+	var passedOn atomic.Int64 // writers' leases passed on locally
 	var clients []*schedClient
 	for i := range 4 {
 		sc := &schedClient{i: i, watchdog: []time.Duration{1500 * time.Millisecond, 3 * time.Second, 30 * time.Second}[rnd.IntN(3)]}
@@ -159,7 +161,8 @@ func TestFencedLinearizable(t *testing.T) {
 			sc.p, addr = p, p.Addr()
 		}
 		c, err := Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: rnd.IntN(2) == 0},
-			WithPrefix("lin"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog))
+			WithPrefix("lin"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog),
+			WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passedOn.Add(1) }}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +180,9 @@ func TestFencedLinearizable(t *testing.T) {
 	var wg sync.WaitGroup
 	actor := 0
 	for _, sc := range clients {
-		for range 2 {
+		// Three writers per Client: some of them meet on one register, and
+		// the lock passes between them locally.
+		for range 3 {
 			actor++
 			id, r := actor, rand.New(rand.NewPCG(rnd.Uint64(), uint64(actor)))
 			wg.Add(1)
@@ -277,6 +282,7 @@ func TestFencedLinearizable(t *testing.T) {
 	writeCounts(&sb, "operations", toInt64(writes))
 	writeCounts(&sb, "writes after the lease ended", toInt64(h.late))
 	writeCounts(&sb, "faults", faults)
+	fmt.Fprintf(&sb, "leases passed on locally (Metrics.PassedOn): %d\n", passedOn.Load())
 	t.Log(sb.String())
 	if len(writes) == 0 || writes["ok"] == 0 || writes["read"] == 0 {
 		t.Fatalf("seed %d: too few operations to check: %v", seed, writes)
@@ -308,10 +314,20 @@ func TestFencedLinearizable(t *testing.T) {
 // with the lease's token; sometimes it waits long enough first for the lease
 // to be lost, and sometimes it writes again after Unlock with the old token.
 func fencedWriter(h *history, rnd *rand.Rand, sc *schedClient, id, n int, regKey func(int) string) {
-	k := rnd.IntN(3)
+	// Mostly the Client's own register, so that its writers meet there
+	// and pass the lock on locally.
+	k := sc.i % 3
+	if rnd.IntN(3) == 0 {
+		k = rnd.IntN(3)
+	}
 	var opts []LockOption
 	if rnd.IntN(3) == 0 {
 		opts = append(opts, WithFixedLease([]time.Duration{700 * time.Millisecond, 2 * time.Second}[rnd.IntN(2)]))
+	}
+	if rnd.IntN(4) == 0 {
+		opts = append(opts, WithLocalPasses(0, 0)) // every hand-off in Redis
+	} else {
+		opts = append(opts, WithLocalPasses([]int{2, 64}[rnd.IntN(2)], time.Second))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(10+rnd.IntN(2000))*time.Millisecond)
 	defer cancel()

@@ -8,9 +8,14 @@ import "time"
 // Client. Primitive names are "mutex", "fair", and so on, one per type.
 // Module github.com/redisync/redisync/otel adapts Metrics to OpenTelemetry.
 type Metrics struct {
-	// Acquired is called when an acquisition succeeds, with how long it
-	// took, waiting included.
+	// Acquired is called when an acquisition succeeds in Redis, with how
+	// long it took, waiting included. A Mutex passed on locally is counted
+	// by PassedOn instead.
 	Acquired func(primitive, name string, waited time.Duration)
+	// PassedOn is called when a goroutine gets a Mutex passed on locally
+	// by another goroutine of the Client (WithLocalPasses), with how long
+	// it waited. Acquired and PassedOn together count every acquisition.
+	PassedOn func(primitive, name string, waited time.Duration)
 	// Released is called when Unlock releases a lease, with how long it
 	// was held.
 	Released func(primitive, name string, held time.Duration)

@@ -19,7 +19,11 @@ type lockConfig struct {
 	fixedLease   time.Duration // 0: renewed by the watchdog
 	renewedLease time.Duration // 0: the Client's watchdog lease
 	waiterExpiry time.Duration // how long a waiter's place outlives its last visit
-	given        lockOptions   // the options given
+	// localPasses and localWithin are the budget of local passes of a
+	// Mutex (WithLocalPasses); 0 passes: none.
+	localPasses int
+	localWithin time.Duration
+	given       lockOptions // the options given
 }
 
 // lockOptions is a set of LockOptions.
@@ -29,11 +33,12 @@ const (
 	optFixedLease lockOptions = 1 << iota
 	optWaiterExpiry
 	optRenewedLease
+	optLocalPasses
 )
 
 // lockOptionNames name the LockOptions in errors, in the order of their
 // bits.
-var lockOptionNames = []string{"WithFixedLease", "WithWaiterExpiry", "WithRenewedLease"}
+var lockOptionNames = []string{"WithFixedLease", "WithWaiterExpiry", "WithRenewedLease", "WithLocalPasses"}
 
 // newLockConfig applies opts over base and checks what every lock handle
 // checks: a Client, a name, durations of at least a millisecond, and that
@@ -57,6 +62,10 @@ func newLockConfig(c *Client, kind, name string, base lockConfig, accepts lockOp
 		return base, fmt.Errorf("%w: WithFixedLease and WithRenewedLease exclude each other", ErrInvalidArgument)
 	case base.waiterExpiry < 0:
 		return base, fmt.Errorf("%w: waiter expiry under a millisecond", ErrInvalidArgument)
+	case base.localPasses < 0 || base.localPasses > maxLocalPasses:
+		return base, fmt.Errorf("%w: local passes outside 0..%d", ErrInvalidArgument, maxLocalPasses)
+	case base.localWithin < 0 || (base.localPasses > 0 && base.localWithin == 0):
+		return base, fmt.Errorf("%w: the time budget of local passes must be positive", ErrInvalidArgument)
 	}
 	return base, checkLockOptions(kind, accepts, opts)
 }
@@ -128,6 +137,44 @@ func WithRenewedLease(d time.Duration) LockOption {
 	}
 }
 
+// WithLocalPasses sets the budget of local passes of a Mutex: when a
+// goroutine unlocks it and another goroutine of the same Client waits for
+// it, the lock passes to that goroutine without a command to Redis, up to
+// passes times and for at most within after the Client took it in Redis,
+// or got a budget there. Then the next Unlock goes to Redis: when nobody
+// waits there, the Client keeps the lock with a new budget (new fencing
+// tokens, one round trip); when a waiter of another Client (or a Group)
+// does, the lock is released to it, and the Client's goroutines queue
+// behind. So a waiter of another Client waits at most within longer (and
+// the critical section that runs when it ends) than without local
+// passes. The default is DefaultLocalPasses within
+// DefaultLocalPassWindow. passes 0 turns local passes off: every hand-off
+// goes through Redis, as a FairMutex's do. passes must be 0 to
+// maxLocalPasses (1000), within positive unless passes is 0
+// (ErrInvalidArgument). A lock with a fixed lease (WithFixedLease) is never
+// passed on locally.
+func WithLocalPasses(passes int, within time.Duration) LockOption {
+	return func(c *lockConfig) {
+		c.localPasses, c.localWithin, c.given = passes, within, c.given|optLocalPasses
+		if passes == 0 {
+			c.localWithin = 0
+		}
+	}
+}
+
+// The default budget of local passes of a Mutex (WithLocalPasses): 64
+// passes, within 2ms of the Client's acquisition in Redis.
+const (
+	DefaultLocalPasses     = 64
+	DefaultLocalPassWindow = 2 * time.Millisecond
+)
+
+// maxLocalPasses bounds the passes of WithLocalPasses: each acquisition in
+// Redis made while other goroutines of the Client wait reserves that many
+// fencing tokens, and tokens must grow slower than the server's clock in
+// microseconds (see next_token in lua/lock.lua).
+const maxLocalPasses = 1000
+
 // Mutex is a reentrant distributed mutual-exclusion lock. It is a cheap
 // handle: make one per use or share one, from many goroutines.
 //
@@ -151,6 +198,23 @@ func WithRenewedLease(d time.Duration) LockOption {
 // nothing, the Client looks at the lock when the holder's lease runs out
 // and wakes its waiters if it is free. A waiter whose Client died holds a
 // lock handed over to it for that expiry at most.
+//
+// Goroutines of one Client that want the same Mutex wait for it in the
+// Client while one of them acquires it in Redis, and the lock passes from
+// one of them to the next without a command to Redis, within a budget
+// (WithLocalPasses): then the next Unlock gets a new budget in Redis if
+// nobody waits there, and releases the lock otherwise, to the waiters of
+// other Clients. Each goroutine's Lease keeps its own contract: a token
+// greater than every earlier holder's (Redis reserved a block of tokens
+// for the Client's passes, with its acquisition, the hand-over that gave
+// it the lock, or a new budget, and another Client's next token comes
+// after the block), Lost, Err and Context that report a loss of
+// the Client's hold to the goroutine holding it, and an Unlock that passes
+// the lock on, or releases it in Redis; a lease that passed the lock on is
+// released (ErrReleased) and its Unlock never releases its successor's
+// hold. Inspect, ForceUnlock and the command-line tool see the Client's
+// ownership: its owner id, and the token of its acquisition in Redis. A
+// lock re-entered, and one with a fixed lease, are not passed on locally.
 type Mutex struct {
 	c    *Client
 	name string
@@ -165,7 +229,8 @@ type Mutex struct {
 // name or option is reported by every method, as ErrInvalidArgument.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name}
-	if m.cfg, m.err = newLockConfig(c, "Mutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry|optRenewedLease, opts); m.err == nil {
+	base := lockConfig{waiterExpiry: defaultWaiterExpiry, localPasses: DefaultLocalPasses, localWithin: DefaultLocalPassWindow}
+	if m.cfg, m.err = newLockConfig(c, "Mutex", name, base, optFixedLease|optWaiterExpiry|optRenewedLease|optLocalPasses, opts); m.err == nil {
 		m.keys = c.keysFor(name)
 	}
 	return m
@@ -203,9 +268,20 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle
 // and the Lease reports ctx's error. So check Err first: nil means held.
 func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, m) }
 
-// acquire runs the acquisition loop.
+// acquire runs the acquisition loop: through the Client's goroutines that
+// want the lock too (local passes) when the lock takes them, in Redis
+// otherwise.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	return m.queued().acquire(ctx, try)
+	if try || !m.passesLocally() || leaseFrom(ctx, m.c, m.keys) != nil {
+		return m.queued().acquire(ctx, try)
+	}
+	return m.c.acquireLocally(ctx, m)
+}
+
+// passesLocally reports whether the mutex is passed on locally: a budget
+// of local passes, and a lease the watchdog renews.
+func (m *Mutex) passesLocally() bool {
+	return m.cfg.localPasses > 0 && m.cfg.fixedLease == 0
 }
 
 // queued is the mutex as a lock with a queue.
@@ -227,8 +303,18 @@ type queuedLock struct {
 
 // acquire runs the acquisition loop.
 func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
+	l, _, err := q.acquireReserving(ctx, try, nil)
+	return l, err
+}
+
+// acquireReserving runs the acquisition loop; when reserve is not nil,
+// each attempt asks the script to reserve the number of tokens it returns
+// after the token of a lock it takes free or that a release hands over to
+// it, and reserved is what was reserved for the lease returned.
+func (q *queuedLock) acquireReserving(ctx context.Context, try bool, reserve func() int) (l *Lease, reserved int, err error) {
 	c := q.c
 	qa := q.newAcquisition(ctx, try)
+	qa.reserve = reserve
 	a := acquisition{
 		c: c, primitive: q.kind.primitive, name: q.name,
 		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
@@ -237,11 +323,14 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 		undo:    func(ctx context.Context) { q.releaseAbandoned(ctx, qa.owner, qa.hold) },
 		leave:   qa.leave,
 	}
-	l, err := a.run(ctx, try)
+	l, err = a.run(ctx, try)
 	if qa.joined {
 		c.presence.leave(q.keys)
 	}
-	return l, err
+	if l != nil && l.h.token == uint64(qa.tookToken) {
+		reserved = qa.reserved
+	}
+	return l, reserved, err
 }
 
 // queuedAcquisition is one acquisition of a queuedLock: whose it is, the
@@ -262,6 +351,12 @@ type queuedAcquisition struct {
 	// What the last attempt that found the lock taken saw: the last token
 	// handed out, and the server's clock in ms (0 when not known).
 	seen, seenAt int64
+	// reserve, when not nil, is how many tokens an attempt reserves for
+	// local passes; reserved is what the attempt that took the lock with
+	// tookToken reserved.
+	reserve   func() int
+	reserved  int
+	tookToken int64
 }
 
 func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquisition {
@@ -285,12 +380,13 @@ func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquis
 // Client has no other waiter on the lock at firstArg, set per attempt.
 func acquireArgs(owner, hold string, lease time.Duration, waiter string, waiterExpiry time.Duration, mode string, short time.Duration) []string {
 	return []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10),
-		waiter, strconv.FormatInt(waiterExpiry.Milliseconds(), 10), mode, msArg(short), ""}
+		waiter, strconv.FormatInt(waiterExpiry.Milliseconds(), 10), mode, msArg(short), "", ""}
 }
 
 const (
-	modeArg  = 5
-	firstArg = 7
+	modeArg    = 5
+	firstArg   = 7
+	reserveArg = 8
 )
 
 // attempt runs the acquire script once: the Lease when it took the lock,
@@ -300,6 +396,14 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 	qa.args[firstArg] = ""
 	if qa.args[modeArg] != "try" && c.presence.alone(q.keys, qa.joined) {
 		qa.args[firstArg] = "1"
+	}
+	reserve := 0
+	if qa.reserve != nil {
+		reserve = qa.reserve()
+	}
+	qa.args[reserveArg] = ""
+	if reserve > 0 {
+		qa.args[reserveArg] = strconv.Itoa(reserve)
 	}
 	sent := time.Now()
 	qa.lastSent = sent
@@ -315,6 +419,11 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 	}
 	if !ok {
 		return nil, qa.queued(res, val), nil
+	}
+	qa.reserved, qa.tookToken = 0, val
+	if len(res) > 3 {
+		n, _ := res[3].AsInt64()
+		qa.reserved = int(max(min(n, maxLocalPasses), 0))
 	}
 	l, err := c.grant(ctx, grant{kind: q.kind, name: q.name, keys: q.keys, key: q.keys.lock, parent: qa.parent, owner: qa.owner, hold: qa.hold,
 		token: val, lease: qa.lease, watchdog: q.cfg.fixedLease == 0, sent: sent})
@@ -394,8 +503,10 @@ func msArg(d time.Duration) string {
 }
 
 // handedOver takes a lock that a release handed over to the waiter, as
-// the message "TOKEN MS" told: the token it got, and the server's clock in
-// ms at the release. The message is trusted only as far as it can be:
+// the message "TOKEN MS [N]" told: the token it got, the server's clock in
+// ms at the release, and the tokens reserved after it for the Client's
+// local passes, when the waiter asked for some. The message is trusted
+// only as far as it can be:
 //   - A token not above the last one the waiter's last attempt saw is a
 //     hand-over that came late (the attempt would have found the lock its
 //     own otherwise), and the lock may have moved on since: it is ignored,
@@ -410,7 +521,8 @@ func msArg(d time.Duration) string {
 // wait goes on.
 func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease, error) {
 	q := qa.q
-	tokText, msText, _ := strings.Cut(msg, " ")
+	tokText, rest, _ := strings.Cut(msg, " ")
+	msText, reservedText, _ := strings.Cut(rest, " ")
 	tok, err := strconv.ParseInt(tokText, 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("redisync: lock handed over with a bad message %q", msg)
@@ -426,6 +538,10 @@ func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease
 		token: tok, lease: qa.lease, watchdog: true, sent: at}
 	if qa.short < qa.lease {
 		g.initial = qa.short
+	}
+	qa.tookToken, qa.reserved = tok, 0
+	if n, err := strconv.Atoi(reservedText); err == nil && n > 0 {
+		qa.reserved = min(n, maxLocalPasses)
 	}
 	return q.c.grant(ctx, g)
 }

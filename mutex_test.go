@@ -511,7 +511,8 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 		holder := e.client(t)
 		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
 		c := e.client(t)
-		m := c.Mutex(t.Name())
+		// Every waiter in the queue in Redis, none waiting in the Client.
+		m := c.Mutex(t.Name(), WithLocalPasses(0, 0))
 		results := make([]<-chan *Lease, waiters)
 		for i := range results {
 			results[i] = m.Acquire(ctx)
@@ -566,7 +567,10 @@ func TestMutexReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
 		var results []<-chan *Lease
 		// Long expiries: no waiter comes back by itself meanwhile.
-		waiting := func(c *Client) *Mutex { return c.Mutex(t.Name(), WithWaiterExpiry(time.Minute)) }
+		// Every waiter in the queue in Redis, none waiting in its Client.
+		waiting := func(c *Client) *Mutex {
+			return c.Mutex(t.Name(), WithWaiterExpiry(time.Minute), WithLocalPasses(0, 0))
+		}
 		for _, m := range onClients(t, e, clients, waiting) {
 			for range perClient {
 				results = append(results, m.Acquire(ctx))

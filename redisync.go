@@ -315,6 +315,11 @@ type Client struct {
 	cleanupMu sync.Mutex
 	cleanups  sync.WaitGroup
 	waiters   sync.WaitGroup // goroutines started by Acquire
+
+	// cohorts are the goroutines that want a Mutex passed on locally, by
+	// lock key (see cohort).
+	cohortsMu sync.Mutex
+	cohorts   map[string]*cohort
 }
 
 // New returns a Client that uses rc for every command. rc stays the

@@ -159,6 +159,7 @@ type world struct {
 	failures   map[string]int64
 	faultCount map[string]int
 	lostBy     map[string]int
+	passedOn   map[string]int64 // Metrics.PassedOn, by primitive
 	early      []string
 	schedules  int
 	totalAcq   int64
@@ -175,6 +176,7 @@ func newWorld(t *testing.T, e *env, seed uint64) *world {
 		sizes:      map[string]int{"s:0": 3, "s:1": 2},
 		violations: map[string][]string{}, acquired: map[string]int64{}, attempts: map[string]int64{},
 		failures: map[string]int64{}, faultCount: map[string]int{}, lostBy: map[string]int{},
+		passedOn: map[string]int64{},
 	}
 	ctx := withTimeout(t, 10*time.Second)
 	for name, size := range w.sizes {
@@ -507,12 +509,26 @@ func lockOpts(rnd *rand.Rand, sc *schedClient, waiters bool) ([]LockOption, time
 	return opts, lease, expiry, fixed
 }
 
+// localPassOpts picks a Mutex's budget of local passes: none one time in
+// four, the default one time in four, otherwise a few or many passes
+// within a window long enough for the Client's goroutines to meet in it.
+func localPassOpts(rnd *rand.Rand) []LockOption {
+	switch rnd.IntN(4) {
+	case 0:
+		return []LockOption{WithLocalPasses(0, 0)}
+	case 1:
+		return nil
+	}
+	return []LockOption{WithLocalPasses([]int{2, 64}[rnd.IntN(2)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond}[rnd.IntN(2)])}
+}
+
 // targets builds the locks of one Client for a schedule.
 func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*target {
 	c := sc.c
 	var ts []*target
 	for _, name := range mutexNames {
 		opts, lease, expiry, fixed := lockOpts(rnd, sc, true)
+		opts = append(opts, localPassOpts(rnd)...)
 		m := c.Mutex(name, opts...)
 		ts = append(ts, &target{
 			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed,
@@ -522,7 +538,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 				if err != nil || st.Owner == l.h.owner {
 					return "", err
 				}
-				return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.h.token), nil
+				return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.Token()), nil
 			},
 		})
 	}
@@ -659,6 +675,11 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			Lost: func(prim, _ string, reason error) {
 				w.vmu.Lock()
 				w.lostBy[prim+": "+reason.Error()]++
+				w.vmu.Unlock()
+			},
+			PassedOn: func(prim, _ string, _ time.Duration) {
+				w.vmu.Lock()
+				w.passedOn[prim]++
 				w.vmu.Unlock()
 			},
 		}
@@ -1093,6 +1114,7 @@ func (w *world) report(took time.Duration) {
 		lost[k] = int64(v)
 	}
 	writeCounts(&sb, "lost (Metrics.Lost)", lost)
+	writeCounts(&sb, "passed on locally (Metrics.PassedOn)", w.passedOn)
 	fmt.Fprintf(&sb, "leases lost within 100ms of their delivery: %d\n", len(w.early))
 	for i, e := range w.early {
 		if i == 10 {

@@ -63,7 +63,8 @@ func idleWaiting(t *testing.T, e *env, names, perName int) (commandCount, int) {
 	goroutines := runtime.NumGoroutine()
 	var wg sync.WaitGroup
 	for i := range 2 * names * perName {
-		lock := waiting.Mutex(fmt.Sprint(prefix, i%names)).Lock
+		// Every waiter in a queue in Redis, none waiting in its Client.
+		lock := waiting.Mutex(fmt.Sprint(prefix, i%names), WithLocalPasses(0, 0)).Lock
 		if (i/names)%2 == 1 {
 			lock = waiting.FairMutex(fmt.Sprint(prefix, i%names)).Lock
 		}
@@ -288,7 +289,8 @@ func TestWaitingAtScale(t *testing.T) {
 	var wg sync.WaitGroup
 	var acquired atomic.Int64
 	for i := range names * perName {
-		m := waiting[i%clients].Mutex(strconv.Itoa(i % names))
+		// Every waiter in a queue in Redis, none waiting in its Client.
+		m := waiting[i%clients].Mutex(strconv.Itoa(i%names), WithLocalPasses(0, 0))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -371,12 +373,13 @@ func TestWaiterDroppedFromQueueLearnsAtNextPass(t *testing.T) {
 		busy, lapsed := e.client(t), e.client(t)
 		name := "dropped:" + t.Name()
 		keys := busy.keysFor(name)
-		first, err := busy.Mutex(name).Lock(ctx)
+		// Every waiter queues in Redis, none in its Client.
+		first, err := busy.Mutex(name, WithLocalPasses(0, 0)).Lock(ctx)
 		require.NoError(t, err)
 
-		w1 := lockAsync(ctx, lapsed.Mutex(name))
+		w1 := lockAsync(ctx, lapsed.Mutex(name, WithLocalPasses(0, 0)))
 		awaitQueued(t, ctx, rc, keys, 1)
-		next := lockAsync(ctx, busy.Mutex(name))
+		next := lockAsync(ctx, busy.Mutex(name, WithLocalPasses(0, 0)))
 		awaitQueued(t, ctx, rc, keys, 2)
 		// The lapsed Client's deadline passes, as when its presence loop
 		// stalls or its connection is held up.
@@ -392,7 +395,7 @@ func TestWaiterDroppedFromQueueLearnsAtNextPass(t *testing.T) {
 		o := <-next
 		require.NoError(t, o.err)
 		// A second waiter of the lapsed Client writes its deadline anew.
-		w3 := lockAsync(ctx, lapsed.Mutex(name))
+		w3 := lockAsync(ctx, lapsed.Mutex(name, WithLocalPasses(0, 0)))
 		awaitQueued(t, ctx, rc, keys, 1)
 		lapsed.presence.stall.Unlock()
 		stalled = false
@@ -413,7 +416,7 @@ func TestWaiterDroppedFromQueueLearnsAtNextPass(t *testing.T) {
 						return
 					default:
 					}
-					l, err := busy.Mutex(name).Lock(bctx)
+					l, err := busy.Mutex(name, WithLocalPasses(0, 0)).Lock(bctx)
 					if err != nil {
 						return
 					}
@@ -580,9 +583,10 @@ func TestLateHandOverIsNotDelivered(t *testing.T) {
 // token the waiter got.
 const handOverSilently = `
 local h = redis.call('ZPOPMIN', KEYS[2])[1]
-local lease, hold, owner = string.match(redis.call('HGET', KEYS[3], h), '^(%d+) (%S+) (%S+)$')
+local lease, hold, owner = string.match(redis.call('HGET', KEYS[3], h), '^(%d+) (%S+) (%S+)')
 redis.call('HDEL', KEYS[3], h)
-local token = tonumber(redis.call('HGET', KEYS[1], 'token')) + 1
+local v = redis.call('HMGET', KEYS[1], 'token', 't')
+local token = math.max(tonumber(v[1]), tonumber(v[2] or '0')) + 1
 redis.call('HSET', KEYS[1], 'owner', owner, 'holds', hold, 'token', token)
 redis.call('PEXPIRE', KEYS[1], lease)
 return token`

@@ -5,8 +5,14 @@
 -- ARGV[6] 'try' for a single attempt (never queued), 'queued' when the
 -- waiter may have a place in the queue, anything else otherwise,
 -- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead,
--- ARGV[8] '1' when the waiter's Client has no other waiter on the lock.
--- Returns {1, token, holds} when held by ARGV[1] after the call,
+-- ARGV[8] '1' when the waiter's Client has no other waiter on the lock,
+-- ARGV[9] (optional) a number n of tokens to reserve after the token of a
+-- free lock taken here, or of a lock a release hands over to the waiter,
+-- for the Client's local passes ('' for none); fewer are reserved when that
+-- would pass the server's clock in microseconds (reserve_tokens).
+-- Returns {1, token, holds, reserved} when held by ARGV[1] after the call
+-- (reserved: the tokens after token reserved for the waiter, for a lock
+-- taken free or handed over; 0 or none for a re-entry),
 -- {0, pttl, 1, last, now} when another owner holds the lock: its remaining
 -- lease, the last token handed out, and the server's clock in ms (not in
 -- 'try' mode); the waiter is queued then.
@@ -18,17 +24,20 @@ if bad then
 end
 if took then
   dequeue(KEYS[2], KEYS[3], ARGV[4])
-  return {1, token, 1}
+  return {1, token, 1, reserved}
 end
 if owner == ARGV[1] then
+  local r = reenter(KEYS[1], holds, token, ARGV[2], ARGV[3])
   if ARGV[6] == 'queued' then
+    -- Handed over by a release: with the tokens it reserved, if any.
     dequeue(KEYS[2], KEYS[3], ARGV[4])
+    r[4] = last - tonumber(token)
   end
-  return reenter(KEYS[1], holds, token, ARGV[2], ARGV[3])
+  return r
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local now
 if ARGV[6] ~= 'try' then
-  now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1')
+  now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1', ARGV[9])
 end
 return {0, pttl, 1, last, now}

@@ -7,7 +7,9 @@
 --   holds  the holder's hold fields ("#<n>"), separated by spaces; empty
 --          while free
 --   token  the holder's fencing token; while free, the last one handed out
---   t      a fencing counter a group raised above token (group_fence)
+--   t      a fencing counter raised above token: by a group (group_fence),
+--          or by an acquisition that reserved the tokens up to t for its
+--          Client's local passes (acquire_free.lua)
 --   r      the owner and hold of the release that freed the lock
 --   f      the owner a forced unlock removed
 --   q      '1' while the lock's queue may have waiters, '' or no such field
@@ -55,6 +57,22 @@ local function next_token(t, last)
     return string.format('%d', last + 1)
   end
   return micros(t or redis.call('TIME'))
+end
+
+-- Reserve up to n tokens after token (the ownership's token, or the last
+-- one its Client passed on) for the local passes of the Client that holds
+-- lock, at t (the server's TIME): as many as asked but none above the
+-- server's clock in microseconds, so that tokens stay below it (see
+-- next_token). The field t keeps the last one reserved, so that the next
+-- token of another owner comes after them. Returns how many were
+-- reserved.
+local function reserve_tokens(lock, t, token, n)
+  n = math.min(tonumber(n) or 0, tonumber(micros(t)) - tonumber(token))
+  if n <= 0 then
+    return 0
+  end
+  redis.call('HSET', lock, 't', string.format('%d', tonumber(token) + n))
+  return n
 end
 
 -- Write the fields of lock in one HSET: f (names and values), the field

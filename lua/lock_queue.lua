@@ -24,12 +24,14 @@ local function alive_field(id)
 end
 
 -- The fields of a waiter's entry: lease, hold, owner (nil for a waiter to
--- wake).
+-- wake), and the number of fencing tokens to reserve after its own for its
+-- Client's local passes (0 when the entry names none).
 local function waiter(v)
   if not v then
     return nil
   end
-  return string.match(v, '^(%d+) (%S+) (%S+)$')
+  local lease, hold, owner, reserve = string.match(v, '^(%d+) (%S+) (%S+) ?(%d*)$')
+  return lease, hold, owner, tonumber(reserve) or 0
 end
 
 -- How long a queue outlives its Clients' renewals, in waiter expiries: the
@@ -38,7 +40,8 @@ local queue_keep = 10
 
 -- Queue a waiter, or keep its place: its Client's deadline is expiry ms
 -- from now. A lease (ms) other than '' lets a release hand the lock to it,
--- as owner with hold. The id '' registers the waiters for '1' messages: they
+-- as owner with hold, reserving reserve tokens (when given and not '')
+-- after its own for its Client's local passes. The id '' registers the waiters for '1' messages: they
 -- come back by themselves after wait ms (the holder's lease), so the mark
 -- stays until the next release, or a second longer than that. new tells
 -- that the waiter has no place yet. lock, when given, is the lock hash,
@@ -46,7 +49,7 @@ local queue_keep = 10
 -- set, which says that nobody waits, so that the queue starts anew. first
 -- tells that the Client has no other waiter on the lock: its places are
 -- whole (alive_field). Returns the server's clock in ms (nil for the id '').
-local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owner, new, first)
+local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owner, new, first, reserve)
   if lock then
     redis.call('HSET', lock, 'q', '1')
   end
@@ -62,6 +65,9 @@ local function enqueue(lock, queue, waiters, id, expiry, wait, lease, hold, owne
   local entry = ''
   if lease ~= '' then
     entry = lease .. ' ' .. hold .. ' ' .. owner
+    if reserve and reserve ~= '' then
+      entry = entry .. ' ' .. reserve
+    end
   end
   local f = {id, entry, client_field(id), now_ms(t) + expiry}
   if first then
@@ -111,8 +117,9 @@ end
 -- then hands it the lock and drops its entry (dropped), or puts it back
 -- (kept). t is the server's TIME, read here when nil and needed. Returns
 -- the member (nil when nobody waits), its arrival number (with pop), its
--- Client's deadline, its waiter() fields, t, and with pop whether others
--- may still wait: somebody arrived after it (and may have left since).
+-- Client's deadline, its waiter() fields but the reserve, t, with pop
+-- whether others may still wait: somebody arrived after it (and may have
+-- left since), and last the reserve of its entry.
 local function first_live(queue, waiters, t, pop)
   while true do
     local h, n
@@ -134,8 +141,8 @@ local function first_live(queue, waiters, t, pop)
     local v = redis.call('HMGET', waiters, cf, h, '\0n')
     local d = tonumber(v[1] or '0') or 0
     if d > now_ms(t) then
-      local lease, hold, owner = waiter(v[2])
-      return h, n, d, lease, hold, owner, t, pop and tonumber(n) < (tonumber(v[3] or '0') or 0)
+      local lease, hold, owner, reserve = waiter(v[2])
+      return h, n, d, lease, hold, owner, t, pop and tonumber(n) < (tonumber(v[3] or '0') or 0), reserve
     end
     -- Its Client stopped renewing: every place of that Client is dead.
     -- The Client, if alive, learns it at its next presence pass.
@@ -201,7 +208,11 @@ end
 -- Free a lock whose last token is last, and pass it to the first waiter of
 -- its queue that is still alive, dropping the dead ones ahead of it: the
 -- lock becomes the waiter's, with the lease it asked for, and
--- 'g:<id> <token> <ms>' tells it, with the server's clock at the release. A waiter that did not ask for that (fixed
+-- 'g:<id> <token> <ms>' tells it, with the server's clock at the release.
+-- A waiter whose entry asks for tokens for its Client's local passes gets
+-- them reserved after its token, as a free lock's taker does
+-- (reserve_tokens), and their number told after the clock:
+-- 'g:<id> <token> <ms> <n>'. A waiter that did not ask for that (fixed
 -- leases), or that follows '*', is woken with 'w:<id>' instead and takes the
 -- lock itself. Both go to the waiter's Client alone (tell). '*' is consumed
 -- and announced with '1' on the lock's channel. The field mark is set to
@@ -209,7 +220,7 @@ end
 -- and q to whether others may still wait; a lock left free is kept retention
 -- ms. A lock without a hash (last 0) left free stays without one.
 local function vacate(lock, last, queue, waiters, channel, retention, mark, value)
-  local h, n, d, lease, hold, owner, t, others = first_live(queue, waiters, nil, true)
+  local h, n, d, lease, hold, owner, t, others, reserve = first_live(queue, waiters, nil, true)
   if h == '*' then
     publish(channel, '1')
     h, n, d, lease, hold, owner, t = first_live(queue, waiters, t)
@@ -220,7 +231,12 @@ local function vacate(lock, last, queue, waiters, channel, retention, mark, valu
   if lease then
     dropped(waiters, h, others)
     local token = take(lock, t, last, owner, hold, lease, mark, value, others and '1' or '')
-    tell(channel, h, 'g:' .. h .. ' ' .. token .. ' ' .. now_ms(t))
+    local told = 'g:' .. h .. ' ' .. token .. ' ' .. now_ms(t)
+    local reserved = reserve_tokens(lock, t, token, reserve)
+    if reserved > 0 then
+      told = told .. ' ' .. reserved
+    end
+    tell(channel, h, told)
     return
   end
   if last > 0 then

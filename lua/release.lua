@@ -2,7 +2,9 @@
 -- the lock to the first waiter of its queue.
 -- KEYS[1] lock hash (see the prelude), KEYS[2] queue zset, KEYS[3] waiters hash
 -- ARGV[1] owner id, ARGV[2] hold field ("" releases every hold of the owner),
--- ARGV[3] fence retention ms, ARGV[4] channel
+-- ARGV[3] fence retention ms, ARGV[4] channel, ARGV[5] (optional) a
+-- number of tokens: keep the lock for local passes when nobody waits in
+-- Redis (see release_last.lua)
 -- Returns 1 when the lock is now free, 2 when the owner still holds it through
 -- other holds, 0 when the owner does not hold it. Retrying a release whose
 -- reply was lost returns the same answer: the hold is already gone, or the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -16,15 +17,23 @@ type redisyncLocker struct {
 	rc   rueidis.Client // nil when the Client dialed it
 	c    *redisync.Client
 	fair bool
+	opts []redisync.LockOption // of every Mutex
 }
 
-func connectRedisync(cfg clientConfig, fair bool) (locker, error) {
+// connectRedisync makes a Client whose locks are FairMutexes when fair is
+// set, and Mutexes with lockOpts otherwise.
+func connectRedisync(cfg clientConfig, fair bool, lockOpts ...redisync.LockOption) (locker, error) {
 	opts := []redisync.Option{
 		redisync.WithPrefix(cfg.prefix),
 		redisync.WithWatchdogLease(cfg.lease),
 		redisync.WithFenceRetention(10 * time.Minute),
 		// Lost leases are what scenario F provokes: log errors only.
 		redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	}
+	if n := cfg.passed; n != nil {
+		opts = append(opts, redisync.WithMetrics(redisync.Metrics{
+			PassedOn: func(string, string, time.Duration) { n.Add(1) },
+		}))
 	}
 	opt := rueidis.ClientOption{InitAddress: []string{cfg.addr}}
 	if cfg.rt == nil {
@@ -33,7 +42,7 @@ func connectRedisync(cfg clientConfig, fair bool) (locker, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &redisyncLocker{c: c, fair: fair}, nil
+		return &redisyncLocker{c: c, fair: fair, opts: lockOpts}, nil
 	}
 	// Round trips are counted on a rueidis client of our own: New, which
 	// learns of lost locks on renewal (no difference for the cycles
@@ -47,7 +56,7 @@ func connectRedisync(cfg clientConfig, fair bool) (locker, error) {
 		rc.Close()
 		return nil, err
 	}
-	return &redisyncLocker{rc: rc, c: c, fair: fair}, nil
+	return &redisyncLocker{rc: rc, c: c, fair: fair, opts: lockOpts}, nil
 }
 
 func (l *redisyncLocker) Lock(ctx context.Context, name string) (*held, error) {
@@ -56,7 +65,7 @@ func (l *redisyncLocker) Lock(ctx context.Context, name string) (*held, error) {
 	if l.fair {
 		lease, err = l.c.FairMutex(name).Lock(ctx)
 	} else {
-		lease, err = l.c.Mutex(name).Lock(ctx)
+		lease, err = l.c.Mutex(name, l.opts...).Lock(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -77,11 +86,34 @@ func redisyncMutex() *library {
 		label: "redisync Mutex",
 		note: "redisync Mutex: one rueidis client per locker, options WithPrefix and WithWatchdogLease " +
 			"(the scenario's lease; renewed every third of it); waiters queue in Redis and a release hands the lock " +
-			"to the first of them, telling it by sharded pub/sub.",
-		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
-		lossSignal: true,
-		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, false) },
+			"to the first of them, telling it by sharded pub/sub. Local passes at their default: goroutines of one " +
+			"Client that wait for a lock one of them holds get it from each other without a command to Redis, " +
+			fmt.Sprintf("up to %d passes within %v of the acquisition in Redis.", redisync.DefaultLocalPasses, redisync.DefaultLocalPassWindow),
+		renewal:      func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal:   true,
+		countsPasses: true,
+		connect:      func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, false) },
 		// The key layout of the README ("redisync:{N}" with the default prefix).
+		key:      func(prefix, name string) string { return prefix + ":{" + name + "}" },
+		attempts: scriptsBut,
+	}
+}
+
+// redisyncGlobal is the Mutex without local passes: every hand-off, between
+// goroutines of one Client too, goes through Redis.
+func redisyncGlobal() *library {
+	return &library{
+		id:    globalRow,
+		label: "redisync Mutex, no local passes",
+		note: "redisync Mutex, no local passes: as redisync Mutex with WithLocalPasses(0, 0) on every Mutex: " +
+			"every hand-off goes through Redis, between goroutines of one Client too (a goroutine waits in the " +
+			"lock's queue in Redis like a waiter of another Client).",
+		renewal:      func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal:   true,
+		countsPasses: true,
+		connect: func(cfg clientConfig) (locker, error) {
+			return connectRedisync(cfg, false, redisync.WithLocalPasses(0, 0))
+		},
 		key:      func(prefix, name string) string { return prefix + ":{" + name + "}" },
 		attempts: scriptsBut,
 	}
@@ -89,13 +121,14 @@ func redisyncMutex() *library {
 
 func redisyncFair() *library {
 	return &library{
-		id:         "redisync-fair",
-		label:      "redisync FairMutex",
-		note:       "redisync FairMutex: as Mutex; besides, a free lock is never taken past the waiters.",
-		renewal:    func(lease time.Duration) time.Duration { return lease / 3 },
-		lossSignal: true,
-		connect:    func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, true) },
-		key:        func(prefix, name string) string { return prefix + ":fair:{" + name + "}" },
-		attempts:   scriptsBut,
+		id:           "redisync-fair",
+		label:        "redisync FairMutex",
+		note:         "redisync FairMutex: as Mutex; besides, a free lock is never taken past the waiters.",
+		renewal:      func(lease time.Duration) time.Duration { return lease / 3 },
+		lossSignal:   true,
+		countsPasses: true,
+		connect:      func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, true) },
+		key:          func(prefix, name string) string { return prefix + ":fair:{" + name + "}" },
+		attempts:     scriptsBut,
 	}
 }

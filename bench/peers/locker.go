@@ -53,6 +53,10 @@ type clientConfig struct {
 	// rt, when not nil, counts the client's calls into its Redis driver:
 	// one per command or pipeline sent, that is one round trip each.
 	rt *atomic.Int64
+	// passed, when not nil, counts the locks passed on locally between
+	// goroutines of the client, for libraries that count them
+	// (library.countsPasses).
+	passed *atomic.Int64
 }
 
 // library is one library under test (one row of the tables).
@@ -68,7 +72,10 @@ type library struct {
 	renewal func(lease time.Duration) time.Duration
 	// lossSignal: the library tells a holder that its lock was lost.
 	lossSignal bool
-	connect    func(cfg clientConfig) (locker, error)
+	// countsPasses: the library counts the locks it passes on between
+	// goroutines of a client without Redis (clientConfig.passed).
+	countsPasses bool
+	connect      func(cfg clientConfig) (locker, error)
 	// key is the Redis key that holds the lock name, for scenario F's
 	// external DEL.
 	key func(prefix, name string) string
@@ -79,7 +86,7 @@ type library struct {
 
 // libraries lists every library, in table order.
 func libraries() []*library {
-	return []*library{redisyncMutex(), redisyncFair(), redsyncLib(), redislockLib(), rueidislockLib(), floorLib()}
+	return []*library{redisyncMutex(), redisyncGlobal(), redisyncFair(), redsyncLib(), redislockLib(), rueidislockLib(), floorLib()}
 }
 
 // countingClient is a rueidis.Client that counts the calls made through it.

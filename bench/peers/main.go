@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	runs := fs.Int("runs", 3, "runs of every scenario; tables report the median")
-	scList := fs.String("scenarios", "A,B,C,D,E,F,G", "scenarios to run, comma-separated")
+	scList := fs.String("scenarios", "A,B,C,D,E,F,G,H", "scenarios to run, comma-separated")
 	libList := fs.String("libs", "", "libraries to run, comma-separated (default all): "+strings.Join(libIDs(libraries()), ","))
 	quick := fs.Bool("quick", false, "small counts and short times (for CI)")
 	jsonPath := fs.String("json", "", "write the results as JSON to this file")
@@ -118,7 +118,7 @@ func runOnce(ctx context.Context, rep *report, r int, size sizes, stderr io.Writ
 			if err != nil {
 				status = "error: " + err.Error()
 			}
-			fmt.Fprintf(stderr, "run %d/%d  %s  %-20s %6.1fs  %s\n", r+1, rep.runs, sc.id, lib.label, time.Since(t).Seconds(), status)
+			fmt.Fprintf(stderr, "run %d/%d  %s  %-32s %6.1fs  %s\n", r+1, rep.runs, sc.id, lib.label, time.Since(t).Seconds(), status)
 		}
 	}
 	return nil

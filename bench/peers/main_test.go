@@ -14,7 +14,8 @@ import (
 
 // TestQuick runs the whole comparison in -quick mode against the servers it
 // starts, and checks the report: a row for every library, no scenario
-// failed by redisync, and no mutual-exclusion violation for redisync in B.
+// failed by redisync, no mutual-exclusion violation for redisync in B and
+// H, and in H local passes by the Mutex only, and the other client served.
 func TestQuick(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not in PATH")
@@ -47,7 +48,7 @@ func TestQuick(t *testing.T) {
 		}
 	}
 
-	for _, label := range []string{"redisync Mutex", "redisync FairMutex"} {
+	for _, label := range []string{"redisync Mutex", "redisync Mutex, no local passes", "redisync FairMutex"} {
 		// | library | cycles/s | overlaps | lost updates | share min/max | errors |
 		cells := row(t, md, "### B.", label)
 		if len(cells) != 6 {
@@ -58,6 +59,28 @@ func TestQuick(t *testing.T) {
 		}
 		if cells[2] != "0" || cells[3] != "0" {
 			t.Errorf("B row of %s: overlaps %s, lost updates %s; want 0 and 0", label, cells[2], cells[3])
+		}
+	}
+
+	// | library | cycles/s | overlaps | lost updates | errors | passed locally % | cmds/cycle |
+	// server CPU µs/cycle | other client's wait p50 ms | p99 ms | other client's acquisitions |
+	for _, label := range []string{"redisync Mutex", "redisync Mutex, no local passes", "redisync FairMutex"} {
+		cells := row(t, md, "### H.", label)
+		if len(cells) != 11 {
+			t.Fatalf("H row of %s: %q", label, cells)
+		}
+		if cells[1] == "n/a" || cells[1] == "0" {
+			t.Errorf("H row of %s: no cycles: %q", label, cells)
+		}
+		if cells[2] != "0" || cells[3] != "0" {
+			t.Errorf("H row of %s: overlaps %s, lost updates %s; want 0 and 0", label, cells[2], cells[3])
+		}
+		if cells[10] == "n/a" || cells[10] == "0" {
+			t.Errorf("H row of %s: the other client never got the lock: %q", label, cells)
+		}
+		passes := cells[5] != "0"
+		if want := label == "redisync Mutex"; passes != want {
+			t.Errorf("H row of %s: passed locally %s%%; want passes: %v", label, cells[5], want)
 		}
 	}
 

@@ -219,6 +219,21 @@ func (r *report) tables() []table {
 				{key: "G2.heap", head: "heap/lease KiB", format: fSig}, {key: "G2.cmds", head: "server cmds/s", format: fInt},
 				{key: "G2.cmds/lease", head: "cmds/lease/period", format: fSig}, {key: "G2.cpu", head: "client CPU %", format: fSig},
 				{key: "G2.server_cpu", head: "server CPU %", format: fSig}, sum("G2.lost", "lost")}},
+		{scenario: "H", title: fmt.Sprintf("H. Hot key: 1 client, %d goroutines, one key; another client's waiter on it", s.hGoroutines),
+			note: fmt.Sprintf("For %v, %d goroutines of one client lock and unlock one key in a loop, checking inside as in B "+
+				"(overlaps, lost updates: summed over runs, with the other client's holds). cycles/s: theirs. passed locally: "+
+				"their acquisitions the library passed on between them without Redis, in %%; n/a: the library has no such passes. "+
+				"cmds/cycle and server CPU µs/cycle: the server's commands (INFO commandstats) and CPU time from the start until "+
+				"every goroutine stopped, over every cycle of both clients. Meanwhile a goroutine of another client "+
+				"sleeps %v to %v, locks the key, holds it %v and unlocks, again and again: its wait, from calling Lock to Lock "+
+				"returning (a wait still going at the end lasts until the goroutines end their last cycle), and its acquisitions.",
+				s.hDur, s.hGoroutines, s.hGap, s.hGap+s.hGapJitter, s.hHold),
+			cols: []column{{key: "H.cycles", head: "cycles/s", format: fInt}, sum("H.overlaps", "overlaps"),
+				sum("H.lost", "lost updates"), sum("H.errors", "errors"), {key: "H.passed", head: "passed locally %", format: fSig},
+				{key: "H.cmds", head: "cmds/cycle", format: fSig}, {key: "H.cpu", head: "server CPU µs/cycle", format: fSig},
+				{key: "H.wait_p50", head: "other client's wait p50 ms", format: fSig},
+				{key: "H.wait_p99", head: "other client's wait p99 ms", format: fSig},
+				{key: "H.foreign", head: "other client's acquisitions", format: fInt}}},
 	}
 }
 
@@ -314,6 +329,8 @@ func (r *report) summary(w io.Writer) {
 		{"F", "F loss seen after, p50 / max ms", func(l string) string { return pair(fSig, m("F.p50", l), r.agg("F.max", l, "max")) }},
 		{"G", "G heap/waiter KiB", func(l string) string { return cell(fSig, m("G.heap", l)) }},
 		{"G", "G goroutines for held leases", func(l string) string { return cell(fInt, m("G2.goroutines", l)) }},
+		{"H", "H hot key cycles/s", func(l string) string { return cell(fInt, m("H.cycles", l)) }},
+		{"H", "H other client's wait p50 / p99 ms", func(l string) string { return pair(fSig, m("H.wait_p50", l), m("H.wait_p99", l)) }},
 	}
 	heads := []string{"library"}
 	var use []col

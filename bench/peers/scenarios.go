@@ -33,6 +33,7 @@ func scenarios() []*scenario {
 		{id: "E", title: "drain", run: runE},
 		{id: "F", title: "lease-loss detection", run: runF, applies: func(l *library) bool { return l.lossSignal }},
 		{id: "G", title: "scale", run: runG},
+		{id: "H", title: "hot key", run: runH},
 	}
 }
 
@@ -68,6 +69,14 @@ type sizes struct {
 	gNames, gPerName int // waiters: gNames*gPerName goroutines on gNames names
 	gLeases          int // held leases
 	gSettle, gWindow time.Duration
+
+	hGoroutines int // of the hot client
+	hDur        time.Duration
+	hMax        int           // cycles per goroutine, at most
+	hHold       time.Duration // the other client's hold
+	hGap        time.Duration // the other client's sleep between two holds: hGap plus up to hGapJitter
+	hGapJitter  time.Duration
+	hForeignMax int // the other client's acquisitions, at most
 }
 
 func fullSizes() sizes {
@@ -80,6 +89,8 @@ func fullSizes() sizes {
 		eClients: 4, eWaiters: 20, eGap: 5 * time.Millisecond,
 		fSamples: 5,
 		gNames:   1000, gPerName: 10, gLeases: 10_000, gSettle: 1500 * time.Millisecond, gWindow: 2 * time.Second,
+		hGoroutines: 8, hDur: 2 * time.Second, hMax: 1_000_000,
+		hHold: 100 * time.Microsecond, hGap: 2 * time.Millisecond, hGapJitter: 4 * time.Millisecond, hForeignMax: 10_000,
 	}
 }
 
@@ -88,7 +99,7 @@ func quickSizes() sizes {
 	s.pings = 100
 	s.shortLease = 600 * time.Millisecond
 	s.cellLimit = time.Minute
-	s.aDur, s.bDur = 250*time.Millisecond, 300*time.Millisecond
+	s.aDur, s.bDur, s.hDur = 250*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
 	s.cPush, s.cPoll = 10, 3
 	s.dCycles, s.dHandoffs = 100, 6
 	s.fSamples = 1

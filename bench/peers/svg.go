@@ -88,7 +88,7 @@ func (r *report) writeSVG(path string) error {
 // floor is grey.
 func barColor(id string) string {
 	switch id {
-	case mutexRow, fairRow:
+	case mutexRow, globalRow, fairRow:
 		return "#c2255c"
 	case "floor":
 		return "#868e96"

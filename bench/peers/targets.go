@@ -8,8 +8,9 @@ import (
 
 // The rows the targets are about.
 const (
-	mutexRow = "redisync"
-	fairRow  = "redisync-fair"
+	mutexRow  = "redisync"
+	globalRow = "redisync-global" // the Mutex without local passes
+	fairRow   = "redisync-fair"
 )
 
 // peerRows are the libraries "the best peer" is chosen from.
@@ -26,14 +27,17 @@ type targetResult struct {
 	RunsMet  int        `json:"runs_met"`
 	Measured int        `json:"runs_measured"`
 	Met      bool       `json:"met"`
-	shown    string
+	// Info marks a figure shown next to the targets for comparison, with
+	// no goal: neither met nor missed.
+	Info  bool `json:"informational,omitempty"`
+	shown string
 }
 
 type target struct {
 	scenario, text, goal string
 	agg                  string // how the runs combine: "median" (default), "max", "sum"
 	value                func(run int) float64
-	ok                   func(v float64) bool
+	ok                   func(v float64) bool // nil: a figure for comparison, with no goal
 	format               func(float64) string
 }
 
@@ -69,9 +73,9 @@ func (r *report) maxOver(key string, run int, rows []string) float64 {
 }
 
 // published are redisync's targets: speed (A to D), then order, loss and
-// scale (E to G).
+// scale (E to G), then the hot key (H).
 func (r *report) published() []target {
-	return append(r.speedTargets(), r.behaviourTargets()...)
+	return append(append(r.speedTargets(), r.behaviourTargets()...), r.hotTargets()...)
 }
 
 func (r *report) speedTargets() []target {
@@ -137,6 +141,38 @@ func (r *report) behaviourTargets() []target {
 	}
 }
 
+// hotTargets are H's: the Mutex's local passes against the floor, and
+// figures for comparison with the Mutex without them.
+func (r *report) hotTargets() []target {
+	g := r.get
+	return []target{
+		{scenario: "H", text: "1 client, 8 goroutines: redisync Mutex cycles/s ÷ floor", goal: "≥ 5×", ok: atLeast(5), format: ratio,
+			value: func(run int) float64 { return g("H.cycles", mutexRow, run) / g("H.cycles", "floor", run) }},
+		{scenario: "H", text: "1 client, 8 goroutines: redisync Mutex without local passes, cycles/s ÷ floor", goal: "for comparison",
+			format: ratio, value: func(run int) float64 { return g("H.cycles", globalRow, run) / g("H.cycles", "floor", run) }},
+		{scenario: "H", text: "1 client, 8 goroutines: redisync Mutex cycles/s ÷ without local passes", goal: "for comparison",
+			format: ratio, value: func(run int) float64 { return g("H.cycles", mutexRow, run) / g("H.cycles", globalRow, run) }},
+		{scenario: "H", text: "other client's wait p99, ms: redisync Mutex − without local passes (local passes last 2 ms at most by default)",
+			goal: "for comparison", format: fSig,
+			value: func(run int) float64 { return g("H.wait_p99", mutexRow, run) - g("H.wait_p99", globalRow, run) }},
+		{scenario: "H", text: "overlaps + lost updates, redisync Mutex with and without local passes and FairMutex, all runs", goal: "0",
+			agg: "sum", ok: atMost(0), format: fInt, value: func(run int) float64 {
+				v, seen := 0.0, false
+				for _, l := range []string{mutexRow, globalRow, fairRow} {
+					for _, k := range []string{"H.overlaps", "H.lost"} {
+						if x := g(k, l, run); !math.IsNaN(x) {
+							v, seen = v+x, true
+						}
+					}
+				}
+				if !seen {
+					return math.NaN()
+				}
+				return v
+			}},
+	}
+}
+
 // evaluate computes every target over the runs.
 func (r *report) evaluate() []targetResult {
 	var out []targetResult
@@ -144,7 +180,7 @@ func (r *report) evaluate() []targetResult {
 		if !r.hasScenario(t.scenario) {
 			continue
 		}
-		res := targetResult{Scenario: t.scenario, Target: t.text, Goal: t.goal, Agg: t.agg}
+		res := targetResult{Scenario: t.scenario, Target: t.text, Goal: t.goal, Agg: t.agg, Info: t.ok == nil}
 		if res.Agg == "" {
 			res.Agg = "median"
 		}
@@ -163,7 +199,7 @@ func (r *report) evaluate() []targetResult {
 				res.Runs = append(res.Runs, &vv)
 			}
 			res.Measured++
-			if t.ok(v) {
+			if !res.Info && t.ok(v) {
 				res.RunsMet++
 			}
 		}
@@ -176,7 +212,7 @@ func (r *report) evaluate() []targetResult {
 		default:
 			res.Value = &v
 			res.shown = t.format(v)
-			res.Met = t.ok(v)
+			res.Met = !res.Info && t.ok(v)
 		}
 		out = append(out, res)
 	}
@@ -195,10 +231,14 @@ func (r *report) targetTable(w io.Writer) {
 		if !t.Met {
 			verdict = "**missed**"
 		}
+		met := fmt.Sprintf("%d/%d", t.RunsMet, t.Measured)
+		if t.Info {
+			verdict, met = "—", fmt.Sprintf("%d runs", t.Measured)
+		}
 		if t.Value == nil && t.shown == "n/a" {
 			verdict = "not measured"
 		}
-		writeRow(w, []string{t.Scenario, t.Target, t.Goal, t.shown, fmt.Sprintf("%d/%d", t.RunsMet, t.Measured), verdict})
+		writeRow(w, []string{t.Scenario, t.Target, t.Goal, t.shown, met, verdict})
 	}
 	fmt.Fprintln(w)
 }

@@ -1,0 +1,367 @@
+package redisync
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// A Mutex is passed on locally: the goroutines of one Client that want
+// one lock form its cohort. One of them (the leader) acquires the lock in
+// Redis while the others wait in the Client; when the holder unlocks and
+// another goroutine of the cohort waits, the lock passes to it without a
+// command to Redis: the key, its owner id, its Redis hold and its watchdog
+// renewal stay as they are, and the new holder gets a Lease of its own,
+// with the next token of the block the leader's acquisition reserved. The
+// budget of the lock (WithLocalPasses) bounds the passes in number and
+// time; once it is spent, or when no token is left, or nobody waits, the
+// next Unlock releases the lock in Redis, and the first waiter of the
+// cohort leads the next acquisition there, behind the waiters of other
+// Clients.
+
+// cohort is the goroutines of one Client that want one Mutex.
+type cohort struct {
+	c   *Client
+	key string // the lock key, its name in Client.cohorts
+
+	mu   sync.Mutex
+	refs int // acquisitions and holders using it; it goes at 0
+	// leading is set while a goroutine of the cohort acquires the lock in
+	// Redis, or is told to.
+	leading bool
+	// current is the lease that holds the lock for the cohort, nil while
+	// the cohort does not hold it in a way it can pass on.
+	current *Lease
+	hold    string    // the Redis hold that current carries
+	passes  int       // local passes left
+	until   time.Time // when the budget of passes ends
+	next    uint64    // the token of the next local pass
+	top     uint64    // the last token reserved
+	// budget and within are the budget of the lock's last leader
+	// (WithLocalPasses), which keep asks Redis for again.
+	budget int
+	within time.Duration
+	waiters []*localWaiter
+}
+
+// localWaiter is a goroutine of the cohort that waits for the lock in the
+// Client.
+type localWaiter struct {
+	ctx   context.Context
+	since time.Time
+	turn  chan localTurn // buffered: one turn
+}
+
+// localTurn is what a local waiter is given: the lock passed on to it
+// (lease), or the lead of the next acquisition in Redis.
+type localTurn struct {
+	lease *Lease
+}
+
+// cohortOf returns the cohort of the lock key, counting one more user.
+func (c *Client) cohortOf(key string) *cohort {
+	c.cohortsMu.Lock()
+	defer c.cohortsMu.Unlock()
+	co := c.cohorts[key]
+	if co == nil {
+		if c.cohorts == nil {
+			c.cohorts = make(map[string]*cohort)
+		}
+		co = &cohort{c: c, key: key}
+		c.cohorts[key] = co
+	}
+	co.mu.Lock()
+	co.refs++
+	co.mu.Unlock()
+	return co
+}
+
+// drop counts one user of the cohort less; the Client forgets an unused
+// cohort.
+func (co *cohort) drop() {
+	c := co.c
+	c.cohortsMu.Lock()
+	defer c.cohortsMu.Unlock()
+	co.mu.Lock()
+	co.refs--
+	unused := co.refs == 0
+	co.mu.Unlock()
+	if unused && c.cohorts[co.key] == co {
+		delete(c.cohorts, co.key)
+	}
+}
+
+// acquireLocally acquires m for a goroutine of its cohort: it leads the
+// acquisition in Redis when nobody of the cohort holds or acquires the
+// lock, and otherwise waits in the Client until the lock is passed on to
+// it or it is told to lead. A waiter whose ctx ends, or whose Client
+// closes, leaves nothing held: a lease passed on to it meanwhile goes on
+// to the next waiter or is released, and a lead it was given goes to the
+// next waiter.
+func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
+	co := c.cohortOf(m.keys.lock)
+	co.mu.Lock()
+	if !co.leading && co.current == nil {
+		co.leading = true
+		co.mu.Unlock()
+		return co.lead(ctx, m)
+	}
+	w := &localWaiter{ctx: ctx, since: time.Now(), turn: make(chan localTurn, 1)}
+	co.waiters = append(co.waiters, w)
+	co.mu.Unlock()
+	var err error
+	select {
+	case t := <-w.turn:
+		if t.lease == nil {
+			return co.lead(ctx, m)
+		}
+		if err := ctx.Err(); err != nil {
+			c.cleanup(ctx, func(context.Context) { t.lease.abandon(err) })
+			return nil, err
+		}
+		if f := c.cfg.metrics.PassedOn; f != nil {
+			f(mutexKind.primitive, m.name, time.Since(w.since))
+		}
+		return t.lease, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-c.closed:
+		err = ErrClosed
+	}
+	co.mu.Lock()
+	for i, o := range co.waiters {
+		if o == w {
+			co.waiters = append(co.waiters[:i], co.waiters[i+1:]...)
+			co.mu.Unlock()
+			co.drop()
+			return nil, err
+		}
+	}
+	co.mu.Unlock()
+	// Its turn came as it gave up: pass it on.
+	if t := <-w.turn; t.lease != nil {
+		c.cleanup(ctx, func(ctx context.Context) { t.lease.abandon(err) })
+	} else {
+		co.endLead()
+	}
+	return nil, err
+}
+
+// lead acquires the lock in Redis for the cohort, reserving a token for
+// each local pass of its budget, whether it takes the lock free or a
+// release hands it over (fewer when the tokens come close to the server's
+// clock, see reserve_tokens in lua/lock.lua). The lease it gets holds for
+// the cohort until its Unlock; on an error the next waiter leads.
+func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
+	// Tokens are reserved while other goroutines of the cohort wait: an
+	// acquisition nobody waits behind costs the script nothing more, and
+	// waiters that come later are passed the lock once its Unlock got
+	// tokens (keep).
+	reserve := func() int {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		if len(co.waiters) == 0 {
+			return 0
+		}
+		return m.cfg.localPasses
+	}
+	l, reserved, err := m.queued().acquireReserving(ctx, false, reserve)
+	if err != nil {
+		co.endLead()
+		return nil, err
+	}
+	h := l.h
+	co.mu.Lock()
+	co.leading = false
+	co.current, co.hold = l, l.hold
+	co.passes, co.until = reserved, time.Now().Add(m.cfg.localWithin)
+	co.budget, co.within = m.cfg.localPasses, m.cfg.localWithin
+	co.next, co.top = h.token+1, h.token+uint64(reserved)
+	co.mu.Unlock()
+	h.mu.Lock()
+	l.co = co
+	l.lost = make(chan struct{})
+	lost := h.done
+	if lost {
+		close(l.lost)
+	}
+	h.mu.Unlock()
+	if lost {
+		co.lose(l)
+	}
+	return l, nil
+}
+
+// lose ends the hold of the cohort that l had when its ownership was
+// lost: the first waiter leads the next acquisition in Redis.
+func (co *cohort) lose(l *Lease) {
+	co.mu.Lock()
+	mine := co.current == l
+	if mine {
+		co.current = nil
+		co.promote()
+	}
+	co.mu.Unlock()
+	if mine {
+		co.drop()
+	}
+}
+
+// endLead ends a lead that did not get the lock: the first waiter leads
+// next.
+func (co *cohort) endLead() {
+	co.mu.Lock()
+	co.leading = false
+	co.promote()
+	co.mu.Unlock()
+	co.drop()
+}
+
+// promote tells the first waiter to lead, when nobody of the cohort holds
+// or acquires the lock. Call it with co.mu held.
+func (co *cohort) promote() {
+	if co.leading || co.current != nil || len(co.waiters) == 0 {
+		return
+	}
+	w := co.waiters[0]
+	co.waiters = co.waiters[1:]
+	co.leading = true
+	w.turn <- localTurn{}
+}
+
+// unlockState is how the Unlock of a lease of the cohort goes.
+type unlockState int
+
+const (
+	unlockInRedis unlockState = iota // release the hold in Redis
+	unlockPassed                     // passed on locally: done
+	unlockGone                       // passed on before: not held
+	unlockKeep                       // keep it for the waiters if Redis allows (keep)
+)
+
+// pass passes the lock l holds on to the first waiter, when the budget
+// allows. When the budget is spent and goroutines of the cohort wait,
+// unlockKeep asks Redis for more (keep). Otherwise l releases the lock in
+// Redis, and, once that is done (ended called), the first waiter leads the
+// next acquisition. A lease passed on before is unlockGone: its Unlock must
+// not release the hold its successor carries. mayKeep false releases
+// without asking for more.
+func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	switch {
+	case l.passedOn:
+		return unlockGone, nil
+	case co.current != l:
+		// Released in Redis before (a retry), or re-entered.
+		return unlockInRedis, func() {}
+	}
+	ended = func() {
+		co.mu.Lock()
+		co.promote()
+		co.mu.Unlock()
+		co.drop()
+	}
+	if len(co.waiters) > 0 && co.passes > 0 && co.next <= co.top && time.Now().Before(co.until) {
+		if co.handOn(l) {
+			return unlockPassed, nil
+		}
+	} else if mayKeep && len(co.waiters) > 0 && co.alone(l) {
+		return unlockKeep, ended
+	}
+	co.current = nil
+	return unlockInRedis, ended
+}
+
+// alone reports whether l is the only lease of its holder, which is held:
+// a lock held through a re-entry too, or lost, is not passed on.
+func (co *cohort) alone(l *Lease) bool {
+	h := l.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.done && len(h.leases) == 1
+}
+
+// handOn passes the lock from l, the cohort's current lease, to the first
+// waiter, with the next token; false when l's holder is lost or holds the
+// lock through a re-entry too (Redis decides then). Call it with co.mu
+// held and a waiter waiting.
+func (co *cohort) handOn(l *Lease) bool {
+	h := l.h
+	w := co.waiters[0]
+	h.mu.Lock()
+	if h.done || len(h.leases) != 1 {
+		h.mu.Unlock()
+		return false
+	}
+	nl := newLease(w.ctx, h, co.hold)
+	nl.co, nl.token, nl.lost = co, co.next, make(chan struct{})
+	delete(h.leases, l)
+	h.leases[nl] = struct{}{}
+	co.waiters = co.waiters[1:]
+	co.passes--
+	co.next++
+	co.current = nl
+	h.mu.Unlock()
+	l.mu.Lock()
+	l.passedOn = true
+	l.mu.Unlock()
+	w.turn <- localTurn{lease: nl}
+	return true
+}
+
+// keep runs l's release in Redis asking to keep the lock for the cohort's
+// waiters instead: Redis keeps it when nobody waits there (another
+// Client's waiter, a Group), with a new block of tokens, and the lock
+// passes to the first waiter on a new budget (passed). Otherwise the
+// release ran as any other, with its outcome st and err, unless kept is
+// set: kept and not passed, the waiters left meanwhile, and the caller
+// releases the lock.
+func (co *cohort) keep(ctx context.Context, l *Lease) (passed, kept bool, st releaseState, err error) {
+	h := l.h
+	co.mu.Lock()
+	budget, within := co.budget, co.within
+	co.mu.Unlock()
+	e := h.c.releaseExec(h.keys, h.owner, l.hold)
+	e.Args = append(e.Args, strconv.Itoa(budget))
+	res, err := releaseScript.exec(ctx, h.c.rc, e.Keys, e.Args).ToAny()
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if err != nil {
+		co.forget(l)
+		return false, false, notHeld, redisErr("release", err)
+	}
+	if a, ok := res.([]any); ok && len(a) == 3 {
+		from, _ := a[1].(int64)
+		n, _ := a[2].(int64)
+		co.passes, co.until = int(n), time.Now().Add(within)
+		co.next, co.top = uint64(from)+1, uint64(from)+uint64(n)
+		if len(co.waiters) > 0 && co.handOn(l) {
+			return true, true, freed, nil
+		}
+		co.forget(l)
+		return false, true, stillHeld, nil
+	}
+	co.forget(l)
+	n, _ := res.(int64)
+	switch n {
+	case 1:
+		return false, false, freed, nil
+	case 2:
+		return false, false, stillHeld, nil
+	}
+	return false, false, notHeld, nil
+}
+
+// forget ends l's hold of the cohort, if it still has it. Call it with
+// co.mu held.
+func (co *cohort) forget(l *Lease) {
+	if co.current == l {
+		co.current = nil
+	}
+}
+
+// detach lets the lock that l holds go without a release: the first
+// waiter leads the next acquisition, which waits for the lock to expire.
+func (co *cohort) detach(l *Lease) { co.lose(l) }
