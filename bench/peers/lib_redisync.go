@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -131,4 +133,27 @@ func redisyncFair() *library {
 		key:          func(prefix, name string) string { return prefix + ":fair:{" + name + "}" },
 		attempts:     scriptsBut,
 	}
+}
+
+// withBudget gives the redisync Mutex row of libs the budget of local
+// passes spec ("N/D": WithLocalPasses(N, D)).
+func withBudget(libs []*library, spec string) error {
+	ns, ds, ok := strings.Cut(spec, "/")
+	n, err := strconv.Atoi(ns)
+	if !ok || err != nil {
+		return fmt.Errorf("%q: want N/D, such as 64/2ms", spec)
+	}
+	d, err := time.ParseDuration(ds)
+	if err != nil {
+		return fmt.Errorf("%q: %w", spec, err)
+	}
+	for _, l := range libs {
+		if l.id != "redisync" {
+			continue
+		}
+		opt := redisync.WithLocalPasses(n, d)
+		l.connect = func(cfg clientConfig) (locker, error) { return connectRedisync(cfg, false, opt) }
+		l.note += fmt.Sprintf(" This run: WithLocalPasses(%d, %v).", n, d)
+	}
+	return nil
 }

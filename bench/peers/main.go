@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quick := fs.Bool("quick", false, "small counts and short times (for CI)")
 	jsonPath := fs.String("json", "", "write the results as JSON to this file")
 	svgPath := fs.String("svg", "", "write a bar chart (uncontended cycles/s, hand-off p50) as SVG to this file")
+	budget := fs.String("local-passes", "", "the redisync Mutex row's budget of local passes, as N/D (WithLocalPasses(N, D), e.g. 64/2ms); default the library's")
 	addr := fs.String("addr", "", "use this redis-server (loopback only) instead of starting one per scenario and library")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -62,6 +63,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-scenarios: %w", err)
 	}
 	libs := libraries()
+	if *budget != "" {
+		if err := withBudget(libs, *budget); err != nil {
+			return fmt.Errorf("-local-passes: %w", err)
+		}
+	}
 	if *libList != "" {
 		if libs, err = pick(libs, *libList, func(l *library) string { return l.id }); err != nil {
 			return fmt.Errorf("-libs: %w", err)
