@@ -55,6 +55,10 @@ type presenceEntry struct {
 	// gone every local waiter looks again: the waiters themselves sleep
 	// until a message wakes them.
 	checkAt time.Time
+	// holder is the owner id of the holder the last pass read, with its
+	// PTTL, when checkAt was set from it: the next passes read no PTTL
+	// while the same holder has the lock.
+	holder string
 }
 
 type orphanLeave struct {
@@ -263,6 +267,23 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 	}
 }
 
+// samePTTL is the PTTL a pass reports for a lock held by the holder it
+// read at the previous pass: the check set then stands. A holder that
+// renewed or extended its lease is found held at the check, which looks
+// again at the new end; one whose lease was shortened (an Extend shorter
+// than what was left) and that died is found at the end first read.
+const samePTTL = -3
+
+// heldBy notes the holder a pass read with its PTTL ('' for none): the next
+// pass reads no PTTL while it holds the lock.
+func (p *presence) heldBy(keys lockKeys, owner string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.locks[keys.waiters]; e != nil {
+		e.holder = owner
+	}
+}
+
 // found acts on what a check or a pass read of a lock: its key's PTTL,
 // whether places of the Client there may be gone, and the holder when it
 // is of this Client (mine). A holder of this Client may be a waiter that a
@@ -275,6 +296,9 @@ func (p *presence) found(keys lockKeys, pttl int64, gone bool, mine string) {
 	channel := waiterChannel(keys.channel, p.c.id)
 	if mine != "" {
 		p.c.notify.wake(channel, mine)
+	}
+	if !gone && pttl == samePTTL {
+		return // its check stands
 	}
 	if !gone && pttl != -2 {
 		p.watch(keys, pttl)
@@ -305,11 +329,14 @@ func (p *presence) pass(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 100*time.Millisecond))
 	defer cancel()
 	for i, r := range presenceScript.batch(ctx, p.c.rc, batch) {
-		gone, pttl, mine, err := presenceReply(r, len(entries[i]))
+		gone, pttl, mine, owners, err := presenceReply(r, len(entries[i]))
 		if err != nil {
 			continue // the places expire; the waiters look again once resubscribed
 		}
 		for j, keys := range entries[i] {
+			if pttl[j] != samePTTL {
+				p.heldBy(keys, owners[j])
+			}
 			p.found(keys, pttl[j], gone[j] == 1, mine[j])
 		}
 	}
@@ -349,22 +376,24 @@ func (p *presence) probe(timeout time.Duration) {
 }
 
 // presenceReply reads the reply of the presence script for n locks.
-func presenceReply(r rueidis.RedisResult, n int) (gone, pttl []int64, mine []string, err error) {
+func presenceReply(r rueidis.RedisResult, n int) (gone, pttl []int64, mine, owners []string, err error) {
 	v, err := r.ToArray()
-	if err == nil && len(v) != 3 {
-		err = fmt.Errorf("redisync: presence script replied with %d arrays, not 3", len(v))
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("redisync: presence script replied with %d arrays, not 4", len(v))
 	}
 	if err == nil {
 		if gone, err = v[0].AsIntSlice(); err == nil {
 			if pttl, err = v[1].AsIntSlice(); err == nil {
-				mine, err = v[2].AsStrSlice()
+				if mine, err = v[2].AsStrSlice(); err == nil {
+					owners, err = v[3].AsStrSlice()
+				}
 			}
 		}
 	}
-	if err == nil && (len(gone) != n || len(pttl) != n || len(mine) != n) {
-		err = fmt.Errorf("redisync: presence script replied for %d, %d and %d locks, not %d", len(gone), len(pttl), len(mine), n)
+	if err == nil && (len(gone) != n || len(pttl) != n || len(mine) != n || len(owners) != n) {
+		err = fmt.Errorf("redisync: presence script replied for %d, %d, %d and %d locks, not %d", len(gone), len(pttl), len(mine), len(owners), n)
 	}
-	return gone, pttl, mine, err
+	return gone, pttl, mine, owners, err
 }
 
 // batch builds a pass's scripts (with the keys of their locks), and takes
@@ -385,7 +414,7 @@ func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, entries [][]lo
 		for len(es) > 0 {
 			chunk := es[:min(len(es), renewBatch)]
 			es = es[len(chunk):]
-			b := rueidis.LuaExec{Keys: make([]string, 0, 3*len(chunk)), Args: make([]string, 1, 1+2*len(chunk))}
+			b := rueidis.LuaExec{Keys: make([]string, 0, 3*len(chunk)), Args: make([]string, 1, 1+3*len(chunk))}
 			b.Args[0] = p.c.id
 			ks := make([]lockKeys, len(chunk))
 			for i, e := range chunk {
@@ -394,7 +423,14 @@ func (p *presence) batch(now time.Time) (batch []rueidis.LuaExec, entries [][]lo
 					touch, e.touched = "1", now
 				}
 				b.Keys = append(b.Keys, e.keys.waiters, e.keys.queue, e.keys.lock)
-				b.Args = append(b.Args, strconv.FormatInt(e.expiry.Milliseconds(), 10), touch)
+				// The holder read last, while its check is pending: a
+				// check done, or moved by anything else, reads the PTTL
+				// again.
+				holder := e.holder
+				if e.checkAt.IsZero() {
+					holder = ""
+				}
+				b.Args = append(b.Args, strconv.FormatInt(e.expiry.Milliseconds(), 10), touch, holder)
 				ks[i] = e.keys
 			}
 			batch = append(batch, b)

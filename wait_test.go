@@ -696,3 +696,35 @@ func TestLatchWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
 		require.Zero(t, fell.Load(), "waits ended by the fallback")
 	})
 }
+
+// TestWaiterFollowsAHolderThatExtended: the presence pass reads the
+// holder's remaining lease once per holder, and the check at its end finds
+// a lease extended since and looks again at the new end: a holder that
+// extends its lease a few times and then dies (publishing nothing) gives
+// the lock to the waiter soon after its last lease ran out.
+func TestWaiterFollowsAHolderThatExtended(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		holder, waiting := e.client(t), e.client(t)
+		name := "extended:" + t.Name()
+		l, err := holder.Mutex(name, WithFixedLease(time.Second)).Lock(ctx)
+		require.NoError(t, err)
+		w := lockAsync(ctx, waiting.Mutex(name))
+		var ends time.Time
+		for range 3 {
+			time.Sleep(700 * time.Millisecond)
+			require.NoError(t, l.Extend(ctx, time.Second))
+			ends = time.Now().Add(time.Second)
+		}
+		// The holder dies: no Unlock, no message; its key expires at ends.
+		select {
+		case o := <-w:
+			require.NoError(t, o.err)
+			require.False(t, o.at.Before(ends.Add(-100*time.Millisecond)), "taken %v before the last lease ended", ends.Sub(o.at))
+			require.Less(t, o.at.Sub(ends), 2*time.Second, "taken long after the last lease ended")
+			require.NoError(t, o.l.Unlock(ctx))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the waiter still waits %v after the holder's last lease ended", time.Since(ends).Round(time.Millisecond))
+		}
+	})
+}
