@@ -40,8 +40,8 @@ type cohort struct {
 	top     uint64    // the last token reserved
 	// budget and within are the budget of the lock's last leader
 	// (WithLocalPasses), which keep asks Redis for again.
-	budget int
-	within time.Duration
+	budget  int
+	within  time.Duration
 	waiters []*localWaiter
 }
 

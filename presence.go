@@ -274,7 +274,7 @@ func (p *presence) check(now time.Time, timeout time.Duration) {
 // than what was left) and that died is found at the end first read.
 const samePTTL = -3
 
-// heldBy notes the holder a pass read with its PTTL ('' for none): the next
+// heldBy notes the holder a pass read with its PTTL (empty for none): the next
 // pass reads no PTTL while it holds the lock.
 func (p *presence) heldBy(keys lockKeys, owner string) {
 	p.mu.Lock()
