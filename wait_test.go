@@ -351,6 +351,26 @@ func lockAsync(ctx context.Context, m *Mutex) <-chan lockOutcome {
 }
 
 // awaitQueued waits until the lock's queue has n places.
+// awaitSubscriptionReady waits until c's subscription to channel took
+// effect on the server.
+func awaitSubscriptionReady(t testing.TB, c *Client, channel string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		c.notify.mu.Lock()
+		s := c.notify.subs[subKey{channel, ownPubSub}]
+		c.notify.mu.Unlock()
+		if s == nil {
+			return false
+		}
+		select {
+		case <-s.ready:
+			return true
+		default:
+			return false
+		}
+	}, "the subscription to %s did not take effect", channel)
+}
+
 func awaitQueued(t testing.TB, ctx context.Context, rc rueidis.Client, keys lockKeys, n int64) {
 	t.Helper()
 	eventually(t, 5*time.Second, func() bool {
@@ -379,8 +399,14 @@ func TestWaiterDroppedFromQueueLearnsAtNextPass(t *testing.T) {
 
 		w1 := lockAsync(ctx, lapsed.Mutex(name, WithLocalPasses(0, 0)))
 		awaitQueued(t, ctx, rc, keys, 1)
+		// A waiter attempts once more when its subscription takes effect,
+		// which writes its Client's deadline anew: that must be over before
+		// the deadline is made to lapse below.
+		awaitSubscriptionReady(t, lapsed, waiterChannel(keys.channel, lapsed.ID()))
 		next := lockAsync(ctx, busy.Mutex(name, WithLocalPasses(0, 0)))
 		awaitQueued(t, ctx, rc, keys, 2)
+		awaitSubscriptionReady(t, busy, waiterChannel(keys.channel, busy.ID()))
+		time.Sleep(300 * time.Millisecond) // the attempts that follow
 		// The lapsed Client's deadline passes, as when its presence loop
 		// stalls or its connection is held up.
 		lapsed.presence.stall.Lock()
