@@ -554,7 +554,9 @@ func TestRedissonNodeUnlockLatch(t *testing.T) {
 	outer := mustLock(t, ctx, rl.Lock)
 	inner := mustLock(t, outer.Context(), rl.Lock)
 	mid := mustLock(t, outer.Context(), rl.Lock)
-	p.SetLatency(300 * time.Millisecond)
+	// The release's reply comes 3 s after it is sent, far after short ends
+	// (a loaded machine may fire its timer late).
+	p.SetLatency(1500 * time.Millisecond)
 	short, cancel := context.WithCancel(ctx)
 	stop := time.AfterFunc(100*time.Millisecond, cancel)
 	err := inner.Unlock(short)
