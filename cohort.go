@@ -345,13 +345,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed, kept bool, st rel
 	}
 	co.forget(l)
 	n, _ := res.(int64)
-	switch n {
-	case 1:
-		return false, false, freed, nil
-	case 2:
-		return false, false, stillHeld, nil
-	}
-	return false, false, notHeld, nil
+	return false, false, releaseStateOf(n), nil
 }
 
 // forget ends l's hold of the cohort, if it still has it. Call it with

@@ -325,3 +325,40 @@ func TestMutexLocalPassAfterHandOver(t *testing.T) {
 		require.NoError(t, ol.Unlock(ctx))
 	})
 }
+
+// A goroutine that leads its Client's acquisition in Redis and gives up
+// hands the lead to the next local waiter, which waits in Redis in its
+// place: the local waiter, which has no timer of its own, is not left
+// behind a lead nobody runs.
+func TestMutexLocalLeaderCancelled(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c := e.client(t)
+		m := c.Mutex(t.Name())
+		other := e.client(t).Mutex(t.Name())
+		held := mustLock(t, ctx, other.Lock)
+
+		lctx, cancel := context.WithCancel(ctx)
+		leader := make(chan error, 1)
+		go func() {
+			_, err := m.Lock(lctx)
+			leader <- err
+		}()
+		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the leader did not queue in Redis")
+		follower := lockAsync(ctx, m)
+		eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the follower did not wait in the Client")
+
+		cancel()
+		require.ErrorIs(t, <-leader, context.Canceled)
+		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the follower did not take the lead in Redis")
+		require.NoError(t, held.Unlock(ctx))
+		select {
+		case o := <-follower:
+			require.NoError(t, o.err)
+			require.Greater(t, o.l.Token(), held.Token())
+			require.NoError(t, o.l.Unlock(ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatal("the follower still waits after the lock was released")
+		}
+	})
+}

@@ -88,7 +88,8 @@ const redissonNoLeaseScore = 922337203685477
 // Compared with Semaphore: no fairness (a release wakes every waiter and
 // whoever comes first takes the permits), no size (the permits available
 // are whatever TrySetPermits, SetPermits and AddPermits set), no fencing
-// token; waiters look again at least every second, and when the nearest
+// token; waiters look again when the Client's presence pass finds the
+// permits changed, whatever messages were lost, and when the nearest
 // permit's lease ends.
 type RedissonPermitExpirableSemaphore struct {
 	c    *Client
@@ -149,9 +150,11 @@ func (a redissonPSemAcq) check(ctx context.Context) error {
 func (a redissonPSemAcq) spans() []*Client { return []*Client{a.s.c} }
 
 // Lock takes n permits, waiting as long as ctx allows: for Redisson's
-// message on the semaphore's channel, looking again at least every
-// second and when the nearest permit's lease ends (an expired permit is
-// reclaimed by the next acquisition, which publishes nothing before). A
+// message on the semaphore's channel, which the Client's waiters share one
+// subscription to, looking again when the Client's presence pass (a second
+// apart by default) finds the permits changed and when the nearest
+// permit's lease ends (an expired permit is reclaimed by the next
+// acquisition, which publishes nothing before). A
 // semaphore that was never set has no permits: Lock waits for them.
 //
 // It returns ctx.Err() when ctx ends first, and ErrClosed when the Client

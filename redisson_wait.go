@@ -18,11 +18,6 @@ import (
 // pub/sub, a broken connection, a holder that died and published nothing),
 // a waiter looks again within one pass.
 
-// redissonPoll bounds how long a Redisson waiter without a probe sleeps
-// without a message before it attempts again: nothing else would tell it
-// that a message was lost.
-const redissonPoll = time.Second
-
 // redissonWait is one acquisition of a Redisson primitive.
 type redissonWait struct {
 	c       *Client
@@ -37,13 +32,12 @@ type redissonWait struct {
 	undo func(ctx context.Context)
 	// busy is TryLock's error when the thing is taken.
 	busy error
-	// probe, if set, is what the Client's presence pass reads for the
-	// waiters of channel (see subscription.follow): they look again within
-	// one pass whatever messages were lost. Without one, a waiter looks
-	// again at least every redissonPoll.
+	// probe is what the Client's presence pass reads for the waiters of
+	// channel (see subscription.follow): they look again within one pass
+	// whatever messages were lost.
 	probe probe
 	// primitive and name label, in metrics and logs, a wait that the
-	// fallback timer ended; the channel stands for both when unset.
+	// fallback timer ended.
 	primitive, name string
 }
 
@@ -63,7 +57,7 @@ func (w *redissonWait) run(ctx context.Context, try bool) (*Lease, error) {
 	var lastErr error
 	backoff := func(err error) error {
 		lastErr = err
-		if err := w.sleep(ctx, nil, retry.next()); err != nil {
+		if err := w.sleep(ctx, retry.next()); err != nil {
 			return ctxErr(ctx, lastErr)
 		}
 		return nil
@@ -93,7 +87,7 @@ func (w *redissonWait) run(ctx context.Context, try bool) (*Lease, error) {
 				return nil, ctx.Err()
 			}
 			if fellBack {
-				w.c.fellBack(w.label())
+				w.c.fellBack(w.primitive, w.name, w.name)
 			}
 			return l, nil
 		}
@@ -163,7 +157,7 @@ func (w *redissonWait) join(ctx context.Context, subs *waitSet) error {
 // channel, once per pass: through the first subscription (both kinds'
 // waiters wait on it).
 func (w *redissonWait) follow(subs *waitSet) {
-	if w.probe != nil && len(subs.subs) > 0 {
+	if len(subs.subs) > 0 {
 		subs.subs[0].follow(w.probe)
 	}
 }
@@ -171,35 +165,21 @@ func (w *redissonWait) follow(subs *waitSet) {
 // timer returns how long a wait lasts without a message or a presence
 // pass: until the holder's lease runs out, when the attempt knew when, and
 // the fallback otherwise (fallback true), which only a lost wake-up lets
-// end a wait that the next attempt ends in success. Without a probe, it is
-// redissonPoll.
+// end a wait that the next attempt ends in success.
 func (w *redissonWait) timer(wait time.Duration) (d time.Duration, fallback bool) {
-	limit := waiterFallback
-	if w.probe == nil {
-		limit = redissonPoll
-	}
-	if wait > 0 && wait < limit {
+	if wait > 0 && wait < waiterFallback {
 		// A millisecond more: the lease has run out on the server then.
 		return wait + time.Millisecond, false
 	}
-	return limit, w.probe != nil
+	return waiterFallback, true
 }
 
-// label names the wait for fellBack: primitive, name, key.
-func (w *redissonWait) label() (string, string, string) {
-	if w.primitive == "" {
-		return "redisson", w.channel, w.channel
-	}
-	return w.primitive, w.name, w.name
-}
-
-// sleep waits for wake, at most d: ctx's error when ctx ends first,
-// ErrClosed when the Client closes.
-func (w *redissonWait) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+// sleep waits d: ctx's error when ctx ends first, ErrClosed when the
+// Client closes.
+func (w *redissonWait) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-wake:
 	case <-t.C:
 	case <-ctx.Done():
 		return ctx.Err()

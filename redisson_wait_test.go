@@ -482,3 +482,50 @@ func TestRedissonIdleWaitingCostsLittle(t *testing.T) {
 		require.NoError(t, rc.Do(context.Background(), rc.B().Del().Key(name).Build()).Error())
 	})
 }
+
+// TestRedissonOneMessageWakesEveryLocalWaiter: one release message of a
+// Redisson semaphore reaches every goroutine of the Client that waits for
+// it: it wakes them by generation, so none takes another's wake-up. The
+// Client's presence pass is stalled meanwhile: only the message can end
+// the waits.
+func TestRedissonOneMessageWakesEveryLocalWaiter(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		c := e.client(t)
+		name := "rsmany-" + t.Name()
+		s := c.RedissonSemaphore(name)
+		t.Cleanup(func() { rc.Do(context.Background(), rc.B().Del().Key(name).Build()) })
+		const waiters = 3
+		got := make(chan *Lease, waiters)
+		for range waiters {
+			go func() {
+				l, err := s.Lock(ctx, 1)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+		}
+		eventually(t, 10*time.Second, func() bool { return redissonWaiters(c, s.channel()) == waiters }, "the waiters did not wait: %d", redissonWaiters(c, s.channel()))
+		time.Sleep(100 * time.Millisecond) // waiting
+		c.presence.stall.Lock()
+		defer c.presence.stall.Unlock()
+		// As Java's release(3) does: the permits, and one message.
+		require.NoError(t, rc.Do(ctx, rc.B().Incrby().Key(name).Increment(waiters).Build()).Error())
+		require.NoError(t, rc.Do(ctx, rc.B().Publish().Channel(s.channel()).Message(strconv.Itoa(waiters)).Build()).Error())
+		var leases []*Lease
+		for range waiters {
+			select {
+			case l := <-got:
+				require.NotNil(t, l)
+				leases = append(leases, l)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%d of %d waiters woken by one message", len(leases), waiters)
+			}
+		}
+		for _, l := range leases {
+			require.NoError(t, l.Unlock(ctx))
+		}
+	})
+}

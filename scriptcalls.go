@@ -48,13 +48,19 @@ func (c *Client) runRelease(ctx context.Context, s script, op string, keys, args
 	if err != nil {
 		return notHeld, redisErr(op, err)
 	}
+	return releaseStateOf(n), nil
+}
+
+// releaseStateOf reads a release script's answer: 1 freed, 2 still held
+// through other holds, anything else not held.
+func releaseStateOf(n int64) releaseState {
 	switch n {
 	case 1:
-		return freed, nil
+		return freed
 	case 2:
-		return stillHeld, nil
+		return stillHeld
 	}
-	return notHeld, nil
+	return notHeld
 }
 
 // runFound runs a script s on keys with args that answers 1 when it found

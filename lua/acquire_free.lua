@@ -5,13 +5,14 @@ local owner, holds, token, last, bad, queued = lock_of(KEYS[1], KEYS[2])
 local took = owner == false and not bad
 local reserved = 0
 if took then
-  local t
   if ARGV[9] and ARGV[9] ~= '' then
-    t = redis.call('TIME')
-  end
-  token = take(KEYS[1], t, last, ARGV[1], ARGV[2], ARGV[3], nil, nil, queued and '1' or '')
-  if t then
-    reserved = reserve_tokens(KEYS[1], t, token, ARGV[9])
+    -- Tokens for the Client's local passes, written with the ownership.
+    local t = redis.call('TIME')
+    token = next_token(t, last)
+    reserved = reservable(t, token, ARGV[9])
+    give(KEYS[1], token, ARGV[1], ARGV[2], ARGV[3], reserved > 0 and 't' or nil, token_field(token, reserved), queued and '1' or '')
+  else
+    token = take(KEYS[1], nil, last, ARGV[1], ARGV[2], ARGV[3], nil, nil, queued and '1' or '')
   end
   if ARGV[6] ~= 'queued' then
     return {1, token, 1, reserved}

@@ -59,19 +59,29 @@ local function next_token(t, last)
   return micros(t or redis.call('TIME'))
 end
 
--- Reserve up to n tokens after token (the ownership's token, or the last
--- one its Client passed on) for the local passes of the Client that holds
--- lock, at t (the server's TIME): as many as asked but none above the
--- server's clock in microseconds, so that tokens stay below it (see
--- next_token). The field t keeps the last one reserved, so that the next
--- token of another owner comes after them. Returns how many were
--- reserved.
+-- How many of n tokens after token (the ownership's token, or the last
+-- one its Client passed on) can be reserved for the local passes of the
+-- Client that holds a lock, at t (the server's TIME): as many as asked but
+-- none above the server's clock in microseconds, so that tokens stay below
+-- it (see next_token). The lock's field t keeps the last one reserved, so
+-- that the next token of another owner comes after them; it is
+-- token_field's value.
+local function reservable(t, token, n)
+  return math.max(math.min(tonumber(n) or 0, tonumber(micros(t)) - tonumber(token)), 0)
+end
+
+-- The value of the field t after n tokens reserved after token.
+local function token_field(token, n)
+  return string.format('%d', tonumber(token) + n)
+end
+
+-- Reserve what reservable allows of n tokens after token in lock; returns
+-- how many were reserved.
 local function reserve_tokens(lock, t, token, n)
-  n = math.min(tonumber(n) or 0, tonumber(micros(t)) - tonumber(token))
-  if n <= 0 then
-    return 0
+  n = reservable(t, token, n)
+  if n > 0 then
+    redis.call('HSET', lock, 't', token_field(token, n))
   end
-  redis.call('HSET', lock, 't', string.format('%d', tonumber(token) + n))
   return n
 end
 
