@@ -33,11 +33,11 @@ type cohort struct {
 	// current is the lease that holds the lock for the cohort, nil while
 	// the cohort does not hold it in a way it can pass on.
 	current *Lease
-	hold    string    // the Redis hold that current carries
-	passes  int       // local passes left
-	until   time.Time // when the budget of passes ends
-	next    uint64    // the token of the next local pass
-	top     uint64    // the last token reserved
+	// The budget of local passes left: the tokens next to top, until a
+	// time.
+	next  uint64 // the token of the next local pass
+	top   uint64 // the last token reserved
+	until time.Time
 	// budget and within are the budget of the lock's last leader
 	// (WithLocalPasses), which keep asks Redis for again.
 	budget  int
@@ -50,13 +50,9 @@ type cohort struct {
 type localWaiter struct {
 	ctx   context.Context
 	since time.Time
-	turn  chan localTurn // buffered: one turn
-}
-
-// localTurn is what a local waiter is given: the lock passed on to it
-// (lease), or the lead of the next acquisition in Redis.
-type localTurn struct {
-	lease *Lease
+	// turn gets, once, the lock passed on to the waiter, or nil: the lead
+	// of the next acquisition in Redis.
+	turn chan *Lease
 }
 
 // cohortOf returns the cohort of the lock key, counting one more user.
@@ -107,23 +103,23 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 		co.mu.Unlock()
 		return co.lead(ctx, m)
 	}
-	w := &localWaiter{ctx: ctx, since: time.Now(), turn: make(chan localTurn, 1)}
+	w := &localWaiter{ctx: ctx, since: time.Now(), turn: make(chan *Lease, 1)}
 	co.waiters = append(co.waiters, w)
 	co.mu.Unlock()
 	var err error
 	select {
-	case t := <-w.turn:
-		if t.lease == nil {
+	case l := <-w.turn:
+		if l == nil {
 			return co.lead(ctx, m)
 		}
 		if err := ctx.Err(); err != nil {
-			c.cleanup(ctx, func(context.Context) { t.lease.abandon(err) })
+			c.cleanup(ctx, func(context.Context) { l.abandon(err) })
 			return nil, err
 		}
 		if f := c.cfg.metrics.PassedOn; f != nil {
 			f(mutexKind.primitive, m.name, time.Since(w.since))
 		}
-		return t.lease, nil
+		return l, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-c.closed:
@@ -140,8 +136,8 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 	}
 	co.mu.Unlock()
 	// Its turn came as it gave up: pass it on.
-	if t := <-w.turn; t.lease != nil {
-		c.cleanup(ctx, func(ctx context.Context) { t.lease.abandon(err) })
+	if l := <-w.turn; l != nil {
+		c.cleanup(ctx, func(ctx context.Context) { l.abandon(err) })
 	} else {
 		co.endLead()
 	}
@@ -174,8 +170,7 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 	h := l.h
 	co.mu.Lock()
 	co.leading = false
-	co.current, co.hold = l, l.hold
-	co.passes, co.until = reserved, time.Now().Add(m.cfg.localWithin)
+	co.current, co.until = l, time.Now().Add(m.cfg.localWithin)
 	co.budget, co.within = m.cfg.localPasses, m.cfg.localWithin
 	co.next, co.top = h.token+1, h.token+uint64(reserved)
 	co.mu.Unlock()
@@ -227,7 +222,7 @@ func (co *cohort) promote() {
 	w := co.waiters[0]
 	co.waiters = co.waiters[1:]
 	co.leading = true
-	w.turn <- localTurn{}
+	w.turn <- nil
 }
 
 // unlockState is how the Unlock of a lease of the cohort goes.
@@ -263,7 +258,7 @@ func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
 		co.mu.Unlock()
 		co.drop()
 	}
-	if len(co.waiters) > 0 && co.passes > 0 && co.next <= co.top && time.Now().Before(co.until) {
+	if len(co.waiters) > 0 && co.next <= co.top && time.Now().Before(co.until) {
 		if co.handOn(l) {
 			return unlockPassed, nil
 		}
@@ -295,19 +290,18 @@ func (co *cohort) handOn(l *Lease) bool {
 		h.mu.Unlock()
 		return false
 	}
-	nl := newLease(w.ctx, h, co.hold)
+	nl := newLease(w.ctx, h, l.hold)
 	nl.co, nl.token, nl.lost = co, co.next, make(chan struct{})
 	delete(h.leases, l)
 	h.leases[nl] = struct{}{}
 	co.waiters = co.waiters[1:]
-	co.passes--
 	co.next++
 	co.current = nl
 	h.mu.Unlock()
 	l.mu.Lock()
 	l.passedOn = true
 	l.mu.Unlock()
-	w.turn <- localTurn{lease: nl}
+	w.turn <- nl
 	return true
 }
 
@@ -315,10 +309,9 @@ func (co *cohort) handOn(l *Lease) bool {
 // waiters instead: Redis keeps it when nobody waits there (another
 // Client's waiter, a Group), with a new block of tokens, and the lock
 // passes to the first waiter on a new budget (passed). Otherwise the
-// release ran as any other, with its outcome st and err, unless kept is
-// set: kept and not passed, the waiters left meanwhile, and the caller
-// releases the lock.
-func (co *cohort) keep(ctx context.Context, l *Lease) (passed, kept bool, st releaseState, err error) {
+// release ran as any other, with its outcome st and err; a lock kept for
+// waiters that all left meanwhile is released then.
+func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseState, err error) {
 	h := l.h
 	co.mu.Lock()
 	budget, within := co.budget, co.within
@@ -327,25 +320,29 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed, kept bool, st rel
 	e.Args = append(e.Args, strconv.Itoa(budget))
 	res, err := releaseScript.exec(ctx, h.c.rc, e.Keys, e.Args).ToAny()
 	co.mu.Lock()
-	defer co.mu.Unlock()
 	if err != nil {
 		co.forget(l)
-		return false, false, notHeld, redisErr("release", err)
+		co.mu.Unlock()
+		return false, notHeld, redisErr("release", err)
 	}
-	if a, ok := res.([]any); ok && len(a) == 3 {
+	a, kept := res.([]any)
+	if kept && len(a) == 3 {
 		from, _ := a[1].(int64)
 		n, _ := a[2].(int64)
-		co.passes, co.until = int(n), time.Now().Add(within)
-		co.next, co.top = uint64(from)+1, uint64(from)+uint64(n)
+		co.next, co.top, co.until = uint64(from)+1, uint64(from)+uint64(n), time.Now().Add(within)
 		if len(co.waiters) > 0 && co.handOn(l) {
-			return true, true, freed, nil
+			co.mu.Unlock()
+			return true, freed, nil
 		}
-		co.forget(l)
-		return false, true, stillHeld, nil
 	}
 	co.forget(l)
+	co.mu.Unlock()
+	if kept {
+		st, err = h.kind.unlock(ctx, h, l.hold)
+		return false, st, err
+	}
 	n, _ := res.(int64)
-	return false, false, releaseStateOf(n), nil
+	return false, releaseStateOf(n), nil
 }
 
 // forget ends l's hold of the cohort, if it still has it. Call it with

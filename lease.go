@@ -475,17 +475,14 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	sent := time.Now()
 	var st releaseState
 	var err error
-	kept := false
 	if keep {
 		var passed bool
-		passed, kept, st, err = l.co.keep(ctx, l)
-		if passed {
+		if passed, st, err = l.co.keep(ctx, l); passed {
 			ended = nil
 			l.passed()
 			return nil
 		}
-	}
-	if !keep || kept {
+	} else {
 		st, err = h.kind.unlock(ctx, h, l.hold)
 	}
 	l.mu.Lock()
