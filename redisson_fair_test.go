@@ -94,43 +94,21 @@ func (j *javaFair) tryLock(ctx context.Context, queue bool) (bool, time.Duration
 }
 
 // lock waits as Redisson does: subscribed to its own channel, attempting
-// after each message or the TTL it was given.
+// after each message or the TTL it was given. subscribed is closed once
+// its first attempt queued it.
 func (j *javaFair) lock(ctx context.Context, subscribed chan<- struct{}) error {
-	dc, cancel := j.rc.Dedicate()
-	defer cancel()
-	defer dc.Close()
-	msgs := make(chan struct{}, 1)
-	dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(rueidis.PubSubMessage) {
-		select {
-		case msgs <- struct{}{}:
-		default:
-		}
-	}})
-	sub := dc.B().Subscribe().Channel(j.channel()).Build()
-	if j.pub == "spublish" {
-		sub = dc.B().Ssubscribe().Channel(j.channel()).Build()
-	}
-	if err := dc.Do(ctx, sub).Error(); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
+	first := true
+	return javaAwait(ctx, j.rc, j.pub, j.channel(), nil, func() (bool, time.Duration, error) {
 		ok, ttl, err := j.tryLock(ctx, true)
-		if err != nil || ok {
-			return err
-		}
-		if first && subscribed != nil {
+		if first && err == nil && !ok && subscribed != nil {
 			close(subscribed)
 		}
+		first = false
 		if ttl <= 0 {
 			ttl = time.Second
 		}
-		select {
-		case <-msgs:
-		case <-time.After(ttl):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return ok, ttl, err
+	})
 }
 
 func (j *javaFair) unlock(ctx context.Context) (rueidis.RedisResult, error) {

@@ -47,38 +47,10 @@ func (j *javaSide) eval(ctx context.Context, script string, keys []string, args 
 // done after each message (or a second without one) until done reports
 // true. subscribed, when not nil, is closed once the subscription is on.
 func (j *javaSide) await(ctx context.Context, channel string, subscribed chan<- struct{}, done func() (bool, error)) error {
-	dc, cancel := j.rc.Dedicate()
-	defer cancel()
-	defer dc.Close()
-	msgs := make(chan struct{}, 1)
-	dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(rueidis.PubSubMessage) {
-		select {
-		case msgs <- struct{}{}:
-		default:
-		}
-	}})
-	sub := dc.B().Subscribe().Channel(channel).Build()
-	if j.pub == "spublish" {
-		sub = dc.B().Ssubscribe().Channel(channel).Build()
-	}
-	if err := dc.Do(ctx, sub).Error(); err != nil {
-		return err
-	}
-	if subscribed != nil {
-		close(subscribed)
-	}
-	for {
+	return j.awaitFor(ctx, channel, subscribed, func() (bool, time.Duration, error) {
 		ok, err := done()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-msgs:
-		case <-time.After(time.Second):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return ok, time.Second, err
+	})
 }
 
 func (j *javaSide) semTry(ctx context.Context, name string) (bool, error) {

@@ -65,39 +65,13 @@ func (j *javaRLock) tryLock(ctx context.Context) (bool, time.Duration, error) {
 // Redisson publishes sharded), attempting after each message or the
 // lock's TTL. It returns when it took the lock.
 func (j *javaRLock) lock(ctx context.Context, subscribed chan<- struct{}) error {
-	dc, cancel := j.rc.Dedicate()
-	defer cancel()
-	defer dc.Close()
-	msgs := make(chan struct{}, 1)
-	dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(rueidis.PubSubMessage) {
-		select {
-		case msgs <- struct{}{}:
-		default:
-		}
-	}})
-	sub := dc.B().Subscribe().Channel(j.channel()).Build()
-	if j.pub == "spublish" {
-		sub = dc.B().Ssubscribe().Channel(j.channel()).Build()
-	}
-	if err := dc.Do(ctx, sub).Error(); err != nil {
-		return err
-	}
-	close(subscribed)
-	for {
+	return javaAwait(ctx, j.rc, j.pub, j.channel(), subscribed, func() (bool, time.Duration, error) {
 		ok, ttl, err := j.tryLock(ctx)
-		if err != nil || ok {
-			return err
-		}
 		if ttl <= 0 {
 			ttl = time.Second
 		}
-		select {
-		case <-msgs:
-		case <-time.After(ttl):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return ok, ttl, err
+	})
 }
 
 // unlock sends Redisson's unlock with a fresh request id and deletes the
@@ -333,7 +307,15 @@ func (j *javaPSem) release(ctx context.Context, id string) (bool, error) {
 // awaitFor is await whose done also says how long to wait at most before
 // the next look.
 func (j *javaSide) awaitFor(ctx context.Context, channel string, subscribed chan<- struct{}, done func() (bool, time.Duration, error)) error {
-	dc, cancel := j.rc.Dedicate()
+	return javaAwait(ctx, j.rc, j.pub, channel, subscribed, done)
+}
+
+// javaAwait waits as Redisson's waiters do: subscribed to channel (sharded
+// when its publishers use "spublish"), it calls done after each message,
+// or once the wait done gave ran out without one, until done reports true.
+// subscribed, when not nil, is closed once the subscription is on.
+func javaAwait(ctx context.Context, rc rueidis.Client, pub, channel string, subscribed chan<- struct{}, done func() (bool, time.Duration, error)) error {
+	dc, cancel := rc.Dedicate()
 	defer cancel()
 	defer dc.Close()
 	msgs := make(chan struct{}, 1)
@@ -344,7 +326,7 @@ func (j *javaSide) awaitFor(ctx context.Context, channel string, subscribed chan
 		}
 	}})
 	sub := dc.B().Subscribe().Channel(channel).Build()
-	if j.pub == "spublish" {
+	if pub == "spublish" {
 		sub = dc.B().Ssubscribe().Channel(channel).Build()
 	}
 	if err := dc.Do(ctx, sub).Error(); err != nil {
