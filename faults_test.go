@@ -462,3 +462,50 @@ func TestUnlockWithoutAnswerLockMovedOn(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx), "the retry reports the release that landed")
 	require.NoError(t, bl.Unlock(ctx))
 }
+
+// A call whose context has a deadline and is cancelled before it ends
+// returns at the cancellation, also on a connection Dial made without
+// client-side caching (DisableCache, RESP2), where rueidis would otherwise
+// send the call unpipelined and wait for its reply until the deadline.
+func TestCancelledCallsReturnBeforeTheirDeadline(t *testing.T) {
+	e := ownServer(t)
+	for _, tc := range []struct {
+		name string
+		opt  rueidis.ClientOption
+	}{
+		{"no cache", rueidis.ClientOption{DisableCache: true}},
+		{"RESP2", rueidis.ClientOption{AlwaysRESP2: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := faultproxy.New(e.server.Addr)
+			require.NoError(t, err)
+			t.Cleanup(func() { p.Close() })
+			opt := tc.opt
+			opt.InitAddress = []string{p.Addr()}
+			c, err := Dial(opt, WithLogger(quietLogger()))
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			ctx := withTimeout(t, time.Minute) // a deadline far away
+			m := c.Mutex("cancelled-" + strings.ReplaceAll(tc.name, " ", "-"))
+			l := mustLock(t, ctx, m.Lock)
+			p.SetLatency(time.Second)
+			cancelled := func(call func(context.Context) error) (error, time.Duration) {
+				short, cancel := context.WithCancel(ctx)
+				defer cancel()
+				stop := time.AfterFunc(50*time.Millisecond, cancel)
+				defer stop.Stop()
+				start := time.Now()
+				err := call(short)
+				return err, time.Since(start)
+			}
+			err, took := cancelled(func(ctx context.Context) error { return l.Unlock(ctx) })
+			require.ErrorIs(t, err, context.Canceled, "Unlock ended by its reply")
+			require.Less(t, took, 1500*time.Millisecond, "Unlock ended after its cancellation")
+			err, took = cancelled(func(ctx context.Context) error { _, err := m.TryLock(ctx); return err })
+			require.ErrorIs(t, err, context.Canceled, "TryLock ended by its reply")
+			require.Less(t, took, 1500*time.Millisecond, "TryLock ended after its cancellation")
+			p.SetLatency(0)
+			require.NoError(t, l.Unlock(ctx), "the retried Unlock")
+		})
+	}
+}

@@ -334,6 +334,12 @@ type Client struct {
 // default). With the Option DetectChanges returns, given for the option rc
 // was made from, it is DetectOnChange: about a round trip. Dial and DialURL
 // give DetectOnChange without it.
+//
+// A call returns when its context is cancelled only if rc pipelines it:
+// rc made with client-side caching (rueidis' default) or with
+// ClientOption.AlwaysPipelining does. Otherwise rueidis sends a call alone
+// on an idle connection unpipelined, and it ends at its reply or at its
+// context's deadline, not at an earlier cancellation.
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
@@ -359,6 +365,11 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // URL) Dial sets opt.DisableCache, and with opt.DisableCache the Client's
 // LossDetection is DetectOnRenewal.
 //
+// The connections always pipeline (Dial sets opt.AlwaysPipelining), so
+// that a call returns when its context is cancelled, not only at its
+// deadline; with opt.DisableAutoPipelining, rueidis ignores that, and a call
+// ends at its reply or its context's deadline.
+//
 // Options rueidis refuses (ClientOption.DisableCache must be true for a
 // server without RESP3, conflicting replica settings, no InitAddress...)
 // return an error that matches ErrInvalidArgument as well as rueidis'
@@ -376,6 +387,11 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	if opt.AlwaysRESP2 {
 		opt.DisableCache = true
 	}
+	// rueidis sends a call unpipelined while nothing else is in flight on
+	// its connection, and then waits for the reply until the context's
+	// deadline, deaf to an earlier cancellation. Pipelined calls end at
+	// either. (Caching pipelines always; this covers a Client without.)
+	opt.AlwaysPipelining = true
 	var hook *invalidationHook
 	if !opt.DisableCache {
 		hook = &invalidationHook{user: opt.OnInvalidations}
