@@ -146,12 +146,28 @@ func onClients[H any](t testing.TB, e *env, n int, handle func(*Client) H) []H {
 // before.
 func dial(t testing.TB, addrs []string, opts ...Option) *Client {
 	t.Helper()
-	c, err := Dial(rueidis.ClientOption{InitAddress: addrs, DisableCache: true}, append([]Option{WithLogger(quietLogger())}, opts...)...)
+	return dialWith(t, rueidis.ClientOption{InitAddress: addrs, DisableCache: true}, opts...)
+}
+
+// dialWith returns a Client dialed with opt and quiet logs, closed at the
+// end of the test.
+func dialWith(t testing.TB, opt rueidis.ClientOption, opts ...Option) *Client {
+	t.Helper()
+	c, err := Dial(opt, append([]Option{WithLogger(quietLogger())}, opts...)...)
 	if err != nil {
-		t.Fatalf("dialing %v: %v", addrs, err)
+		t.Fatalf("dialing %v: %v", opt.InitAddress, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// proxiedOption is the option of a Client whose connection goes through a
+// fault proxy at addr: one connection for commands, so that every call
+// after the first takes the connection the first opened. A call that
+// opens a connection waits for its handshake whatever its context says
+// (see Dial), which a test of a late reply must not run into.
+func proxiedOption(addr string) rueidis.ClientOption {
+	return rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, PipelineMultiplex: -1}
 }
 
 // proxied returns a Client whose connection to the env's standalone server
@@ -164,7 +180,7 @@ func (e *env) proxied(t testing.TB, opts ...Option) (*Client, *faultproxy.Proxy)
 		t.Fatalf("starting a fault proxy: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
-	c := dial(t, []string{p.Addr()}, opts...)
+	c := dialWith(t, proxiedOption(p.Addr()), opts...)
 	t.Cleanup(p.Heal)
 	return c, p
 }

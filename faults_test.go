@@ -465,30 +465,24 @@ func TestUnlockWithoutAnswerLockMovedOn(t *testing.T) {
 
 // A call whose context has a deadline and is cancelled before it ends
 // returns at the cancellation, also on a connection Dial made without
-// client-side caching (DisableCache, RESP2), where rueidis would otherwise
-// send the call unpipelined and wait for its reply until the deadline.
+// client-side caching (DisableCache, RESP2). There rueidis would send the
+// first call on a connection (the Client's first, or the first after a
+// reconnection) unpipelined and wait for its reply until the deadline.
 func TestCancelledCallsReturnBeforeTheirDeadline(t *testing.T) {
 	e := ownServer(t)
 	for _, tc := range []struct {
-		name string
-		opt  rueidis.ClientOption
-	}{
-		{"no cache", rueidis.ClientOption{DisableCache: true}},
-		{"RESP2", rueidis.ClientOption{AlwaysRESP2: true}},
-	} {
+		name  string
+		resp2 bool
+	}{{"no cache", false}, {"RESP2", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := faultproxy.New(e.server.Addr)
 			require.NoError(t, err)
 			t.Cleanup(func() { p.Close() })
-			opt := tc.opt
-			opt.InitAddress = []string{p.Addr()}
-			c, err := Dial(opt, WithLogger(quietLogger()))
-			require.NoError(t, err)
-			t.Cleanup(func() { c.Close() })
+			opt := proxiedOption(p.Addr())
+			opt.AlwaysRESP2 = tc.resp2
+			c := dialWith(t, opt)              // opens the connection
 			ctx := withTimeout(t, time.Minute) // a deadline far away
 			m := c.Mutex("cancelled-" + strings.ReplaceAll(tc.name, " ", "-"))
-			l := mustLock(t, ctx, m.Lock)
-			p.SetLatency(time.Second)
 			cancelled := func(call func(context.Context) error) (error, time.Duration) {
 				short, cancel := context.WithCancel(ctx)
 				defer cancel()
@@ -498,12 +492,20 @@ func TestCancelledCallsReturnBeforeTheirDeadline(t *testing.T) {
 				err := call(short)
 				return err, time.Since(start)
 			}
-			err, took := cancelled(func(ctx context.Context) error { return l.Unlock(ctx) })
+			// The reply to an unpipelined call would come 2 s after it.
+			p.SetLatency(time.Second)
+			err, took := cancelled(func(ctx context.Context) error { return c.rc.Do(ctx, c.rc.B().Ping().Build()).Error() })
+			require.ErrorIs(t, err, context.Canceled, "the connection's first call ended by its reply")
+			require.Less(t, took, 1500*time.Millisecond, "the connection's first call ended after its cancellation")
+			err, took = cancelled(func(ctx context.Context) error { _, err := m.TryLock(ctx); return err })
+			require.ErrorIs(t, err, context.Canceled, "the Client's first call ended by its reply")
+			require.Less(t, took, 1500*time.Millisecond, "the Client's first call ended after its cancellation")
+			p.SetLatency(0)
+			l := mustLock(t, ctx, m.Lock)
+			p.SetLatency(time.Second)
+			err, took = cancelled(func(ctx context.Context) error { return l.Unlock(ctx) })
 			require.ErrorIs(t, err, context.Canceled, "Unlock ended by its reply")
 			require.Less(t, took, 1500*time.Millisecond, "Unlock ended after its cancellation")
-			err, took = cancelled(func(ctx context.Context) error { _, err := m.TryLock(ctx); return err })
-			require.ErrorIs(t, err, context.Canceled, "TryLock ended by its reply")
-			require.Less(t, took, 1500*time.Millisecond, "TryLock ended after its cancellation")
 			p.SetLatency(0)
 			require.NoError(t, l.Unlock(ctx), "the retried Unlock")
 		})

@@ -335,11 +335,11 @@ type Client struct {
 // was made from, it is DetectOnChange: about a round trip. Dial and DialURL
 // give DetectOnChange without it.
 //
-// A call returns when its context is cancelled only if rc pipelines it:
-// rc made with client-side caching (rueidis' default) or with
-// ClientOption.AlwaysPipelining does. Otherwise rueidis sends a call alone
-// on an idle connection unpipelined, and it ends at its reply or at its
-// context's deadline, not at an earlier cancellation.
+// rc ends a call at its context's deadline, and at an earlier cancellation
+// only when it pipelines the call: rc made with DisableCache and without
+// AlwaysPipelining sends a call alone on an idle connection unpipelined,
+// and it then waits for its reply or its deadline. Dial's Clients pipeline
+// always (see Dial).
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
@@ -365,10 +365,12 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // URL) Dial sets opt.DisableCache, and with opt.DisableCache the Client's
 // LossDetection is DetectOnRenewal.
 //
-// The connections always pipeline (Dial sets opt.AlwaysPipelining), so
-// that a call returns when its context is cancelled, not only at its
-// deadline; with opt.DisableAutoPipelining, rueidis ignores that, and a call
-// ends at its reply or its context's deadline.
+// A call to Redis ends at its context's cancellation as well as at its
+// deadline: Dial sets opt.AlwaysPipelining. Two exceptions are rueidis':
+// a call that opens a connection (the first on it, or after it broke)
+// waits for the connection's handshake up to opt.Dialer.Timeout (5 s by
+// default) or the deadline; with opt.DisableAutoPipelining (a connection
+// per call, from a pool) a call ends at its reply or its deadline only.
 //
 // Options rueidis refuses (ClientOption.DisableCache must be true for a
 // server without RESP3, conflicting replica settings, no InitAddress...)
@@ -387,10 +389,10 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	if opt.AlwaysRESP2 {
 		opt.DisableCache = true
 	}
-	// rueidis sends a call unpipelined while nothing else is in flight on
-	// its connection, and then waits for the reply until the context's
-	// deadline, deaf to an earlier cancellation. Pipelined calls end at
-	// either. (Caching pipelines always; this covers a Client without.)
+	// On a connection that never pipelined, rueidis sends a call that is
+	// alone on it unpipelined and waits for its reply until the context's
+	// deadline, deaf to an earlier cancellation. (Caching pipelines
+	// always; this covers the Clients without.)
 	opt.AlwaysPipelining = true
 	var hook *invalidationHook
 	if !opt.DisableCache {
