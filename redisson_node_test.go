@@ -554,8 +554,7 @@ func TestRedissonNodeUnlockLatch(t *testing.T) {
 	outer := mustLock(t, ctx, rl.Lock)
 	inner := mustLock(t, outer.Context(), rl.Lock)
 	mid := mustLock(t, outer.Context(), rl.Lock)
-	// The release's reply comes 3 s after it is sent, far after short ends
-	// (a loaded machine may fire its timer late).
+	// The release's reply comes 3 s after it is sent, far after short ends.
 	p.SetLatency(1500 * time.Millisecond)
 	short, cancel := context.WithCancel(ctx)
 	stop := time.AfterFunc(100*time.Millisecond, cancel)
