@@ -336,10 +336,7 @@ type Client struct {
 // give DetectOnChange without it.
 //
 // rc ends a call at its context's deadline, and at an earlier cancellation
-// only when it pipelines the call: rc made with DisableCache and without
-// AlwaysPipelining sends a call alone on an idle connection unpipelined,
-// and it then waits for its reply or its deadline. Dial's Clients pipeline
-// always (see Dial).
+// only when it pipelines the call (see Dial for when rueidis does not).
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
@@ -365,12 +362,15 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // URL) Dial sets opt.DisableCache, and with opt.DisableCache the Client's
 // LossDetection is DetectOnRenewal.
 //
-// A call to Redis ends at its context's cancellation as well as at its
-// deadline: Dial sets opt.AlwaysPipelining. Two exceptions are rueidis':
-// a call that opens a connection (the first on it, or after it broke)
-// waits for the connection's handshake up to opt.Dialer.Timeout (5 s by
-// default) or the deadline; with opt.DisableAutoPipelining (a connection
-// per call, from a pool) a call ends at its reply or its deadline only.
+// A call to Redis ends at its context's deadline, and at an earlier
+// cancellation when rueidis pipelines it. A connection pipelines from the
+// start with client-side caching; without, once calls overlapped on it or
+// one came with a context that can be cancelled and has no deadline. So
+// rueidis waits for the reply or the deadline, deaf to a cancellation, of
+// a call that opens a connection (the first on it, or after it broke: the
+// handshake waits up to opt.Dialer.Timeout, 5 s by default), of a call
+// alone on a connection that never pipelined, and of every call with
+// opt.DisableAutoPipelining (a connection per call, from a pool).
 //
 // Options rueidis refuses (ClientOption.DisableCache must be true for a
 // server without RESP3, conflicting replica settings, no InitAddress...)
@@ -389,11 +389,6 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Client, error) {
 	if opt.AlwaysRESP2 {
 		opt.DisableCache = true
 	}
-	// On a connection that never pipelined, rueidis sends a call that is
-	// alone on it unpipelined and waits for its reply until the context's
-	// deadline, deaf to an earlier cancellation. (Caching pipelines
-	// always; this covers the Clients without.)
-	opt.AlwaysPipelining = true
 	var hook *invalidationHook
 	if !opt.DisableCache {
 		hook = &invalidationHook{user: opt.OnInvalidations}
