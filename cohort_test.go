@@ -172,14 +172,10 @@ func TestMutexLocalWaiterCancelled(t *testing.T) {
 		m := c.Mutex(t.Name())
 		l := mustLock(t, ctx, m.Lock)
 		wctx, cancel := context.WithCancel(ctx)
-		errs := make(chan error, 1)
-		go func() {
-			_, err := m.Lock(wctx)
-			errs <- err
-		}()
+		waiter := lockAsync(wctx, m)
 		eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
 		cancel()
-		require.ErrorIs(t, <-errs, context.Canceled)
+		require.ErrorIs(t, (<-waiter).err, context.Canceled)
 		require.NoError(t, l.Unlock(ctx))
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
@@ -339,17 +335,13 @@ func TestMutexLocalLeaderCancelled(t *testing.T) {
 		held := mustLock(t, ctx, other.Lock)
 
 		lctx, cancel := context.WithCancel(ctx)
-		leader := make(chan error, 1)
-		go func() {
-			_, err := m.Lock(lctx)
-			leader <- err
-		}()
+		leader := lockAsync(lctx, m)
 		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the leader did not queue in Redis")
 		follower := lockAsync(ctx, m)
 		eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the follower did not wait in the Client")
 
 		cancel()
-		require.ErrorIs(t, <-leader, context.Canceled)
+		require.ErrorIs(t, (<-leader).err, context.Canceled)
 		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the follower did not take the lead in Redis")
 		require.NoError(t, held.Unlock(ctx))
 		select {
