@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -330,15 +331,73 @@ func sleep[T any](ctx context.Context, c *Client, wake <-chan T, cancel func(), 
 // one.
 const inflightGrace = 500 * time.Millisecond
 
-// inflight returns the context for one acquire script. The caller's context
-// ending does not abandon a script already on its way: that would leave its
-// outcome unknown, and a release sent on another connection of the
-// multiplexed client could overtake it. It is abandoned only inflightGrace
-// after the context ended. Call done when the script returned.
+// inflight returns the context for one call that takes nothing (a read, a
+// renewal). The caller's context ending does not abandon a call already on
+// its way: a connection being dialed for it would fail for every call
+// waiting for it. It is abandoned only inflightGrace after the context
+// ended. Call done when the call returned.
 func inflight(ctx context.Context) (actx context.Context, done func()) {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(inflightGrace, cancel) })
 	return actx, func() { stop(); cancel() }
+}
+
+// execTaking runs s once on keys with args: a script that may take a lock
+// or permits. The caller's context ending does not abandon a script on its
+// way, which would leave its outcome unknown: the caller gets its reply,
+// or ctx's error inflightGrace after ctx ended. The script then goes on in
+// the background (cleanupTimeout at most), and undo runs once it returned,
+// so that what it took is given back after it was taken. An undo sent at
+// once could overtake the script, on another connection of the
+// multiplexed client or past a connection held up, and leave the lock held
+// by nobody until its lease ran out. Close waits for it.
+func (c *Client) execTaking(ctx context.Context, s script, keys, args []string, undo func(context.Context)) rueidis.RedisResult {
+	if ctx.Done() == nil {
+		return s.exec(ctx, c.rc, keys, args)
+	}
+	// The caller may change its slices once it got its answer.
+	keys, args = slices.Clone(keys), slices.Clone(args)
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	reply := make(chan rueidis.RedisResult, 1)
+	go func() { reply <- s.exec(actx, c.rc, keys, args) }()
+	select {
+	case r := <-reply:
+		cancel()
+		return r
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(inflightGrace)
+	defer grace.Stop()
+	select {
+	case r := <-reply:
+		cancel()
+		return r
+	case <-grace.C:
+	}
+	settle := func() {
+		stop := time.AfterFunc(cleanupTimeout, cancel)
+		<-reply
+		stop.Stop()
+		cancel()
+		if undo != nil {
+			dctx, dcancel := detached(ctx)
+			undo(dctx)
+			dcancel()
+		}
+	}
+	c.cleanupMu.Lock()
+	if c.isClosed() {
+		c.cleanupMu.Unlock()
+		settle()
+		return rueidis.NewErrorResult(ctx.Err())
+	}
+	c.cleanups.Add(1)
+	c.cleanupMu.Unlock()
+	go func() {
+		defer c.cleanups.Done()
+		settle()
+	}()
+	return rueidis.NewErrorResult(ctx.Err())
 }
 
 // unclaimedWarn is how long a Lease Acquire delivered may wait on its

@@ -462,3 +462,65 @@ func TestUnlockWithoutAnswerLockMovedOn(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx), "the retry reports the release that landed")
 	require.NoError(t, bl.Unlock(ctx))
 }
+
+// TestAttemptHeldUpIsUndoneAfterItRuns: an attempt held up on its way
+// (here a connection paused longer than the caller waits) is given back
+// after it ran, never before. A release sent at once could take another
+// connection of the multiplexed client, run first, find nothing, and leave
+// the lock the attempt then took held by nobody for a whole lease.
+func TestAttemptHeldUpIsUndoneAfterItRuns(t *testing.T) {
+	e := ownServer(t)
+	p, err := faultproxy.New(e.server.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	// rueidis' default: more than one connection, each call on any of them.
+	c := dialWith(t, rueidis.ClientOption{InitAddress: []string{p.Addr()}, DisableCache: true})
+	t.Cleanup(p.Heal)
+	other := e.client(t)
+	ctx := withTimeout(t, 2*time.Minute)
+	s := c.Semaphore("held-up:s")
+	_, err = s.SetSize(ctx, 1)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		lock func(context.Context) (*Lease, error)
+		free func(context.Context) (*Lease, error) // succeeds once the lock is free again
+	}{
+		{"mutex", c.Mutex("held-up:m").Lock, other.Mutex("held-up:m").TryLock},
+		{"fair", c.FairMutex("held-up:f").Lock, other.FairMutex("held-up:f").TryLock},
+		{"rwmutex", c.RWMutex("held-up:rw").Lock, other.RWMutex("held-up:rw").TryLock},
+		{"semaphore", func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, 1) },
+			func(ctx context.Context) (*Lease, error) { return other.Semaphore("held-up:s").TryLock(ctx, 1) }},
+		{"group", NewGroup(c.Mutex("held-up:g1"), c.Mutex("held-up:g2")).Lock,
+			NewGroup(other.Mutex("held-up:g1"), other.Mutex("held-up:g2")).TryLock},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var late time.Duration
+			// Both connections open, each with calls behind it.
+			for range 8 {
+				l, err := tc.lock(ctx)
+				require.NoError(t, err)
+				require.NoError(t, l.Unlock(ctx))
+			}
+			for trial := range 3 {
+				const pause = time.Second
+				p.Pause(pause)
+				paused := time.Now()
+				lctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				_, err := tc.lock(lctx)
+				cancel()
+				require.ErrorIs(t, err, context.DeadlineExceeded, "trial %d", trial)
+				// The lease is 30s: free within 2s of the pause's end means
+				// the attempt was given back.
+				var l *Lease
+				eventually(t, pause+2*time.Second-time.Since(paused), func() bool {
+					l, err = tc.free(ctx)
+					return err == nil
+				}, "trial %d: the lock is still taken 2s after the pause ended", trial)
+				late = max(late, time.Since(paused)-pause)
+				require.NoError(t, l.Unlock(ctx))
+			}
+			t.Logf("free again %v after the pause ended at the latest", late.Round(time.Millisecond))
+		})
+	}
+}

@@ -316,7 +316,7 @@ func (a *atomicAcquisition) attempt(ctx context.Context) ([]rueidis.RedisMessage
 		}
 		flag, _ := res[0].AsInt64()
 		return flag == 1
-	}, a.undo)
+	}, a.undo, a.undoLate)
 }
 
 // retry handles a failed attempt: it returns the error that ends the
@@ -404,6 +404,23 @@ func (a *atomicAcquisition) undo(ctx context.Context) {
 	}
 	releaseMembers(dctx, a.ms, 0)
 	for _, mb := range a.ms {
+		if mb.err != nil {
+			a.g.clients[0].log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", a.g.name, "err", mb.err)
+			break
+		}
+	}
+}
+
+// undoLate releases, by owner id, what an attempt whose reply came after
+// its caller gave up may have taken (all or none). It runs beside the
+// acquisition, so it works on members of its own.
+func (a *atomicAcquisition) undoLate(ctx context.Context) {
+	ms := make([]*member, len(a.ms))
+	for i, mb := range a.ms {
+		ms[i] = &member{c: mb.c, m: mb.m, owner: mb.owner, hold: mb.hold}
+	}
+	releaseMembers(ctx, ms, 0)
+	for _, mb := range ms {
 		if mb.err != nil {
 			a.g.clients[0].log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", a.g.name, "err", mb.err)
 			break

@@ -561,17 +561,25 @@ func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, h
 // attempt runs the acquire script once, and the WAIT that WithReplicaAck
 // asks for.
 func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
-	actx, done := inflight(ctx)
-	defer done()
 	c := q.c
 	keys := []string{q.keys.lock, q.keys.queue, q.keys.waiters}
 	if c.cfg.ackReplicas == 0 {
-		res, err := q.script.exec(actx, c.rc, keys, args).ToArray()
+		// An attempt whose reply comes after its caller gave up leaves the
+		// place it may have taken, and gives back the lock it may have
+		// taken.
+		owner, hold, waiter := args[0], args[1], args[3]
+		res, err := c.execTaking(ctx, q.script, keys, args, func(ctx context.Context) {
+			if err := c.leaveQueue(ctx, q.keys, waiter, owner, hold); err != nil {
+				q.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", q.keys.lock, "err", err)
+			}
+		}).ToArray()
 		if err != nil {
 			return nil, redisErr("acquire", err)
 		}
 		return res, nil
 	}
+	actx, done := inflight(ctx)
+	defer done()
 	res, acked, err := q.script.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
 	if err != nil {
 		return nil, redisErr("acquire", err)

@@ -359,15 +359,23 @@ func (l *RedissonLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	}
 	keys := []string{l.keys.lock, l.keys.queue, redissonTokenKey(l.name)}
 	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), owner, fenced}
+	undo := func(ctx context.Context) {
+		if parent != nil {
+			// A re-entry whose outcome is unknown: the outer lease's last
+			// Unlock releases every hold.
+			return
+		}
+		if err := redissonReleaseScript.exec(ctx, c.rc, []string{l.keys.lock, l.keys.channel}, []string{owner, how}).Error(); err != nil {
+			c.log.Warn("redisync: could not undo a Redisson lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.lock, "err", err)
+		}
+	}
 	w := redissonWait{
 		c: c, channel: l.keys.channel, classic: classic, sharded: sharded,
 		probe: redissonHolderProbe(l.name), primitive: kind.primitive, name: l.name,
 		busy: errorf("%w: Redisson lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			actx, done := inflight(ctx)
-			res, err := redissonLockScript.exec(actx, c.rc, keys, args).ToArray()
-			done()
+			res, err := c.execTaking(ctx, redissonLockScript, keys, args, undo).ToArray()
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson lock "+l.name, err)
 			}
@@ -386,16 +394,7 @@ func (l *RedissonLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 			}
 			return gl, 0, err
 		},
-		undo: func(ctx context.Context) {
-			if parent != nil {
-				// A re-entry whose outcome is unknown: the outer lease's last
-				// Unlock releases every hold.
-				return
-			}
-			if err := redissonReleaseScript.exec(ctx, c.rc, []string{l.keys.lock, l.keys.channel}, []string{owner, how}).Error(); err != nil {
-				c.log.Warn("redisync: could not undo a Redisson lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.lock, "err", err)
-			}
-		},
+		undo: undo,
 	}
 	return w.run(ctx, try)
 }

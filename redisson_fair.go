@@ -159,15 +159,19 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 	keys := []string{l.keys.lock, l.keys.queue, l.keys.waiters}
 	leaseMs := strconv.FormatInt(lease.Milliseconds(), 10)
 	queued := false
+	undo := func(ctx context.Context) {
+		if parent != nil {
+			return
+		}
+		l.leave(ctx, owner, how, waitMs)
+	}
 	w := redissonWait{
 		c: c, channel: l.keys.channel + ":" + owner, classic: classic, sharded: sharded,
 		probe: redissonHolderProbe(l.name), primitive: kind.primitive, name: l.name,
 		busy: errorf("%w: Redisson fair lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			actx, done := inflight(ctx)
-			res, err := redissonFairLockScript.exec(actx, c.rc, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}).ToArray()
-			done()
+			res, err := c.execTaking(ctx, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo).ToArray()
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson fair lock "+l.name, err)
 			}
@@ -187,12 +191,7 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 			}
 			return gl, 0, err
 		},
-		undo: func(ctx context.Context) {
-			if parent != nil {
-				return
-			}
-			l.leave(ctx, owner, how, waitMs)
-		},
+		undo: undo,
 	}
 	gl, err := w.run(ctx, try)
 	if err != nil && queued && parent == nil {

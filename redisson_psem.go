@@ -232,9 +232,11 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 			// have taken its own.
 			ids := newRedissonPermitIDs(a.n)
 			sent := time.Now()
-			actx, done := inflight(ctx)
-			res, err := redissonPSemAcquireScript.exec(actx, c.rc, keys, append([]string{ms, how}, ids...)).AsIntSlice()
-			done()
+			res, err := c.execTaking(ctx, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
+				if _, _, err := redissonPSemRelease(ctx, c.rc, s.name, how, "each", ids); err != nil {
+					c.log.Warn("redisync: could not give back the permits of a Redisson permit expirable semaphore acquisition whose outcome is unknown; if it took some, they come back when their lease ends", "key", s.name, "err", err)
+				}
+			}).AsIntSlice()
 			if err != nil {
 				if !isRedisReply(err) {
 					unsure = append(unsure, ids...)

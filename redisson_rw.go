@@ -285,15 +285,23 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if s.write {
 		what = "write"
 	}
+	undo := func(ctx context.Context) {
+		if parent != nil {
+			// A re-entry whose outcome is unknown: the outer lease's last
+			// Unlock releases every hold.
+			return
+		}
+		if err := redissonRWReleaseScript.exec(ctx, c.rc, []string{l.keys.lock, l.keys.channel}, []string{owner, how, rwSideArg(s.write)}).Error(); err != nil {
+			c.log.Warn("redisync: could not undo a Redisson read-write lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.lock, "err", err)
+		}
+	}
 	w := redissonWait{
 		c: c, channel: l.keys.channel, classic: classic, sharded: sharded,
 		probe: redissonModeProbe(l.name), primitive: kind.primitive, name: l.name,
 		busy: errorf("%w: Redisson read-write lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			actx, done := inflight(ctx)
-			res, err := script.exec(actx, c.rc, keys, args).ToArray()
-			done()
+			res, err := c.execTaking(ctx, script, keys, args, undo).ToArray()
 			if err != nil {
 				return nil, 0, redisErr(what+"-lock Redisson read-write lock "+l.name, err)
 			}
@@ -318,16 +326,7 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 			}
 			return gl, 0, nil
 		},
-		undo: func(ctx context.Context) {
-			if parent != nil {
-				// A re-entry whose outcome is unknown: the outer lease's last
-				// Unlock releases every hold.
-				return
-			}
-			if err := redissonRWReleaseScript.exec(ctx, c.rc, []string{l.keys.lock, l.keys.channel}, []string{owner, how, rwSideArg(s.write)}).Error(); err != nil {
-				c.log.Warn("redisync: could not undo a Redisson read-write lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.lock, "err", err)
-			}
-		},
+		undo: undo,
 	}
 	return w.run(ctx, try)
 }

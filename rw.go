@@ -402,7 +402,7 @@ func (m *RWMutex) attempt(ctx context.Context, s script, op string, args []strin
 	return m.c.runAcquire(ctx, s, op, m.keys.all(), args, func(res []rueidis.RedisMessage) bool {
 		code, _, _ := parseRW(res)
 		return code == 1
-	}, undo)
+	}, undo, undo)
 }
 
 // parseRW reads an acquire script's reply: {1, token, ...} (granted),

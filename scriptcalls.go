@@ -15,19 +15,20 @@ import (
 // runAcquire runs an acquire script s once on keys with args, and the
 // WAIT that WithReplicaAck asks for: an attempt that took the lock (granted
 // tells from its reply) and that fewer replicas acknowledged is undone, and
-// fails with ErrNotReplicated. undo detaches from ctx itself. op names the
-// operation in errors.
+// fails with ErrNotReplicated. undo detaches from ctx itself. late undoes
+// an attempt whose reply came after the caller gave up on it (see
+// execTaking): it runs beside the caller. op names the operation in errors.
 func (c *Client) runAcquire(ctx context.Context, s script, op string, keys, args []string,
-	granted func([]rueidis.RedisMessage) bool, undo func(context.Context)) ([]rueidis.RedisMessage, error) {
-	actx, done := inflight(ctx)
-	defer done()
+	granted func([]rueidis.RedisMessage) bool, undo, late func(context.Context)) ([]rueidis.RedisMessage, error) {
 	if c.cfg.ackReplicas == 0 {
-		res, err := s.exec(actx, c.rc, keys, args).ToArray()
+		res, err := c.execTaking(ctx, s, keys, args, late).ToArray()
 		if err != nil {
 			return nil, redisErr(op, err)
 		}
 		return res, nil
 	}
+	actx, done := inflight(ctx)
+	defer done()
 	res, acked, err := s.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
 	if err != nil {
 		return nil, redisErr(op, err)

@@ -354,10 +354,12 @@ func (s *Semaphore) acquire(ctx context.Context, n int, try bool) (*Lease, error
 // attempt runs the acquire script once, and the WAIT that WithReplicaAck
 // asks for.
 func (s *Semaphore) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
+	member := args[0]
+	undo := func(ctx context.Context) { s.releaseAbandoned(ctx, member) }
 	return s.c.runAcquire(ctx, semAcquireScript, "semaphore acquire", s.keys.list(), args, func(res []rueidis.RedisMessage) bool {
 		code, _, _ := parseSemAcquire(res)
 		return code == 1
-	}, func(ctx context.Context) { s.releaseAbandoned(ctx, args[0]) })
+	}, undo, undo)
 }
 
 // parseSemAcquire reads the acquire script's reply: {1}, {0, wait,
