@@ -553,7 +553,10 @@ func (c *Client) ID() string {
 // started. Every live Lease reports loss with ErrClosed, and its lock is
 // released in Redis at once (one pipelined batch, bounded by a few seconds)
 // so other clients do not wait for the lease to expire. Acquisitions in
-// progress return ErrClosed. Close is idempotent and returns nil; later calls
+// progress return ErrClosed. Close also waits, a few seconds at most, for
+// the undoing of acquisitions that ended while their script was still on
+// its way, so that what such a script took is given back after it ran.
+// Close is idempotent and returns nil; later calls
 // on the Client and its primitives return ErrClosed. A Client not made by
 // New or Dial (a zero Client) has nothing to close: ErrInvalidArgument.
 func (c *Client) Close() error {
