@@ -701,6 +701,11 @@ func TestRWMutexWakeUps(t *testing.T) {
 		w2ch := w2.Acquire(wctx)
 		r := slowFallback(c.RWMutex(t.Name())).RAcquire(ctx)
 		waitState(t, hm, func(s RWMutexState) bool { return s.WritersWaiting == 1 }, "second writer not waiting")
+		// The reader waits too, kept out by the writer that holds.
+		eventually(t, 5*time.Second, func() bool {
+			n, err := holder.rc.Do(ctx, holder.rc.B().Zcard().Key(hm.keys.readersWaiting).Build()).AsInt64()
+			return err == nil && n == 1
+		}, "the reader is not waiting")
 		require.NoError(t, wl.Unlock(ctx))
 		// Readers first: they waited for the writer that left.
 		rl := recv(t, r, 10*time.Second, "reader after the writer")
