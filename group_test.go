@@ -282,6 +282,29 @@ func TestGroupLostWhenAMemberIsLost(t *testing.T) {
 	})
 }
 
+// TestGroupDeadlineFollowsItsMembers: a group's Deadline is its members'
+// earliest, and moves forward as the watchdog renews them.
+func TestGroupDeadlineFollowsItsMembers(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	eachGroupCase(t, []Option{WithPrefix("gdeadline"), WithWatchdogLease(lease)}, func(t *testing.T, s groupScenario) {
+		ctx := context.Background()
+		l := mustLock(t, ctx, s.g.Lock)
+		first, ok := l.Deadline()
+		require.True(t, ok)
+		require.WithinDuration(t, time.Now().Add(lease*9/10), first, lease)
+		for range 3 {
+			time.Sleep(lease)
+			d, ok := l.Deadline()
+			require.True(t, ok)
+			require.True(t, d.After(time.Now()), "Deadline %v is past while the group holds", time.Until(d))
+			require.True(t, d.After(first), "Deadline did not move with the renewals")
+		}
+		require.NoError(t, l.Unlock(ctx))
+		_, ok = l.Deadline()
+		require.False(t, ok)
+	})
+}
+
 func TestGroupFixedLeases(t *testing.T) {
 	e := standaloneEnv(t)
 	ctx := context.Background()

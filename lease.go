@@ -141,6 +141,9 @@ type leaseKind struct {
 	// holders of groups): their unlock deals with closed Clients itself, so
 	// Lease.Unlock does not stop at a closed h.c.
 	spansClients bool
+	// deadline, if set, is the holder's deadline, which its own renewals do
+	// not tell (a group's holder: its members are renewed).
+	deadline func() time.Time
 }
 
 // mutexKind is the kind of Mutex holders.
@@ -673,11 +676,16 @@ func (l *Lease) Token() uint64 {
 // far off while Redis answers. It is the holder's view and errs early: it
 // runs from when the command that set the key's expiry was sent, less a
 // tenth of the lease, so Redis expires the key a tenth of the lease later at
-// the earliest (Inspect reads the server's TTL). ok is false when the lease
-// does not hold its lock.
+// the earliest (Inspect reads the server's TTL). For the Lease of a Group
+// or a Quorum, it is when fewer of its locks than it needs would still be
+// held: for a Group, the earliest deadline of its locks. ok is false when
+// the lease does not hold its lock.
 func (l *Lease) Deadline() (deadline time.Time, ok bool) {
 	if l.Err() != nil {
 		return time.Time{}, false
+	}
+	if f := l.h.kind.deadline; f != nil {
+		return f(), true
 	}
 	l.h.mu.Lock()
 	defer l.h.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,6 +132,7 @@ func newGroupLease(ctx context.Context, primitive string, c *Client, name string
 		primitive:    primitive,
 		unlock:       func(ctx context.Context, _ *holder, _ string) (releaseState, error) { return gs.release(ctx, "") },
 		spansClients: true,
+		deadline:     gs.deadline,
 	}
 	gs.h = &holder{
 		c: c, kind: kind, name: name, keys: lockKeys{lock: desc}, key: desc, token: token, lease: ttl,
@@ -140,6 +142,32 @@ func newGroupLease(ctx context.Context, primitive string, c *Client, name string
 	gs.h.leases[l] = struct{}{}
 	gs.watch(start)
 	return l
+}
+
+// deadline is when the group will be reported lost unless the watchdogs of
+// its members renew them first: when fewer than need of the members held
+// now would be left.
+func (gs *groupState) deadline() time.Time {
+	gs.mu.Lock()
+	var leases []*Lease
+	for _, m := range gs.members {
+		if m.lease != nil && m.state == memberHeld {
+			leases = append(leases, m.lease)
+		}
+	}
+	need := gs.need
+	gs.mu.Unlock()
+	var ds []time.Time
+	for _, l := range leases {
+		if d, ok := l.Deadline(); ok {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) < need || need < 1 {
+		return time.Now()
+	}
+	slices.SortFunc(ds, time.Time.Compare)
+	return ds[len(ds)-need]
 }
 
 // watch makes the end of every held member's lease call memberEnded, and
