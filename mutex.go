@@ -468,10 +468,7 @@ func (qa *queuedAcquisition) leave(ctx context.Context) {
 	if qa.args[modeArg] != "queued" {
 		return
 	}
-	q, c := qa.q, qa.q.c
-	if err := c.leaveQueue(ctx, q.keys, qa.waiter, qa.owner, qa.hold); err != nil {
-		c.presence.orphan(func(ctx context.Context) error { return c.leaveQueue(ctx, q.keys, qa.waiter, qa.owner, qa.hold) })
-	}
+	qa.q.c.leaveQueueOrRetry(ctx, qa.q.keys, qa.waiter, qa.owner, qa.hold)
 }
 
 // waiterFallback bounds how long a waiter sleeps without a message: its
@@ -546,6 +543,14 @@ func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease
 	return q.c.grant(ctx, g)
 }
 
+// leaveQueueOrRetry is leaveQueue, retried at the presence passes when it
+// fails.
+func (c *Client) leaveQueueOrRetry(ctx context.Context, keys lockKeys, waiter, owner, hold string) {
+	if err := c.leaveQueue(ctx, keys, waiter, owner, hold); err != nil {
+		c.presence.orphan(func(ctx context.Context) error { return c.leaveQueue(ctx, keys, waiter, owner, hold) })
+	}
+}
+
 // leaveQueue gives up a waiter's place in the queue of a Mutex or FairMutex;
 // a lock handed over to it meanwhile (owner, hold) is given back. When the
 // lock is free, it goes to the waiter now at the head.
@@ -569,9 +574,7 @@ func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.Redi
 		// taken.
 		owner, hold, waiter := args[0], args[1], args[3]
 		res, err := c.execTaking(ctx, q.script, keys, args, func(ctx context.Context) {
-			if err := c.leaveQueue(ctx, q.keys, waiter, owner, hold); err != nil {
-				q.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", q.keys.lock, "err", err)
-			}
+			c.leaveQueueOrRetry(ctx, q.keys, waiter, owner, hold)
 		}).ToArray()
 		if err != nil {
 			return nil, redisErr("acquire", err)

@@ -145,11 +145,13 @@ func (p *presence) checkBy(k string, at time.Time) {
 }
 
 // orphan records a waiter whose leave failed (the connection broke as it
-// gave up its place), to retry it at the next passes.
+// gave up its place), to retry it at the next passes: the loop runs for it
+// every renewRetry when nothing else is waited for.
 func (p *presence) orphan(leave func(ctx context.Context) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.orphans = append(p.orphans, orphanLeave{leave: leave})
+	p.startOrWake(p.run)
 }
 
 // close stops the loop.

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -753,4 +754,26 @@ func TestWaiterFollowsAHolderThatExtended(t *testing.T) {
 			t.Fatalf("the waiter still waits %v after the holder's last lease ended", time.Since(ends).Round(time.Millisecond))
 		}
 	})
+}
+
+// TestOrphanRetriedWhileNothingIsWaited: a failed leave recorded while the
+// Client waits for no lock is retried at the presence passes, which run for
+// it.
+func TestOrphanRetriedWhileNothingIsWaited(t *testing.T) {
+	e := standaloneEnv(t)
+	c := e.client(t)
+	var tries atomic.Int32
+	done := make(chan struct{})
+	c.presence.orphan(func(context.Context) error {
+		if tries.Add(1) == 1 {
+			return errors.New("refused")
+		}
+		close(done)
+		return nil
+	})
+	select {
+	case <-done:
+	case <-time.After(5 * renewRetry):
+		t.Fatalf("the leave was tried %d times in %v", tries.Load(), 5*renewRetry)
+	}
 }
