@@ -346,8 +346,9 @@ func inflight(ctx context.Context) (actx context.Context, done func()) {
 // or permits. The caller's context ending does not abandon a script on its
 // way, which would leave its outcome unknown: the caller gets its reply,
 // or ctx's error inflightGrace after ctx ended. The script then goes on in
-// the background (cleanupTimeout at most), and undo runs once it returned,
-// so that what it took is given back after it was taken. An undo sent at
+// the background, and undo runs once it returned (or cleanupTimeout later,
+// if it never does), so that what it took is given back after it was
+// taken. An undo sent at
 // once could overtake the script, on another connection of the
 // multiplexed client or past a connection held up, and leave the lock held
 // by nobody until its lease ran out. Close waits for it.
@@ -375,15 +376,18 @@ func (c *Client) execTaking(ctx context.Context, s script, keys, args []string, 
 	case <-grace.C:
 	}
 	settle := func() {
-		stop := time.AfterFunc(cleanupTimeout, cancel)
-		<-reply
-		stop.Stop()
-		cancel()
-		if undo != nil {
-			dctx, dcancel := detached(ctx)
-			undo(dctx)
-			dcancel()
+		// A call that never answers (rueidis may not hear the cancel) is
+		// given up on, and undone all the same.
+		wait := time.NewTimer(cleanupTimeout)
+		select {
+		case <-reply:
+		case <-wait.C:
 		}
+		wait.Stop()
+		cancel()
+		dctx, dcancel := detached(ctx)
+		undo(dctx)
+		dcancel()
 	}
 	c.cleanupMu.Lock()
 	if c.isClosed() {

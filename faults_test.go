@@ -524,3 +524,35 @@ func TestAttemptHeldUpIsUndoneAfterItRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseEndsWhileAnAttemptNeverAnswers: an attempt abandoned while Redis
+// hangs is given up on in the background, undone all the same, and Close
+// does not wait for its reply longer than that.
+func TestCloseEndsWhileAnAttemptNeverAnswers(t *testing.T) {
+	e := ownServer(t)
+	noLeak := leakCheck(t)
+	c := dial(t, e.addrs)
+	ctx := withTimeout(t, time.Minute)
+	m := c.Mutex("never-answers")
+	require.NoError(t, e.server.Pause())
+	defer e.server.Resume()
+	lctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	start := time.Now()
+	_, err := m.Lock(lctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 2*time.Second, "Lock returned long after its deadline")
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		c.Close()
+	}()
+	select {
+	case <-closed:
+		t.Logf("Close returned %v after Lock, Redis still hung", time.Since(start).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close still waits for a reply that never comes")
+	}
+	require.NoError(t, e.server.Resume())
+	noLeak(nil)
+}
