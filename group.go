@@ -395,20 +395,12 @@ func (a *atomicAcquisition) grant(ctx context.Context, reply groupReply, sent ti
 
 // undo releases what an attempt may have taken (all or none).
 func (a *atomicAcquisition) undo(ctx context.Context) {
-	dctx, cancel := detached(ctx)
-	defer cancel()
 	for _, mb := range a.ms {
 		if mb.state != memberHeld {
 			mb.state = memberNone
 		}
 	}
-	releaseMembers(dctx, a.ms, 0)
-	for _, mb := range a.ms {
-		if mb.err != nil {
-			a.g.clients[0].log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", a.g.name, "err", mb.err)
-			break
-		}
-	}
+	a.release(ctx, a.ms)
 }
 
 // undoLate releases, by owner id, what an attempt whose reply came after
@@ -419,7 +411,15 @@ func (a *atomicAcquisition) undoLate(ctx context.Context) {
 	for i, mb := range a.ms {
 		ms[i] = &member{c: mb.c, m: mb.m, owner: mb.owner, hold: mb.hold}
 	}
-	releaseMembers(ctx, ms, 0)
+	a.release(ctx, ms)
+}
+
+// release releases ms, members of an acquisition that ends without the
+// lease, and logs a failure.
+func (a *atomicAcquisition) release(ctx context.Context, ms []*member) {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	releaseMembers(dctx, ms, 0)
 	for _, mb := range ms {
 		if mb.err != nil {
 			a.g.clients[0].log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", a.g.name, "err", mb.err)

@@ -211,13 +211,16 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 	// The ids of attempts whose reply never came: they may hold permits,
 	// which are given back once the acquisition ends.
 	var unsure []string
+	release := func(ctx context.Context, ids []string) {
+		if _, _, err := redissonPSemRelease(ctx, c.rc, s.name, how, "each", ids); err != nil {
+			c.log.Warn("redisync: could not give back the permits of a Redisson permit expirable semaphore acquisition whose outcome is unknown; if it took some, they come back when their lease ends", "key", s.name, "err", err)
+		}
+	}
 	giveBack := func(ctx context.Context) {
 		if len(unsure) == 0 {
 			return
 		}
-		if _, _, err := redissonPSemRelease(ctx, c.rc, s.name, how, "each", unsure); err != nil {
-			c.log.Warn("redisync: could not give back the permits of a Redisson permit expirable semaphore acquisition whose outcome is unknown; if it took some, they come back when their lease ends", "key", s.name, "err", err)
-		}
+		release(ctx, unsure)
 		unsure = nil
 	}
 	w := redissonWait{
@@ -233,9 +236,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 			ids := newRedissonPermitIDs(a.n)
 			sent := time.Now()
 			res, err := c.execTaking(ctx, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
-				if _, _, err := redissonPSemRelease(ctx, c.rc, s.name, how, "each", ids); err != nil {
-					c.log.Warn("redisync: could not give back the permits of a Redisson permit expirable semaphore acquisition whose outcome is unknown; if it took some, they come back when their lease ends", "key", s.name, "err", err)
-				}
+				release(ctx, ids)
 			}).AsIntSlice()
 			if err != nil {
 				if !isRedisReply(err) {
