@@ -705,7 +705,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		metrics := Metrics{
 			WaitFallback: func(prim, name string) {
 				now := time.Now()
-				if (prim == groupPrimitive || prim == "latch") && w.pushFaultAround(i, now.Add(-3*time.Second), now) {
+				if (prim == groupPrimitive || prim == "latch") && w.faulted(i, now.Add(-3*time.Second), now, "drop-push", "delay-push", "cut-subscriber", "stall-presence") {
 					// A group's or a latch's wait is timed (the holder's
 					// lease, the latch's recheck); it may end before a
 					// message held up or lost, or the presence pass, does.
@@ -912,7 +912,7 @@ return out`, "0", "sched:*")
 		shown = append(shown, fmt.Sprintf("%s by %s (%s), pttl %sms", f[0], f[1], who, f[2]))
 	}
 	line := fmt.Sprintf("after schedule %d, every Client closed: %s; faults: %s", n, strings.Join(shown, ", "), w.faultsAround(began, time.Now(), 0))
-	if w.restartedSince(began) {
+	if w.faulted(-1, began, time.Now(), "restart") {
 		// A restart can bring back a lock whose release it lost, and fail
 		// the undoing of an attempt it interrupted (logged: it expires
 		// with its lease).
@@ -924,28 +924,13 @@ return out`, "0", "sched:*")
 	w.violation("held-after-close", "%s", line)
 }
 
-// pushFaultAround reports whether a fault on the messages of Client i
-// acted between from and to.
-func (w *world) pushFaultAround(i int, from, to time.Time) bool {
+// faulted reports whether a fault of one of kinds acted on Client i (any
+// Client for -1) between from and to.
+func (w *world) faulted(i int, from, to time.Time, kinds ...string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, f := range w.faults {
-		switch f.kind {
-		case "drop-push", "delay-push", "cut-subscriber", "stall-presence":
-			if f.client == i && !f.start.After(to) && !f.end.Before(from) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// restartedSince reports whether Redis was restarted since t.
-func (w *world) restartedSince(t time.Time) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, f := range w.faults {
-		if f.kind == "restart" && !f.start.Before(t) {
+		if (i < 0 || f.client == i) && slices.Contains(kinds, f.kind) && !f.start.After(to) && !f.end.Before(from) {
 			return true
 		}
 	}
