@@ -827,17 +827,8 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 // and, once the Clients are closed, nobody subscribes.
 func (w *world) checkNothingLeft(n int) {
 	srv := w.e.server
-	keys, err := srv.Do("EVAL", `local out = {}
-local cursor = '0'
-repeat
-  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-  cursor = r[1]
-  for _, k in ipairs(r[2]) do
-    local kind = string.match(k, '^[^:]*:([^:]*):')
-    if redis.call('PTTL', k) == -1 and kind ~= 'sem' and kind ~= 'latch' then out[#out + 1] = k end
-  end
-until cursor == '0'
-return out`, "0", "sched:*")
+	keys, err := w.eachKey(`local kind = string.match(k, '^[^:]*:([^:]*):')
+if redis.call('PTTL', k) == -1 and kind ~= 'sem' and kind ~= 'latch' then out[#out + 1] = k end`)
 	if err != nil {
 		w.t.Errorf("schedule %d: scanning keys: %v", n, err)
 	} else if keys != "" {
@@ -868,27 +859,34 @@ return out`, "0", "sched:*")
 	}
 }
 
+// eachKey runs body, a Lua block, for each key k of the schedules, in one
+// script on the server, and returns the list out that body appends to.
+func (w *world) eachKey(body string) (string, error) {
+	return w.e.server.Do("EVAL", `local out = {}
+local cursor = '0'
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+`+body+`
+  end
+until cursor == '0'
+return out`, "0", "sched:*")
+}
+
 // checkNothingHeld reports the Mutex and FairMutex locks still held once
 // every Client of schedule n closed: Close releases every live lease's
 // lock, and a lease lost without its Client seeing the key go is released
 // by its Unlock or by Close. Such a lock is deleted, so that the next
 // schedule, whose model knows nothing of it, starts free.
 func (w *world) checkNothingHeld(n int, clients []*schedClient, began time.Time) {
-	srv := w.e.server
-	held, err := srv.Do("EVAL", `local out = {}
-local cursor = '0'
-repeat
-  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000, 'TYPE', 'hash')
-  cursor = r[1]
-  for _, k in ipairs(r[2]) do
-    local owner = redis.call('HGET', k, 'owner')
-    if owner and owner ~= '' then
-      out[#out + 1] = k .. ' ' .. owner .. ' ' .. redis.call('PTTL', k)
-      redis.call('DEL', k)
-    end
+	held, err := w.eachKey(`if redis.call('TYPE', k).ok == 'hash' then
+  local owner = redis.call('HGET', k, 'owner')
+  if owner and owner ~= '' then
+    out[#out + 1] = k .. ' ' .. owner .. ' ' .. redis.call('PTTL', k)
+    redis.call('DEL', k)
   end
-until cursor == '0'
-return out`, "0", "sched:*")
+end`)
 	if err != nil {
 		w.t.Errorf("schedule %d: scanning held locks: %v", n, err)
 		return
