@@ -480,8 +480,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	var err error
 	if keep {
 		var passed bool
-		if passed, st, err = l.co.keep(ctx, l); passed {
-			ended = nil
+		if passed, st, err, ended = l.co.keep(ctx, l); passed {
 			l.passed()
 			return nil
 		}
