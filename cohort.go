@@ -28,7 +28,8 @@ import (
 // it waits for the replicas WithReplicaAck asks for, a reply that is lost
 // (or comes after its Unlock gave up) is followed by a release, and a
 // reply that comes after the lease lost the cohort's hold changes nothing
-// in the cohort.
+// in the cohort. The Unlocks of one lease keep the lock one at a time
+// (settle), so that none releases in Redis the hold another passed on.
 
 // cohort is the goroutines of one Client that want one Mutex.
 type cohort struct {
@@ -243,6 +244,7 @@ const (
 	unlockPassed                     // passed on locally: done
 	unlockGone                       // passed on before: not held
 	unlockKeep                       // keep it for the waiters if Redis allows (keep)
+	unlockBusy                       // another Unlock of the lease keeps it: wait (settle)
 )
 
 // pass passes the lock l holds on to the first waiter, when the budget
@@ -251,14 +253,17 @@ const (
 // hold of the cohort). Otherwise l releases the lock in Redis, and, once
 // that is done (ended called), the first waiter leads the next
 // acquisition. A lease passed on before is unlockGone: its Unlock must not
-// release the hold its successor carries. mayKeep false releases without
-// asking for more.
+// release the hold its successor carries; one whose keep is on its way is
+// unlockBusy: the keep decides whether it still holds (settle). mayKeep
+// false releases without asking for more.
 func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	switch {
 	case l.passedOn:
 		return unlockGone, nil
+	case l.keeping != nil:
+		return unlockBusy, nil
 	case co.current != l:
 		// Released in Redis before (a retry), or re-entered.
 		return unlockInRedis, func() {}
@@ -268,9 +273,36 @@ func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
 			return unlockPassed, nil
 		}
 	} else if mayKeep && len(co.waiters) > 0 && co.alone(l) {
+		l.keeping = make(chan struct{})
 		return unlockKeep, nil
 	}
 	return unlockInRedis, co.forget(l)
+}
+
+// settle is pass once no other Unlock of l keeps the lock (keep): one at a
+// time, so that a second Unlock never releases in Redis the hold the first
+// passed on. A lease that ended meanwhile is unlockGone. It returns ctx's
+// error if ctx ends while it waits.
+func (co *cohort) settle(ctx context.Context, l *Lease, mayKeep bool) (unlockState, func(), error) {
+	for {
+		st, ended := co.pass(l, mayKeep)
+		if st != unlockBusy {
+			return st, ended, nil
+		}
+		co.mu.Lock()
+		kept := l.keeping
+		co.mu.Unlock()
+		if kept != nil {
+			select {
+			case <-kept:
+			case <-ctx.Done():
+				return st, nil, ctx.Err()
+			}
+		}
+		if l.ended() != nil {
+			return unlockGone, nil, nil
+		}
+	}
 }
 
 // alone reports whether l is the only lease of its holder, which is held:
@@ -390,6 +422,15 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	}
 	n, _ := res.(int64)
 	return false, releaseStateOf(n), nil, ended
+}
+
+// endKeep ends the keep of an Unlock of l (pass marked it), once that
+// Unlock is done with l: another Unlock of l may go on (settle).
+func (co *cohort) endKeep(l *Lease) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	close(l.keeping)
+	l.keeping = nil
 }
 
 // forget ends l's hold of the cohort, if it still has it, and returns what

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,6 +154,55 @@ func TestMutexKeepReplyLost(t *testing.T) {
 			rf.clear()
 			requireNoCohorts(t, c)
 		}
+	})
+}
+
+// Two Unlocks of one lease at once, while a goroutine of the Client waits
+// and no token is left: one passes the lock on (asking Redis for a new
+// budget), the other reports ErrNotHeld, and the successor holds.
+func TestMutexConcurrentUnlocksKeep(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		c := e.client(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(1, time.Minute))
+		warm(t, ctx, m)
+		for round := 0; round < soak(20, 200); round++ {
+			l := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
+			w := lockAsync(ctx, m)
+			eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			errs := make([]error, 2)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					errs[i] = l.Unlock(ctx)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			o := <-w
+			require.NoError(t, o.err)
+			nl := o.l
+			require.NoError(t, nl.Err(), "round %d: the successor was released by its predecessor's second Unlock", round)
+			require.Equal(t, l.h.owner, nl.h.owner, "round %d: not passed on", round)
+			st := requireHeldBy(t, m, nl)
+			require.Equal(t, 1, st.Holds)
+			ok := 0
+			for _, err := range errs {
+				if err == nil {
+					ok++
+				} else {
+					require.ErrorIs(t, err, ErrNotHeld)
+				}
+			}
+			require.Equal(t, 1, ok, "round %d: Unlocks returned %v", round, errs)
+			require.NoError(t, nl.Unlock(ctx))
+		}
+		requireFree(t, m)
+		requireNoCohorts(t, c)
 	})
 }
 

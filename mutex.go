@@ -219,9 +219,10 @@ const maxLocalPasses = 1000
 // the Client's hold to the goroutine holding it, and an Unlock that passes
 // the lock on, or releases it in Redis; a lease that passed the lock on is
 // released (ErrReleased) and its Unlock never releases its successor's
-// hold. Inspect, ForceUnlock and the command-line tool see the Client's
-// ownership: its owner id, and the token of its acquisition in Redis. A
-// lock re-entered, and one with a fixed lease, are not passed on locally.
+// hold, also when called twice at once. Inspect, ForceUnlock and the
+// command-line tool see the Client's ownership: its owner id, and the
+// token of its acquisition in Redis. A lock re-entered, and one with a
+// fixed lease, are not passed on locally.
 type Mutex struct {
 	c    *Client
 	name string
