@@ -206,6 +206,45 @@ func TestMutexConcurrentUnlocksKeep(t *testing.T) {
 	})
 }
 
+// An Unlock that passes the lock on locally, with tokens left or with a
+// new budget from Redis, leaves the hold in Redis to its successor: no
+// release runs after the keep, and the successor holds.
+func TestMutexPassReleasesNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		releases := rf.hold(runs(releaseScript), -1, 0) // counts them
+		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
+		warm(t, ctx, m)
+		before := releases.Hits()
+		l := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
+		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 4)
+		// A keep, a pass with the block it got, a keep, a pass.
+		for i, calls := range []int{1, 1, 2, 2} {
+			require.NoError(t, l.Unlock(ctx))
+			var nl *Lease
+			select {
+			case nl = <-leases:
+			case err := <-errs:
+				t.Fatal(err)
+			}
+			require.Equal(t, calls, releases.Hits()-before, "pass %d: release calls", i)
+			time.Sleep(20 * time.Millisecond)
+			require.NoError(t, nl.Err(), "pass %d", i)
+			require.Equal(t, l.h.owner, nl.h.owner, "pass %d: not passed on locally", i)
+			require.Greater(t, nl.Token(), l.Token())
+			st := requireHeldBy(t, m, nl)
+			require.Equal(t, 1, st.Holds)
+			require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+			requireHeldBy(t, m, nl)
+			l = nl
+		}
+		require.NoError(t, l.Unlock(ctx))
+		requireFree(t, m)
+		requireNoCohorts(t, c)
+	})
+}
+
 // A keep waits for the replicas WithReplicaAck asks for: when fewer
 // acknowledge it, its tokens are not handed out and the lock is released,
 // so a replica promoted before it saw the keep hands out no token the
