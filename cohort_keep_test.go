@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -75,15 +76,7 @@ func TestMutexKeepLateReplyAfterLoss(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the loss of the lease whose keep is on its way was not reported")
 		}
-		var l2 *Lease
-		select {
-		case l2 = <-leases:
-		case err := <-errs:
-			t.Fatal(err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("the first local waiter did not take the lock in Redis")
-		}
-		require.NoError(t, l2.Err())
+		l2 := nextLease(t, leases, errs, 10*time.Second, "the first local waiter did not take the lock in Redis")
 		require.NotEqual(t, l.h.owner, l2.h.owner)
 		require.Greater(t, l2.Token(), l.Token())
 
@@ -95,22 +88,38 @@ func TestMutexKeepLateReplyAfterLoss(t *testing.T) {
 		require.Equal(t, 2, refs, "users of the cohort: the holder and the waiter")
 
 		require.NoError(t, l2.Unlock(ctx))
-		var l3 *Lease
-		select {
-		case l3 = <-leases:
-		case err := <-errs:
-			t.Fatal(err)
-		}
-		require.NoError(t, l3.Err())
+		l3 := nextLease(t, leases, errs, 10*time.Second, "the lock was not passed on")
 		require.Greater(t, l3.Token(), l2.Token(), "a token at or below its holder's was passed on")
 		requireHeldBy(t, m, l3)
 		require.NoError(t, l3.Unlock(ctx))
 		requireNoCohorts(t, c)
-
-		ol := mustLock(t, ctx, e.client(t).Mutex(t.Name()).Lock)
-		require.Greater(t, ol.Token(), l3.Token())
-		require.NoError(t, ol.Unlock(ctx))
+		requireNextTokenAbove(t, ctx, e, t.Name(), l3.Token())
 	})
+}
+
+// nextLease is the next lease on leases, which must hold; a failure on
+// errs, or none within d, fails the test with msg.
+func nextLease(t testing.TB, leases <-chan *Lease, errs <-chan error, d time.Duration, msg string) *Lease {
+	t.Helper()
+	select {
+	case l := <-leases:
+		require.NoError(t, l.Err())
+		return l
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(d):
+		t.Fatal(msg)
+	}
+	return nil
+}
+
+// requireNextTokenAbove checks that another Client's next acquisition of
+// the Mutex name gets a token above tok.
+func requireNextTokenAbove(t testing.TB, ctx context.Context, e *env, name string, tok uint64) {
+	t.Helper()
+	ol := mustLock(t, ctx, e.client(t).Mutex(name).Lock)
+	require.Greater(t, ol.Token(), tok)
+	require.NoError(t, ol.Unlock(ctx))
 }
 
 // A keep whose reply is lost, or comes after its Unlock gave up on it,
@@ -137,18 +146,11 @@ func TestMutexKeepReplyLost(t *testing.T) {
 			}
 			unlocked := make(chan error, 1)
 			go func() { unlocked <- l.Unlock(uctx) }()
-			select {
-			case nl := <-leases:
-				require.NoError(t, nl.Err())
-				require.NotEqual(t, l.h.owner, nl.h.owner, "late=%v: a lease whose keep failed was passed on", late)
-				require.Greater(t, nl.Token(), l.Token())
-				requireHeldBy(t, m, nl)
-				require.NoError(t, nl.Unlock(ctx))
-			case err := <-errs:
-				t.Fatal(err)
-			case <-time.After(5 * time.Second):
-				t.Fatalf("late=%v: the Client's waiter is stranded behind a keep whose reply was lost", late)
-			}
+			nl := nextLease(t, leases, errs, 5*time.Second, fmt.Sprintf("late=%v: the Client's waiter is stranded behind a keep whose reply was lost", late))
+			require.NotEqual(t, l.h.owner, nl.h.owner, "late=%v: a lease whose keep failed was passed on", late)
+			require.Greater(t, nl.Token(), l.Token())
+			requireHeldBy(t, m, nl)
+			require.NoError(t, nl.Unlock(ctx))
 			require.NoError(t, <-unlocked, "late=%v: the lock was freed", late)
 			require.ErrorIs(t, l.Err(), ErrReleased)
 			rf.clear()
@@ -222,12 +224,7 @@ func TestMutexPassReleasesNothing(t *testing.T) {
 		// A keep, a pass with the block it got, a keep, a pass.
 		for i, calls := range []int{1, 1, 2, 2} {
 			require.NoError(t, l.Unlock(ctx))
-			var nl *Lease
-			select {
-			case nl = <-leases:
-			case err := <-errs:
-				t.Fatal(err)
-			}
+			nl := nextLease(t, leases, errs, 10*time.Second, "the lock was not passed on")
 			require.Equal(t, calls, releases.Hits()-before, "pass %d: release calls", i)
 			time.Sleep(20 * time.Millisecond)
 			require.NoError(t, nl.Err(), "pass %d", i)
