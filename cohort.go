@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // A Mutex is passed on locally: the goroutines of one Client that want
@@ -19,6 +21,15 @@ import (
 // next Unlock releases the lock in Redis, and the first waiter of the
 // cohort leads the next acquisition there, behind the waiters of other
 // Clients.
+//
+// An Unlock whose budget is spent while goroutines of the cohort wait asks
+// Redis to keep the lock for them with a new block of tokens (keep). A
+// keep ends or extends a hold in Redis, and keeps a release's guarantees:
+// it waits for the replicas WithReplicaAck asks for, a reply that is lost
+// (or comes after its Unlock gave up) is followed by a release, and a
+// reply that comes after the lease lost the cohort's hold changes nothing
+// in the cohort. The Unlocks of one lease keep the lock one at a time
+// (settle), so that none releases in Redis the hold another passed on.
 
 // cohort is the goroutines of one Client that want one Mutex.
 type cohort struct {
@@ -233,40 +244,65 @@ const (
 	unlockPassed                     // passed on locally: done
 	unlockGone                       // passed on before: not held
 	unlockKeep                       // keep it for the waiters if Redis allows (keep)
+	unlockBusy                       // another Unlock of the lease keeps it: wait (settle)
 )
 
 // pass passes the lock l holds on to the first waiter, when the budget
 // allows. When the budget is spent and goroutines of the cohort wait,
-// unlockKeep asks Redis for more (keep). Otherwise l releases the lock in
-// Redis, and, once that is done (ended called), the first waiter leads the
-// next acquisition. A lease passed on before is unlockGone: its Unlock must
-// not release the hold its successor carries. mayKeep false releases
-// without asking for more.
+// unlockKeep asks Redis for more (keep, which then tells what ends l's
+// hold of the cohort). Otherwise l releases the lock in Redis, and, once
+// that is done (ended called), the first waiter leads the next
+// acquisition. A lease passed on before is unlockGone: its Unlock must not
+// release the hold its successor carries; one whose keep is on its way is
+// unlockBusy: the keep decides whether it still holds (settle). mayKeep
+// false releases without asking for more.
 func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	switch {
 	case l.passedOn:
 		return unlockGone, nil
+	case l.keeping != nil:
+		return unlockBusy, nil
 	case co.current != l:
 		// Released in Redis before (a retry), or re-entered.
 		return unlockInRedis, func() {}
-	}
-	ended = func() {
-		co.mu.Lock()
-		co.promote()
-		co.mu.Unlock()
-		co.drop()
 	}
 	if len(co.waiters) > 0 && co.next <= co.top && time.Now().Before(co.until) {
 		if co.handOn(l) {
 			return unlockPassed, nil
 		}
 	} else if mayKeep && len(co.waiters) > 0 && co.alone(l) {
-		return unlockKeep, ended
+		l.keeping = make(chan struct{})
+		return unlockKeep, nil
 	}
-	co.current = nil
-	return unlockInRedis, ended
+	return unlockInRedis, co.forget(l)
+}
+
+// settle is pass once no other Unlock of l keeps the lock (keep): one at a
+// time, so that a second Unlock never releases in Redis the hold the first
+// passed on. A lease that ended meanwhile is unlockGone. It returns ctx's
+// error if ctx ends while it waits.
+func (co *cohort) settle(ctx context.Context, l *Lease, mayKeep bool) (unlockState, func(), error) {
+	for {
+		st, ended := co.pass(l, mayKeep)
+		if st != unlockBusy {
+			return st, ended, nil
+		}
+		co.mu.Lock()
+		kept := l.keeping
+		co.mu.Unlock()
+		if kept != nil {
+			select {
+			case <-kept:
+			case <-ctx.Done():
+				return st, nil, ctx.Err()
+			}
+		}
+		if l.ended() != nil {
+			return unlockGone, nil, nil
+		}
+	}
 }
 
 // alone reports whether l is the only lease of its holder, which is held:
@@ -308,48 +344,112 @@ func (co *cohort) handOn(l *Lease) bool {
 // keep runs l's release in Redis asking to keep the lock for the cohort's
 // waiters instead: Redis keeps it when nobody waits there (another
 // Client's waiter, a Group), with a new block of tokens, and the lock
-// passes to the first waiter on a new budget (passed). Otherwise the
-// release ran as any other, with its outcome st and err; a lock kept for
-// waiters that all left meanwhile is released then.
-func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseState, err error) {
+// passes to the first waiter on a new budget (passed). A keep ends or
+// extends a hold in Redis, and keeps a release's guarantees:
+//   - It waits for the replicas WithReplicaAck asks for, as an acquisition
+//     does: a block fewer replicas acknowledged is not handed out, since a
+//     replica promoted without it would hand out its tokens again.
+//   - A reply that comes after l lost the cohort's hold (lose: another
+//     goroutine of the cohort may have taken the lock in Redis since, with
+//     a greater token) passes nothing on and leaves the cohort's tokens as
+//     they are: l's hold is released as any Unlock's.
+//   - A reply that never comes (lost, or after ctx ended) leaves the lock
+//     kept or not: a release of l's hold follows, as any Unlock's, given
+//     inflightGrace past ctx's end, so that the cohort's waiters are not
+//     left behind a hold that the watchdog renews for nobody.
+//
+// When the lock is not passed on, the lock is released (or was by the
+// keep itself) with the outcome st and err, and ended is to be called
+// once the caller is done with the release: the first waiter leads the
+// next acquisition in Redis.
+func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseState, err error, ended func()) {
 	h := l.h
+	c := h.c
 	co.mu.Lock()
 	budget, within := co.budget, co.within
 	co.mu.Unlock()
-	e := h.c.releaseExec(h.keys, h.owner, l.hold)
+	e := c.releaseExec(h.keys, h.owner, l.hold)
 	e.Args = append(e.Args, strconv.Itoa(budget))
-	res, err := releaseScript.exec(ctx, h.c.rc, e.Keys, e.Args).ToAny()
-	co.mu.Lock()
-	if err != nil {
-		co.forget(l)
-		co.mu.Unlock()
-		return false, notHeld, redisErr("release", err)
+	sent := time.Now()
+	var res any
+	acked := true
+	if c.cfg.ackReplicas == 0 {
+		res, err = releaseScript.exec(ctx, c.rc, e.Keys, e.Args).ToAny()
+	} else {
+		actx, done := inflight(ctx)
+		var msg rueidis.RedisMessage
+		var n int64
+		if msg, n, err = releaseScript.execWaiting(actx, c.rc, e.Keys, e.Args, c.cfg.ackReplicas, c.cfg.ackTimeout); err == nil {
+			res, err = msg.ToAny()
+			acked = n >= int64(c.cfg.ackReplicas)
+		}
+		done()
 	}
 	a, kept := res.([]any)
-	if kept && len(a) == 3 {
+	kept = err == nil && kept && len(a) == 3
+	co.mu.Lock()
+	// Only while l still holds for the cohort: once it lost the hold, the
+	// block is older than the tokens of the cohort's next acquisition.
+	if kept && acked && co.current == l {
 		from, _ := a[1].(int64)
 		n, _ := a[2].(int64)
 		co.next, co.top, co.until = uint64(from)+1, uint64(from)+uint64(n), time.Now().Add(within)
 		if len(co.waiters) > 0 && co.handOn(l) {
 			co.mu.Unlock()
-			return true, freed, nil
+			return true, freed, nil, nil
 		}
 	}
-	co.forget(l)
+	ended = co.forget(l)
 	co.mu.Unlock()
-	if kept {
+	switch {
+	case err != nil:
+		// Kept or not: released now. A release that finds the lock moved
+		// on reports what the keep did (see Unlock and l.unsure).
+		l.mu.Lock()
+		if l.unsure.IsZero() {
+			l.unsure = sent
+		}
+		l.mu.Unlock()
+		actx, done := inflight(ctx)
+		defer done()
+		st, err = h.kind.unlock(actx, h, l.hold)
+		return false, st, err, ended
+	case kept:
+		// Not to be passed on: nobody waits any more, the replicas did not
+		// acknowledge the block, or the lease is lost.
 		st, err = h.kind.unlock(ctx, h, l.hold)
-		return false, st, err
+		return false, st, err, ended
 	}
 	n, _ := res.(int64)
-	return false, releaseStateOf(n), nil
+	return false, releaseStateOf(n), nil, ended
 }
 
-// forget ends l's hold of the cohort, if it still has it. Call it with
-// co.mu held.
-func (co *cohort) forget(l *Lease) {
-	if co.current == l {
+// endKeep ends the keep of an Unlock of l (pass marked it), once that
+// Unlock is done with l: another Unlock of l may go on (settle).
+func (co *cohort) endKeep(l *Lease) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	close(l.keeping)
+	l.keeping = nil
+}
+
+// forget ends l's hold of the cohort, if it still has it, and returns what
+// to call once l's release in Redis is done: the first waiter leads the
+// next acquisition, and l's user of the cohort is counted off, unless a
+// loss (lose) ended the hold before and counted it. Call it with co.mu
+// held.
+func (co *cohort) forget(l *Lease) (ended func()) {
+	mine := co.current == l
+	if mine {
 		co.current = nil
+	}
+	return func() {
+		co.mu.Lock()
+		co.promote()
+		co.mu.Unlock()
+		if mine {
+			co.drop()
+		}
 	}
 }
 

@@ -342,6 +342,10 @@ type Lease struct {
 	// passedOn is set when the lock was passed on from this lease to
 	// another goroutine of its Client (guarded by mu and co.mu).
 	passedOn bool
+	// keeping is closed when an Unlock of this lease that asked Redis to
+	// keep the lock (cohort.keep) is done, and nil while none is on its
+	// way (guarded by co.mu).
+	keeping chan struct{}
 }
 
 // claim marks an offered lease as received. Call it with l.mu held.
@@ -432,7 +436,11 @@ func (l *Lease) endContext(reason error) {
 // reason), or never acquired. If the lease was reported lost while its key
 // still held it (ErrConnectionLost, ErrClosed), Unlock still frees the key
 // and returns nil. After a successful Unlock, Err returns ErrReleased,
-// Context is cancelled and Lost stays open.
+// Context is cancelled and Lost stays open. Of two Unlocks of one Lease at
+// once, one releases the lock or passes it on locally (see Mutex) and the
+// other waits for its outcome when it kept the lock for the Client's
+// goroutines: a Lease never releases the hold of a Lease it passed the
+// lock on to.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
@@ -457,15 +465,23 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	var ended func()
 	if co := l.co; co != nil {
 		var st unlockState
-		st, ended = co.pass(l, true)
+		var err error
+		if st, ended, err = co.settle(ctx, l, true); err != nil {
+			return err
+		}
 		switch st {
 		case unlockGone:
-			return errorf("%w: %w", ErrNotHeld, ErrReleased)
+			reason := l.ended()
+			if reason == nil {
+				reason = ErrReleased
+			}
+			return errorf("%w: %w", ErrNotHeld, reason)
 		case unlockPassed:
 			l.passed()
 			return nil
 		case unlockKeep:
 			keep = true
+			defer co.endKeep(l)
 		}
 	}
 	defer func() {
@@ -480,8 +496,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	var err error
 	if keep {
 		var passed bool
-		if passed, st, err = l.co.keep(ctx, l); passed {
-			ended = nil
+		if passed, st, err, ended = l.co.keep(ctx, l); passed {
 			l.passed()
 			return nil
 		}
@@ -766,7 +781,7 @@ func (l *Lease) giveBack(err error, onlyOffered bool) {
 	}
 	h := l.h
 	if co := l.co; co != nil {
-		st, ended := co.pass(l, false)
+		st, ended, _ := co.settle(context.Background(), l, false)
 		switch st {
 		case unlockGone:
 			return

@@ -147,9 +147,16 @@ func WithRenewedLease(d time.Duration) LockOption {
 // does, the lock is released to it, and the Client's goroutines queue
 // behind. So a waiter of another Client waits at most within longer (and
 // the critical section that runs when it ends) than without local
-// passes. The default is DefaultLocalPasses within
-// DefaultLocalPassWindow. passes 0 turns local passes off: every hand-off
-// goes through Redis, as a FairMutex's do. passes must be 0 to
+// passes. Keeping the lock is a release that Redis turns into a new
+// budget, with a release's guarantees: it waits for the replicas
+// WithReplicaAck asks for; when its reply is lost, or comes after
+// Unlock's ctx ended, Unlock releases the lock (given half a second past
+// ctx's end); and a reply that comes after the lease was lost hands out
+// no token. In these cases, and when fewer replicas acknowledge, nothing
+// is passed on: the lock is released as without local passes, and the
+// Client's goroutines take it in Redis. The default is DefaultLocalPasses
+// within DefaultLocalPassWindow. passes 0 turns local passes off: every
+// hand-off goes through Redis, as a FairMutex's do. passes must be 0 to
 // maxLocalPasses (1000), within positive unless passes is 0
 // (ErrInvalidArgument). A lock with a fixed lease (WithFixedLease) is never
 // passed on locally.
@@ -212,9 +219,10 @@ const maxLocalPasses = 1000
 // the Client's hold to the goroutine holding it, and an Unlock that passes
 // the lock on, or releases it in Redis; a lease that passed the lock on is
 // released (ErrReleased) and its Unlock never releases its successor's
-// hold. Inspect, ForceUnlock and the command-line tool see the Client's
-// ownership: its owner id, and the token of its acquisition in Redis. A
-// lock re-entered, and one with a fixed lease, are not passed on locally.
+// hold, also when called twice at once. Inspect, ForceUnlock and the
+// command-line tool see the Client's ownership: its owner id, and the
+// token of its acquisition in Redis. A lock re-entered, and one with a
+// fixed lease, are not passed on locally.
 type Mutex struct {
 	c    *Client
 	name string

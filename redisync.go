@@ -202,9 +202,13 @@ func WithFenceRetention(d time.Duration) Option {
 // a connection error until its context ends. This narrows the window in
 // which a failover to a replica that never saw the lock lets a second client
 // take it; it does not close it (replication stays asynchronous, and
-// renewals are not waited for). Each acquisition then takes a dedicated
-// connection from rueidis' pool for the script and the WAIT. replicas must
-// be at least 1 and timeout at least a millisecond; off by default.
+// renewals are not waited for). A Mutex Unlock that keeps the lock for
+// goroutines of the Client with new fencing tokens (WithLocalPasses) waits
+// for the replicas too: when fewer acknowledge, it passes nothing on and
+// releases the lock. Each acquisition (and each such Unlock) then takes a
+// dedicated connection from rueidis' pool for the script and the WAIT.
+// replicas must be at least 1 and timeout at least a millisecond; off by
+// default.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) {
 		c.ackReplicas, c.ackTimeout = replicas, timeout

@@ -118,6 +118,19 @@ func (s script) batch(ctx context.Context, rc rueidis.Client, batch []rueidis.Lu
 // that the WAIT covers the script's writes. It returns the script's reply
 // and the number of replicas that acknowledged.
 func (s script) execAndWait(ctx context.Context, rc rueidis.Client, keys, args []string, replicas int, timeout time.Duration) (res []rueidis.RedisMessage, acked int64, err error) {
+	msg, acked, err := s.execWaiting(ctx, rc, keys, args, replicas, timeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	if res, err = msg.ToArray(); err != nil {
+		return nil, 0, err
+	}
+	return res, acked, nil
+}
+
+// execWaiting is execAndWait for a script whose reply may be other than an
+// array.
+func (s script) execWaiting(ctx context.Context, rc rueidis.Client, keys, args []string, replicas int, timeout time.Duration) (res rueidis.RedisMessage, acked int64, err error) {
 	err = rc.Dedicated(func(d rueidis.DedicatedClient) error {
 		wait := func() rueidis.Completed {
 			return d.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
@@ -126,7 +139,7 @@ func (s script) execAndWait(ctx context.Context, rc rueidis.Client, keys, args [
 		if re, ok := rueidis.IsRedisErr(out[0].Error()); ok && re.IsNoScript() {
 			out = d.DoMulti(ctx, d.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
 		}
-		if res, err = out[0].ToArray(); err != nil {
+		if res, err = out[0].ToMessage(); err != nil {
 			return err
 		}
 		acked, err = out[1].AsInt64()

@@ -1,0 +1,308 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/faultproxy"
+	"github.com/redisync/redisync/internal/redistest"
+)
+
+// keeps matches the release calls that ask Redis to keep a Mutex for the
+// Client's waiters (cohort.keep): the release script with one argument
+// more, the number of tokens.
+func keeps(cmd []string) bool {
+	return runs(releaseScript)(cmd) && len(cmd) == 3+3+5
+}
+
+// cohortRefs is the number of users of m's cohort in its Client, and
+// whether the Client still knows the cohort of the lease l.
+func cohortRefs(m *Mutex, l *Lease) (refs int, known bool) {
+	m.c.cohortsMu.Lock()
+	co := m.c.cohorts[m.keys.lock]
+	m.c.cohortsMu.Unlock()
+	if co == nil {
+		return 0, false
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.refs, co == l.co
+}
+
+// requireNoCohorts checks that c forgot every cohort: nobody uses them.
+func requireNoCohorts(t testing.TB, c *Client) {
+	t.Helper()
+	c.cohortsMu.Lock()
+	defer c.cohortsMu.Unlock()
+	require.Empty(t, c.cohorts)
+}
+
+// A keep whose reply comes after its lease was lost, once the next local
+// waiter took the lock in Redis with a greater token, changes nothing in
+// the Client: the next local pass hands out a token above the holder's,
+// and the lost lease's user of the cohort is counted off once.
+func TestMutexKeepLateReplyAfterLoss(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		// A short lease: the holder whose renewals find the lock gone
+		// while its release is on its way reports the loss once its
+		// deadline passed.
+		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute), WithRenewedLease(900*time.Millisecond))
+		warm(t, ctx, m)
+		l := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
+		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 2)
+
+		r, open := rf.gate(keeps, 1, false)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		<-r.Ran()
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, l.h.owner, st.Owner, "the keep ran: the Client keeps the lock")
+		forced, err := e.client(t).Mutex(t.Name()).ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, forced)
+		select {
+		case <-l.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the loss of the lease whose keep is on its way was not reported")
+		}
+		l2 := nextLease(t, leases, errs, 10*time.Second, "the first local waiter did not take the lock in Redis")
+		require.NotEqual(t, l.h.owner, l2.h.owner)
+		require.Greater(t, l2.Token(), l.Token())
+
+		open() // the keep's reply comes now
+		require.ErrorIs(t, <-unlocked, ErrNotHeld)
+		require.Error(t, l.Err())
+		refs, known := cohortRefs(m, l2)
+		require.True(t, known, "the Client forgot the cohort its holder and waiter use")
+		require.Equal(t, 2, refs, "users of the cohort: the holder and the waiter")
+
+		require.NoError(t, l2.Unlock(ctx))
+		l3 := nextLease(t, leases, errs, 10*time.Second, "the lock was not passed on")
+		require.Greater(t, l3.Token(), l2.Token(), "a token at or below its holder's was passed on")
+		requireHeldBy(t, m, l3)
+		require.NoError(t, l3.Unlock(ctx))
+		requireNoCohorts(t, c)
+		requireNextTokenAbove(t, ctx, e, t.Name(), l3.Token())
+	})
+}
+
+// nextLease is the next lease on leases, which must hold; a failure on
+// errs, or none within d, fails the test with msg.
+func nextLease(t testing.TB, leases <-chan *Lease, errs <-chan error, d time.Duration, msg string) *Lease {
+	t.Helper()
+	select {
+	case l := <-leases:
+		require.NoError(t, l.Err())
+		return l
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(d):
+		t.Fatal(msg)
+	}
+	return nil
+}
+
+// requireNextTokenAbove checks that another Client's next acquisition of
+// the Mutex name gets a token above tok.
+func requireNextTokenAbove(t testing.TB, ctx context.Context, e *env, name string, tok uint64) {
+	t.Helper()
+	ol := mustLock(t, ctx, e.client(t).Mutex(name).Lock)
+	require.Greater(t, ol.Token(), tok)
+	require.NoError(t, ol.Unlock(ctx))
+}
+
+// A keep whose reply is lost, or comes after its Unlock gave up on it,
+// frees the lock as a release would: its Unlock releases the hold in
+// Redis, and the Client's waiters take the lock there at once.
+func TestMutexKeepReplyLost(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(1, time.Minute))
+		warm(t, ctx, m)
+		for _, late := range []bool{false, true} {
+			l := mustLock(t, ctx, m.Lock)
+			_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 1)
+			uctx := ctx
+			if late {
+				// Held back past the Unlock's ctx.
+				rf.hold(keeps, 1, time.Hour)
+				var cancel context.CancelFunc
+				uctx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+			} else {
+				rf.lose(keeps, 1, 0)
+			}
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- l.Unlock(uctx) }()
+			nl := nextLease(t, leases, errs, 5*time.Second, fmt.Sprintf("late=%v: the Client's waiter is stranded behind a keep whose reply was lost", late))
+			require.NotEqual(t, l.h.owner, nl.h.owner, "late=%v: a lease whose keep failed was passed on", late)
+			require.Greater(t, nl.Token(), l.Token())
+			requireHeldBy(t, m, nl)
+			require.NoError(t, nl.Unlock(ctx))
+			require.NoError(t, <-unlocked, "late=%v: the lock was freed", late)
+			require.ErrorIs(t, l.Err(), ErrReleased)
+			rf.clear()
+			requireNoCohorts(t, c)
+		}
+	})
+}
+
+// Two Unlocks of one lease at once, while a goroutine of the Client waits
+// and no token is left: one passes the lock on (asking Redis for a new
+// budget), the other reports ErrNotHeld, and the successor holds.
+func TestMutexConcurrentUnlocksKeep(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		c := e.client(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(1, time.Minute))
+		warm(t, ctx, m)
+		for round := 0; round < soak(20, 200); round++ {
+			l := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
+			w := lockAsync(ctx, m)
+			eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			errs := make([]error, 2)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					errs[i] = l.Unlock(ctx)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			o := <-w
+			require.NoError(t, o.err)
+			nl := o.l
+			require.NoError(t, nl.Err(), "round %d: the successor was released by its predecessor's second Unlock", round)
+			require.Equal(t, l.h.owner, nl.h.owner, "round %d: not passed on", round)
+			st := requireHeldBy(t, m, nl)
+			require.Equal(t, 1, st.Holds)
+			ok := 0
+			for _, err := range errs {
+				if err == nil {
+					ok++
+				} else {
+					require.ErrorIs(t, err, ErrNotHeld)
+				}
+			}
+			require.Equal(t, 1, ok, "round %d: Unlocks returned %v", round, errs)
+			require.NoError(t, nl.Unlock(ctx))
+		}
+		requireFree(t, m)
+		requireNoCohorts(t, c)
+	})
+}
+
+// An Unlock that passes the lock on locally, with tokens left or with a
+// new budget from Redis, leaves the hold in Redis to its successor: no
+// release runs after the keep, and the successor holds.
+func TestMutexPassReleasesNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		releases := rf.hold(runs(releaseScript), -1, 0) // counts them
+		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
+		warm(t, ctx, m)
+		before := releases.Hits()
+		l := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
+		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 4)
+		// A keep, a pass with the block it got, a keep, a pass.
+		for i, calls := range []int{1, 1, 2, 2} {
+			require.NoError(t, l.Unlock(ctx))
+			nl := nextLease(t, leases, errs, 10*time.Second, "the lock was not passed on")
+			require.Equal(t, calls, releases.Hits()-before, "pass %d: release calls", i)
+			time.Sleep(20 * time.Millisecond)
+			require.NoError(t, nl.Err(), "pass %d", i)
+			require.Equal(t, l.h.owner, nl.h.owner, "pass %d: not passed on locally", i)
+			require.Greater(t, nl.Token(), l.Token())
+			st := requireHeldBy(t, m, nl)
+			require.Equal(t, 1, st.Holds)
+			require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+			requireHeldBy(t, m, nl)
+			l = nl
+		}
+		require.NoError(t, l.Unlock(ctx))
+		requireFree(t, m)
+		requireNoCohorts(t, c)
+	})
+}
+
+// A keep waits for the replicas WithReplicaAck asks for: when fewer
+// acknowledge it, its tokens are not handed out and the lock is released,
+// so a replica promoted before it saw the keep hands out no token the
+// Client delivered.
+func TestMutexKeepReplicaAck(t *testing.T) {
+	e := ownServer(t)
+	// The replica replicates through a proxy, which can hold the stream
+	// back and drop it.
+	p, err := faultproxy.New(e.server.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	host, port, err := net.SplitHostPort(p.Addr())
+	require.NoError(t, err)
+	replica := redistest.Standalone(t, "--replicaof", host, port)
+	eventually(t, 10*time.Second, func() bool {
+		info, err := replica.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "replica did not sync")
+	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
+	ctx := withTimeout(t, 30*time.Second)
+	m := c.Mutex(t.Name(), WithLocalPasses(1, time.Minute))
+	warm(t, ctx, m)
+
+	// The replica answers: when the lock passed on, the replica has the
+	// block of tokens the keep reserved.
+	l := mustLock(t, ctx, m.Lock)
+	_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 1)
+	require.NoError(t, l.Unlock(ctx))
+	nl := <-leases
+	require.NoError(t, nl.Err())
+	require.Equal(t, l.h.owner, nl.h.owner)
+	reserved, err := replica.Do("HGET", m.keys.lock, "t")
+	require.NoError(t, err)
+	require.Equal(t, strconv.FormatUint(nl.Token(), 10), reserved, "the replica has the block when the lock passes on")
+
+	// The replica hears nothing more: the waiter is not passed the lock;
+	// it takes it in Redis, which the replica must acknowledge too.
+	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	w := lockAsync(wctx, m)
+	eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
+	p.Blackhole()
+	require.NoError(t, nl.Unlock(ctx))
+	o := <-w
+	delivered := []uint64{l.Token(), nl.Token()}
+	if o.err == nil {
+		delivered = append(delivered, o.l.Token())
+	}
+
+	// Failover to the replica, which never saw what its primary did since.
+	require.NoError(t, e.server.Kill())
+	require.NoError(t, p.Close())
+	_, err = replica.Do("REPLICAOF", "NO", "ONE")
+	require.NoError(t, err)
+	other := dial(t, []string{replica.Addr}).Mutex(t.Name())
+	_, err = other.ForceUnlock(ctx)
+	require.NoError(t, err)
+	ol := mustLock(t, ctx, other.Lock)
+	for _, tok := range delivered {
+		require.Greater(t, ol.Token(), tok, "a token was handed out twice")
+	}
+	require.NoError(t, ol.Unlock(ctx))
+	require.ErrorIs(t, o.err, ErrNotReplicated, "the lock was passed on with tokens the replica never saw")
+}
