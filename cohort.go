@@ -269,24 +269,28 @@ func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
 	return unlockInRedis, ended
 }
 
-// alone reports whether l is the only lease of its holder, which is held:
-// a lock held through a re-entry too, or lost, is not passed on.
+// alone reports whether l is the only lease of its holder, which is held
+// and was never re-entered: a lock held through a re-entry too, or one
+// whose re-entry is on its way, or lost, is not passed on. Redis may count
+// more holds than the Client's leases (a re-entry whose reply has not come
+// back), never fewer.
 func (co *cohort) alone(l *Lease) bool {
 	h := l.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.done && len(h.leases) == 1
+	return !h.done && !h.reentered && len(h.leases) == 1
 }
 
 // handOn passes the lock from l, the cohort's current lease, to the first
-// waiter, with the next token; false when l's holder is lost or holds the
-// lock through a re-entry too (Redis decides then). Call it with co.mu
-// held and a waiter waiting.
+// waiter, with the next token; false when l's holder is lost, or its
+// ownership was ever re-entered (Redis decides then: the re-entry may hold,
+// or be on its way, and may have raised the token counter past the block).
+// Call it with co.mu held and a waiter waiting.
 func (co *cohort) handOn(l *Lease) bool {
 	h := l.h
 	w := co.waiters[0]
 	h.mu.Lock()
-	if h.done || len(h.leases) != 1 {
+	if h.done || h.reentered || len(h.leases) != 1 {
 		h.mu.Unlock()
 		return false
 	}

@@ -1,0 +1,124 @@
+package redisync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The tests of when a lock may be passed on locally: only while the Client
+// can vouch for its hold, and only with a block of tokens that nothing has
+// moved the lock's token counter past.
+
+// passedOnWithBlock has c's goroutines take m: the first takes it in Redis
+// with nobody waiting behind it, then n goroutines queue in the Client, and
+// its Unlock gets a new budget in Redis and passes the lock to the first of
+// them. It returns that lease, holding a block of tokens for local passes,
+// and the channel the other n-1 get theirs on.
+func passedOnWithBlock(t *testing.T, ctx context.Context, m *Mutex, n int) (*Lease, chan *Lease) {
+	t.Helper()
+	warm(t, ctx, m)
+	l := mustLock(t, ctx, m.Lock)
+	_, leases, _ := holdAndQueueFrom(t, ctx, m, l, n)
+	require.NoError(t, l.Unlock(ctx))
+	nl := recv(t, leases, 10*time.Second, "the first local waiter")
+	require.Same(t, l.h, nl.h, "passed on locally")
+	return nl, leases
+}
+
+// notDeliveredWhileHeld fails the test when ch delivers, within d, a Lease
+// that reports itself held while theirs, another lease, holds the lock. It
+// returns the Lease delivered, or nil.
+func notDeliveredWhileHeld(t *testing.T, ch <-chan *Lease, theirs *Lease, d time.Duration) *Lease {
+	t.Helper()
+	select {
+	case l := <-ch:
+		if l.Err() == nil && theirs.Err() == nil {
+			t.Fatalf("a Lease with token %d was delivered as held while another lease holds the lock with token %d", l.Token(), theirs.Token())
+		}
+		return l
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// then is the Lease l, or when nil, the one ch delivers, which must hold.
+func then(t *testing.T, l *Lease, ch <-chan *Lease, what string) *Lease {
+	t.Helper()
+	if l != nil {
+		require.NoError(t, l.Err(), what)
+		return l
+	}
+	return recv(t, ch, 10*time.Second, what)
+}
+
+// A Group that re-enters a Mutex through a lease of it raises the lock's
+// token counter to the group's token: the lock is not passed on locally
+// with the tokens reserved before, and the next holder's token is greater
+// than the group's. Both with a group of one slot (one script) and with a
+// group taken lock by lock (its tokens raised after).
+func TestMutexLocalPassAfterGroupReentry(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		for _, atomic := range []bool{true, false} {
+			t.Run(map[bool]string{true: "atomic", false: "ordered"}[atomic], func(t *testing.T) {
+				ctx := withTimeout(t, 30*time.Second)
+				c := e.client(t)
+				name := "{" + t.Name() + "}"
+				m := c.Mutex(name, WithLocalPasses(DefaultLocalPasses, time.Minute))
+				other := c.Mutex(name + ":other")
+				if !atomic {
+					other = e.client(t).Mutex(name + ":other") // a Group over two Clients
+				}
+				g := NewGroup(m, other)
+				require.Equal(t, atomic, g.atomic)
+
+				nl, leases := passedOnWithBlock(t, ctx, m, 2)
+				gl := mustLock(t, nl.Context(), g.Lock)
+				require.Greater(t, gl.Token(), nl.Token())
+				require.NoError(t, gl.Unlock(ctx))
+				require.NoError(t, nl.Unlock(ctx))
+				last := recv(t, leases, 10*time.Second, "the next local waiter")
+				require.Greater(t, last.Token(), gl.Token(), "the lock's token went back below the group's")
+				require.NoError(t, last.Unlock(ctx))
+
+				ol := mustLock(t, ctx, e.client(t).Mutex(name).Lock)
+				require.Greater(t, ol.Token(), last.Token())
+				require.NoError(t, ol.Unlock(ctx))
+			})
+		}
+	})
+}
+
+// A re-entry whose hold is in Redis but whose reply has not come back is a
+// hold of the ownership: the lock is not passed on locally meanwhile, and
+// the goroutine waiting for it gets it only once the re-entry released
+// it, with a greater token.
+func TestMutexLocalPassWhileReentryInFlight(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
+		nl, _ := passedOnWithBlock(t, ctx, m, 1)
+
+		r, open := rf.gate(runs(acquireScript), 1, false)
+		inner := m.Acquire(context.WithoutCancel(nl.Context()))
+		select {
+		case <-r.Ran():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the re-entry did not run")
+		}
+
+		got := m.Acquire(ctx)
+		eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
+		require.NoError(t, nl.Unlock(ctx))
+		open()
+		il := recv(t, inner, 10*time.Second, "the re-entry")
+		last := notDeliveredWhileHeld(t, got, il, 100*time.Millisecond)
+		require.NoError(t, il.Unlock(ctx))
+		last = then(t, last, got, "the waiter")
+		require.Greater(t, last.Token(), il.Token())
+		require.NoError(t, last.Unlock(ctx))
+	})
+}
