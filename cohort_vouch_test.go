@@ -28,6 +28,12 @@ func passedOnWithBlock(t *testing.T, ctx context.Context, m *Mutex, n int) (*Lea
 	return nl, leases
 }
 
+// lastArg matches the calls of script s whose last argument is arg.
+func lastArg(s script, arg string) func(cmd []string) bool {
+	m := runs(s)
+	return func(cmd []string) bool { return m(cmd) && cmd[len(cmd)-1] == arg }
+}
+
 // notDeliveredWhileHeld fails the test when ch delivers, within d, a Lease
 // that reports itself held while theirs, another lease, holds the lock. It
 // returns the Lease delivered, or nil.
@@ -120,5 +126,107 @@ func TestMutexLocalPassWhileReentryInFlight(t *testing.T) {
 		last = then(t, last, got, "the waiter")
 		require.Greater(t, last.Token(), il.Token())
 		require.NoError(t, last.Unlock(ctx))
+	})
+}
+
+// An invalidation of the lock's key says that its hash changed: the block
+// of tokens reserved before is void, and the lock is not passed on locally
+// while the Client checks what changed. So a lock force-unlocked and
+// taken by another Client is not delivered to the next local waiter as
+// held, even before the Client has learnt that it lost it.
+func TestMutexLocalPassAfterChangeUnchecked(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
+		nl, leases := passedOnWithBlock(t, ctx, m, 3)
+		time.Sleep(300 * time.Millisecond) // the key is read for tracking
+
+		// The check that follows the change is held back: the loss is not
+		// known.
+		r, open := rf.gate(lastArg(renewScript, "0"), -1, false)
+		other := e.client(t).Mutex(t.Name())
+		ok, err := other.ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ol := mustLock(t, ctx, other.TryLock)
+		select {
+		case <-r.Ran():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Client did not check the lock after its change")
+		}
+		_ = nl.Unlock(ctx) // its loss may be reported, or not yet
+		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
+		open()
+		require.NoError(t, ol.Unlock(ctx))
+		next = then(t, next, leases, "the next local waiter")
+		require.Greater(t, next.Token(), ol.Token())
+		require.NoError(t, next.Unlock(ctx))
+		last := recv(t, leases, 10*time.Second, "the last local waiter")
+		require.Greater(t, last.Token(), next.Token())
+		require.NoError(t, last.Unlock(ctx))
+	})
+}
+
+// A Client that learns of a loss only when it renews (New without
+// DetectChanges) does not pass locks on locally unless asked to: its
+// goroutines wait in Redis.
+func TestMutexNoLocalPassesWithoutChangeDetection(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c := e.renewalClient(t)
+		m := c.Mutex(t.Name())
+		l := mustLock(t, ctx, m.Lock)
+		got := m.Acquire(ctx)
+		eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the waiter did not queue in Redis")
+		require.Zero(t, localWaiters(m))
+		require.NoError(t, l.Unlock(ctx))
+		nl := recv(t, got, 10*time.Second, "the waiter")
+		require.NotSame(t, l.h, nl.h)
+		require.NoError(t, nl.Unlock(ctx))
+
+		// Asked to, it passes them on.
+		m = c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
+		nl, _ = passedOnWithBlock(t, ctx, m, 1)
+		require.NoError(t, nl.Unlock(ctx))
+	})
+}
+
+// A local pass is delivered at most within (WithLocalPasses) after the
+// command that confirmed the hold in Redis was sent: a new budget whose
+// reply comes later than that is not passed on, and a lock taken by
+// another Client meanwhile is not delivered as held, by a Client that
+// learns of losses only when it renews.
+func TestMutexLocalPassAfterLateBudget(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		const within = 200 * time.Millisecond
+		c, rf := e.faultyClientDetecting(t, false)
+		m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, within))
+		warm(t, ctx, m)
+		l := mustLock(t, ctx, m.Lock)
+		_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 1)
+
+		r, open := rf.gate(lastArg(releaseScript, "64"), 1, false)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		select {
+		case <-r.Ran():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Unlock did not ask for a new budget")
+		}
+		other := e.client(t).Mutex(t.Name())
+		ok, err := other.ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ol := mustLock(t, ctx, other.TryLock)
+		time.Sleep(within + 50*time.Millisecond)
+		open()
+		<-unlocked // its loss may be reported, or not
+		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
+		require.NoError(t, ol.Unlock(ctx))
+		next = then(t, next, leases, "the local waiter")
+		require.Greater(t, next.Token(), ol.Token())
+		require.NoError(t, next.Unlock(ctx))
 	})
 }
