@@ -43,10 +43,13 @@ import (
 // What remains is a change in Redis that the Client has not seen yet: a
 // pass may be delivered while another Client holds the lock (with a lower
 // token than theirs, so fencing refuses it) for at most the budget's time
-// after the vouching command was sent, and with DetectOnChange no later
-// than the invalidation of that change arrives, about one round trip after
-// it. A Client that learns of changes only when it renews (DetectOnRenewal)
-// thus passes locks on locally only when asked to (WithLocalPasses).
+// after the vouching command was sent; with DetectOnChange, the change's
+// invalidation (about one round trip after it) ends that sooner, unless it
+// arrived while the vouching command was on its way: the Client cannot
+// tell it from the invalidation of its own command's write, and the reply
+// that follows vouches anew. A Client that learns of changes only when it
+// renews (DetectOnRenewal) thus passes locks on locally only when asked to
+// (WithLocalPasses).
 
 // cohort is the goroutines of one Client that want one Mutex.
 type cohort struct {

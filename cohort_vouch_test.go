@@ -28,6 +28,21 @@ func passedOnWithBlock(t *testing.T, ctx context.Context, m *Mutex, n int) (*Lea
 	return nl, leases
 }
 
+// readForTracking reports whether the tracker of c has no read of h's key
+// to come: it read it since it last changed.
+func readForTracking(c *Client, h *holder) bool {
+	tr := c.tracker
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, p := range tr.pending {
+		if p.h == h {
+			return false
+		}
+	}
+	_, dirty := tr.dirty[h.key]
+	return !dirty && !tr.all
+}
+
 // lastArg matches the calls of script s whose last argument is arg.
 func lastArg(s script, arg string) func(cmd []string) bool {
 	m := runs(s)
@@ -140,7 +155,8 @@ func TestMutexLocalPassAfterChangeUnchecked(t *testing.T) {
 		c, rf := e.faultyClient(t)
 		m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
 		nl, leases := passedOnWithBlock(t, ctx, m, 3)
-		time.Sleep(300 * time.Millisecond) // the key is read for tracking
+		eventually(t, 10*time.Second, func() bool { return readForTracking(c, nl.h) }, "the key was not read for tracking")
+		time.Sleep(100 * time.Millisecond) // the read's reply is back
 
 		// The check that follows the change is held back: the loss is not
 		// known.

@@ -158,9 +158,10 @@ func WithRenewedLease(d time.Duration) LockOption {
 // Redis for a new one. What remains is a change the Client has not heard
 // of: a pass may be delivered while the lock was force-unlocked or lost,
 // and even taken by another Client (whose token is greater: fencing
-// refuses the pass's writes), at most within after that command was sent,
-// and with DetectOnChange no later than about one round trip after the
-// change. So a Client whose LossDetection is DetectOnRenewal does not pass
+// refuses the pass's writes), at most within after that command was sent;
+// with DetectOnChange, the change's invalidation, about one round trip
+// after it, ends that sooner, unless it came while that command was on its
+// way. So a Client whose LossDetection is DetectOnRenewal does not pass
 // locks on locally unless given this option.
 //
 // The default is DefaultLocalPasses within DefaultLocalPassWindow for a
