@@ -12,20 +12,22 @@ import (
 // can vouch for its hold, and only with a block of tokens that nothing has
 // moved the lock's token counter past.
 
-// passedOnWithBlock has c's goroutines take m: the first takes it in Redis
-// with nobody waiting behind it, then n goroutines queue in the Client, and
-// its Unlock gets a new budget in Redis and passes the lock to the first of
-// them. It returns that lease, holding a block of tokens for local passes,
-// and the channel the other n-1 get theirs on.
-func passedOnWithBlock(t *testing.T, ctx context.Context, m *Mutex, n int) (*Lease, chan *Lease) {
+// passedOnWithBlock has c's goroutines take the Mutex name, with a budget
+// of local passes lasting a minute: the first takes it in Redis with
+// nobody waiting behind it, then n goroutines queue in the Client, and its
+// Unlock gets a new budget in Redis and passes the lock to the first of
+// them. It returns the Mutex, that lease, which holds a block of tokens
+// for local passes, and the channel the other n-1 get theirs on.
+func passedOnWithBlock(t *testing.T, ctx context.Context, c *Client, name string, n int) (*Mutex, *Lease, chan *Lease) {
 	t.Helper()
+	m := c.Mutex(name, WithLocalPasses(DefaultLocalPasses, time.Minute))
 	warm(t, ctx, m)
 	l := mustLock(t, ctx, m.Lock)
 	_, leases, _ := holdAndQueueFrom(t, ctx, m, l, n)
 	require.NoError(t, l.Unlock(ctx))
 	nl := recv(t, leases, 10*time.Second, "the first local waiter")
 	require.Same(t, l.h, nl.h, "passed on locally")
-	return nl, leases
+	return m, nl, leases
 }
 
 // readForTracking reports whether the tracker of c has no read of h's key
@@ -41,6 +43,25 @@ func readForTracking(c *Client, h *holder) bool {
 	}
 	_, dirty := tr.dirty[h.key]
 	return !dirty && !tr.all
+}
+
+// unlockAfter requires l's token to be greater than the one of earlier,
+// an earlier holder's, and unlocks l.
+func unlockAfter(t *testing.T, ctx context.Context, l, earlier *Lease, msgAndArgs ...any) {
+	t.Helper()
+	require.Greater(t, l.Token(), earlier.Token(), msgAndArgs...)
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// ran waits until a call r acted on ran in Redis, failing the test with
+// msg after 10 s.
+func ran(t *testing.T, r *replyRule, msg string) {
+	t.Helper()
+	select {
+	case <-r.Ran():
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
+	}
 }
 
 // lastArg matches the calls of script s whose last argument is arg.
@@ -87,26 +108,21 @@ func TestMutexLocalPassAfterGroupReentry(t *testing.T) {
 				ctx := withTimeout(t, 30*time.Second)
 				c := e.client(t)
 				name := "{" + t.Name() + "}"
-				m := c.Mutex(name, WithLocalPasses(DefaultLocalPasses, time.Minute))
 				other := c.Mutex(name + ":other")
 				if !atomic {
 					other = e.client(t).Mutex(name + ":other") // a Group over two Clients
 				}
+				m, nl, leases := passedOnWithBlock(t, ctx, c, name, 2)
 				g := NewGroup(m, other)
 				require.Equal(t, atomic, g.atomic)
-
-				nl, leases := passedOnWithBlock(t, ctx, m, 2)
 				gl := mustLock(t, nl.Context(), g.Lock)
-				require.Greater(t, gl.Token(), nl.Token())
-				require.NoError(t, gl.Unlock(ctx))
+				unlockAfter(t, ctx, gl, nl)
 				require.NoError(t, nl.Unlock(ctx))
 				last := recv(t, leases, 10*time.Second, "the next local waiter")
-				require.Greater(t, last.Token(), gl.Token(), "the lock's token went back below the group's")
-				require.NoError(t, last.Unlock(ctx))
+				unlockAfter(t, ctx, last, gl, "the lock's token went back below the group's")
 
 				ol := mustLock(t, ctx, e.client(t).Mutex(name).Lock)
-				require.Greater(t, ol.Token(), last.Token())
-				require.NoError(t, ol.Unlock(ctx))
+				unlockAfter(t, ctx, ol, last)
 			})
 		}
 	})
@@ -120,16 +136,11 @@ func TestMutexLocalPassWhileReentryInFlight(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		c, rf := e.faultyClient(t)
-		m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
-		nl, _ := passedOnWithBlock(t, ctx, m, 1)
+		m, nl, _ := passedOnWithBlock(t, ctx, c, t.Name(), 1)
 
 		r, open := rf.gate(runs(acquireScript), 1, false)
 		inner := m.Acquire(context.WithoutCancel(nl.Context()))
-		select {
-		case <-r.Ran():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the re-entry did not run")
-		}
+		ran(t, r, "the re-entry did not run")
 
 		got := m.Acquire(ctx)
 		eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
@@ -139,8 +150,7 @@ func TestMutexLocalPassWhileReentryInFlight(t *testing.T) {
 		last := notDeliveredWhileHeld(t, got, il, 100*time.Millisecond)
 		require.NoError(t, il.Unlock(ctx))
 		last = then(t, last, got, "the waiter")
-		require.Greater(t, last.Token(), il.Token())
-		require.NoError(t, last.Unlock(ctx))
+		unlockAfter(t, ctx, last, il)
 	})
 }
 
@@ -153,8 +163,7 @@ func TestMutexLocalPassAfterChangeUnchecked(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		c, rf := e.faultyClient(t)
-		m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
-		nl, leases := passedOnWithBlock(t, ctx, m, 3)
+		_, nl, leases := passedOnWithBlock(t, ctx, c, t.Name(), 3)
 		eventually(t, 10*time.Second, func() bool { return readForTracking(c, nl.h) }, "the key was not read for tracking")
 		time.Sleep(100 * time.Millisecond) // the read's reply is back
 
@@ -166,21 +175,15 @@ func TestMutexLocalPassAfterChangeUnchecked(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		ol := mustLock(t, ctx, other.TryLock)
-		select {
-		case <-r.Ran():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the Client did not check the lock after its change")
-		}
+		ran(t, r, "the Client did not check the lock after its change")
 		_ = nl.Unlock(ctx) // its loss may be reported, or not yet
 		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
 		open()
 		require.NoError(t, ol.Unlock(ctx))
 		next = then(t, next, leases, "the next local waiter")
-		require.Greater(t, next.Token(), ol.Token())
-		require.NoError(t, next.Unlock(ctx))
+		unlockAfter(t, ctx, next, ol)
 		last := recv(t, leases, 10*time.Second, "the last local waiter")
-		require.Greater(t, last.Token(), next.Token())
-		require.NoError(t, last.Unlock(ctx))
+		unlockAfter(t, ctx, last, next)
 	})
 }
 
@@ -202,8 +205,7 @@ func TestMutexNoLocalPassesWithoutChangeDetection(t *testing.T) {
 		require.NoError(t, nl.Unlock(ctx))
 
 		// Asked to, it passes them on.
-		m = c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
-		nl, _ = passedOnWithBlock(t, ctx, m, 1)
+		_, nl, _ = passedOnWithBlock(t, ctx, c, t.Name(), 1)
 		require.NoError(t, nl.Unlock(ctx))
 	})
 }
@@ -226,11 +228,7 @@ func TestMutexLocalPassAfterLateBudget(t *testing.T) {
 		r, open := rf.gate(lastArg(releaseScript, "64"), 1, false)
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- l.Unlock(ctx) }()
-		select {
-		case <-r.Ran():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the Unlock did not ask for a new budget")
-		}
+		ran(t, r, "the Unlock did not ask for a new budget")
 		other := e.client(t).Mutex(t.Name())
 		ok, err := other.ForceUnlock(ctx)
 		require.NoError(t, err)
@@ -242,7 +240,6 @@ func TestMutexLocalPassAfterLateBudget(t *testing.T) {
 		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
 		require.NoError(t, ol.Unlock(ctx))
 		next = then(t, next, leases, "the local waiter")
-		require.Greater(t, next.Token(), ol.Token())
-		require.NoError(t, next.Unlock(ctx))
+		unlockAfter(t, ctx, next, ol)
 	})
 }
