@@ -642,7 +642,10 @@ func (l *Lease) Err() error {
 // or by loss; context.Cause returns the reason (ErrReleased or the loss
 // reason). It carries the values of the context the lock was acquired with,
 // and the lease itself: acquiring the same lock of the same Client with it
-// (or a context derived from it) re-enters the lock instead of waiting.
+// (or a context derived from it) re-enters the lock instead of waiting. A
+// Mutex ownership re-entered so, by a Mutex, Group or Quorum acquisition,
+// is no longer passed on locally (WithLocalPasses): its Unlocks go to
+// Redis.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return failedLease(ErrNotHeld).Context()
