@@ -199,8 +199,9 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 		return nil, err
 	}
 	h := l.h
-	// The budget runs from when the acquisition was sent: Redis vouched
-	// for the hold then, and nothing the Client heard since.
+	// The budget runs from when the command that took the lock was sent
+	// (h.lastOK), the last moment Redis vouches for, not from when its
+	// reply or message arrived.
 	h.mu.Lock()
 	confirmed := h.lastOK
 	h.mu.Unlock()

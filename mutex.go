@@ -233,8 +233,8 @@ const maxLocalPasses = 1000
 // released (ErrReleased) and its Unlock never releases its successor's
 // hold. Inspect, ForceUnlock and the command-line tool see the Client's
 // ownership: its owner id, and the token of its acquisition in Redis. An
-// ownership that was re-entered (by a Mutex or Group acquisition with one
-// of its leases' Context), and a lock with a fixed lease, are not passed
+// ownership that was re-entered (by a Mutex, Group or Quorum acquisition
+// with one of its leases' Context), and a lock with a fixed lease, are not passed
 // on locally; nor, unless WithLocalPasses says so, are the locks of a
 // Client that detects losses on renewal (see WithLocalPasses for when a
 // pass is delivered).
