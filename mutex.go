@@ -151,8 +151,9 @@ func WithRenewedLease(d time.Duration) LockOption {
 //
 // A pass is delivered only while the Client can vouch for its hold: within
 // counts from when the command whose reply last confirmed the hold in Redis
-// (the acquisition, or the new budget) was sent, and an ownership that was
-// ever re-entered (a Group or Quorum re-entering it through a lease
+// (the acquisition, or the new budget) was sent (so a within shorter than
+// the round trip to Redis leaves no time for passes), and an ownership that
+// was ever re-entered (a Group or Quorum re-entering it through a lease
 // included) is not passed on again. With DetectOnChange, a change of the
 // lock's key that Redis reports voids the budget, and the next Unlock asks
 // Redis for a new one. What remains is a change the Client has not heard
