@@ -131,26 +131,36 @@ func TestMutexLocalPassAfterGroupReentry(t *testing.T) {
 // A re-entry whose hold is in Redis but whose reply has not come back is a
 // hold of the ownership: the lock is not passed on locally meanwhile, and
 // the goroutine waiting for it gets it only once the re-entry released
-// it, with a greater token.
+// it, with a greater token. The same for a Group that re-enters the lock
+// with the lease's Context.
 func TestMutexLocalPassWhileReentryInFlight(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := withTimeout(t, 30*time.Second)
-		c, rf := e.faultyClient(t)
-		m, nl, _ := passedOnWithBlock(t, ctx, c, t.Name(), 1)
+		for _, group := range []bool{false, true} {
+			t.Run(map[bool]string{false: "mutex", true: "group"}[group], func(t *testing.T) {
+				ctx := withTimeout(t, 30*time.Second)
+				c, rf := e.faultyClient(t)
+				name := "{" + t.Name() + "}"
+				m, nl, _ := passedOnWithBlock(t, ctx, c, name, 1)
 
-		r, open := rf.gate(runs(acquireScript), 1, false)
-		inner := m.Acquire(context.WithoutCancel(nl.Context()))
-		ran(t, r, "the re-entry did not run")
+				script, reenter := acquireScript, m.Acquire
+				if group {
+					script, reenter = groupAcquireScript, NewGroup(m, c.Mutex(name+":other")).Acquire
+				}
+				r, open := rf.gate(runs(script), 1, false)
+				inner := reenter(context.WithoutCancel(nl.Context()))
+				ran(t, r, "the re-entry did not run")
 
-		got := m.Acquire(ctx)
-		eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
-		require.NoError(t, nl.Unlock(ctx))
-		open()
-		il := recv(t, inner, 10*time.Second, "the re-entry")
-		last := notDeliveredWhileHeld(t, got, il, 100*time.Millisecond)
-		require.NoError(t, il.Unlock(ctx))
-		last = then(t, last, got, "the waiter")
-		unlockAfter(t, ctx, last, il)
+				got := m.Acquire(ctx)
+				eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
+				require.NoError(t, nl.Unlock(ctx))
+				open()
+				il := recv(t, inner, 10*time.Second, "the re-entry")
+				last := notDeliveredWhileHeld(t, got, il, 100*time.Millisecond)
+				require.NoError(t, il.Unlock(ctx))
+				last = then(t, last, got, "the waiter")
+				unlockAfter(t, ctx, last, il)
+			})
+		}
 	})
 }
 
