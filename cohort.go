@@ -30,6 +30,37 @@ import (
 // reply that comes after the lease lost the cohort's hold changes nothing
 // in the cohort. The Unlocks of one lease keep the lock one at a time
 // (settle), so that none releases in Redis the hold another passed on.
+//
+// The Client's memory may narrow what Redis says, never widen it. What the
+// cohort keeps (a block of tokens, "this lease holds alone", the time the
+// budget runs to) stands for facts only Redis knows: that the Client still
+// owns the lock, that nothing else holds it through the same owner id, and
+// that the lock's token counter stands where the block was reserved. So
+// each is checked where a pass uses it (handOn), not trusted from where it
+// was set, and whatever the Client sees that may have moved one of those
+// facts in Redis voids it, without a command to Redis on the pass's path:
+//   - A re-entry about to be sent (its hold may be in Redis before its
+//     reply is back) or granted, and a Group or Quorum that re-enters the
+//     lock through one of its leases (it raises the token counter to the
+//     group's token), mark the ownership re-entered (leaseFrom): it is
+//     never passed on locally again, and its Unlocks go to Redis.
+//   - An invalidation of the lock's key (DetectOnChange) says that its
+//     hash changed: the block is void (voidPasses), and the next Unlock
+//     asks Redis for a new budget, which checks ownership and the counter.
+//   - The budget's time runs from when the command whose reply vouched for
+//     the hold (the acquisition, the hand-over, the new budget) was sent,
+//     not from when its reply arrived: a late reply leaves less of it, or
+//     none.
+// What remains is a change in Redis that the Client has not seen yet: a
+// pass may be delivered while another Client holds the lock (with a lower
+// token than theirs, so fencing refuses it) for at most the budget's time
+// after the vouching command was sent; with DetectOnChange, the change's
+// invalidation (about one round trip after it) ends that sooner, unless it
+// arrived while the vouching command was on its way: the Client cannot
+// tell it from the invalidation of its own command's write, and the reply
+// that follows vouches anew. A Client that learns of changes only when it
+// renews (DetectOnRenewal) thus passes locks on locally only when asked to
+// (WithLocalPasses).
 
 // cohort is the goroutines of one Client that want one Mutex.
 type cohort struct {
@@ -179,9 +210,15 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 		return nil, err
 	}
 	h := l.h
+	// The budget runs from when the command that took the lock was sent
+	// (h.lastOK), the last moment Redis vouches for, not from when its
+	// reply or message arrived.
+	h.mu.Lock()
+	confirmed := h.lastOK
+	h.mu.Unlock()
 	co.mu.Lock()
 	co.leading = false
-	co.current, co.until = l, time.Now().Add(m.cfg.localWithin)
+	co.current, co.until = l, confirmed.Add(m.cfg.localWithin)
 	co.budget, co.within = m.cfg.localPasses, m.cfg.localWithin
 	co.next, co.top = h.token+1, h.token+uint64(reserved)
 	co.mu.Unlock()
@@ -268,11 +305,10 @@ func (co *cohort) pass(l *Lease, mayKeep bool) (st unlockState, ended func()) {
 		// Released in Redis before (a retry), or re-entered.
 		return unlockInRedis, func() {}
 	}
-	if len(co.waiters) > 0 && co.next <= co.top && time.Now().Before(co.until) {
-		if co.handOn(l) {
-			return unlockPassed, nil
-		}
-	} else if mayKeep && len(co.waiters) > 0 && co.alone(l) {
+	if co.handOn(l) {
+		return unlockPassed, nil
+	}
+	if mayKeep && len(co.waiters) > 0 && co.alone(l) {
 		l.keeping = make(chan struct{})
 		return unlockKeep, nil
 	}
@@ -305,24 +341,33 @@ func (co *cohort) settle(ctx context.Context, l *Lease, mayKeep bool) (unlockSta
 	}
 }
 
-// alone reports whether l is the only lease of its holder, which is held:
-// a lock held through a re-entry too, or lost, is not passed on.
+// alone reports whether l is the only lease of its holder, which is held
+// and was never re-entered: a lock held through a re-entry too, or one
+// whose re-entry is on its way, or lost, is not passed on. Redis may count
+// more holds than the Client's leases (a re-entry whose reply has not come
+// back), never fewer.
 func (co *cohort) alone(l *Lease) bool {
 	h := l.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.done && len(h.leases) == 1
+	return !h.done && !h.reentered && len(h.leases) == 1
 }
 
 // handOn passes the lock from l, the cohort's current lease, to the first
-// waiter, with the next token; false when l's holder is lost or holds the
-// lock through a re-entry too (Redis decides then). Call it with co.mu
-// held and a waiter waiting.
+// waiter, with the next token, when the Client can vouch for it now: a
+// waiter waits, a token of the block is left and the block is still live
+// (within the budget's time, and not voided by a change of the lock's hash
+// the Client heard of, see voidPasses), and l is its holder's only lease
+// of an ownership never re-entered and not lost (alone). Otherwise it
+// returns false, and Redis decides. Call it with co.mu held.
 func (co *cohort) handOn(l *Lease) bool {
+	if len(co.waiters) == 0 || co.next > co.top || !time.Now().Before(co.until) {
+		return false
+	}
 	h := l.h
 	w := co.waiters[0]
 	h.mu.Lock()
-	if h.done || len(h.leases) != 1 {
+	if h.done || h.reentered || len(h.leases) != 1 {
 		h.mu.Unlock()
 		return false
 	}
@@ -393,7 +438,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	if kept && acked && co.current == l {
 		from, _ := a[1].(int64)
 		n, _ := a[2].(int64)
-		co.next, co.top, co.until = uint64(from)+1, uint64(from)+uint64(n), time.Now().Add(within)
+		co.next, co.top, co.until = uint64(from)+1, uint64(from)+uint64(n), sent.Add(within)
 		if len(co.waiters) > 0 && co.handOn(l) {
 			co.mu.Unlock()
 			return true, freed, nil, nil
@@ -456,3 +501,32 @@ func (co *cohort) forget(l *Lease) (ended func()) {
 // detach lets the lock that l holds go without a release: the first
 // waiter leads the next acquisition, which waits for the lock to expire.
 func (co *cohort) detach(l *Lease) { co.lose(l) }
+
+// voidPasses voids the blocks of tokens that the cohorts of the locks at
+// keys (of every lock, when all) hold for local passes: Redis told the
+// Client that the lock's hash changed (an invalidation, see tracker), and
+// what changed it (a Group's token, another owner, a forced unlock) is not
+// known until the Client asks. The next Unlock asks Redis for a new budget
+// (keep), which finds out. It runs in a connection's reader: it must not
+// block.
+func (c *Client) voidPasses(keys []string, all bool) {
+	c.cohortsMu.Lock()
+	var cos []*cohort
+	if all {
+		for _, co := range c.cohorts {
+			cos = append(cos, co)
+		}
+	} else {
+		for _, k := range keys {
+			if co := c.cohorts[k]; co != nil {
+				cos = append(cos, co)
+			}
+		}
+	}
+	c.cohortsMu.Unlock()
+	for _, co := range cos {
+		co.mu.Lock()
+		co.until = time.Time{}
+		co.mu.Unlock()
+	}
+}

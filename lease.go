@@ -189,6 +189,12 @@ type holder struct {
 	err       error               // the loss reason
 	lostAt    time.Time           // when the loss was noticed
 	lost      chan struct{}
+	// reentered is set once a re-entry of the ownership is about to be
+	// sent (leaseFrom), whether or not it is granted: from then on Redis may
+	// count a hold that no Lease of the Client shows yet, and may have
+	// raised the lock's token counter (a Group's token), so the lock is
+	// never passed on locally again (see cohort).
+	reentered bool
 }
 
 // deadline is when the lease could expire on the server, less a safety
@@ -397,12 +403,24 @@ type ctxKey struct {
 	lock string
 }
 
-// leaseFrom returns the live lease ctx carries for the lock, if any.
+// leaseFrom returns the live lease ctx carries for the lock, if any: the
+// parent of a re-entry about to be made. Its ownership is marked
+// re-entered (holder.reentered) in the step that finds the lease among the
+// ownership's leases, under h.mu as a local pass is: so a lease that
+// passed the lock on is no parent (the acquisition is a new one), and no
+// local pass comes after a re-entry was sent, whatever its reply.
 func leaseFrom(ctx context.Context, c *Client, keys lockKeys) *Lease {
 	l, _ := ctx.Value(ctxKey{c, keys.lock}).(*Lease)
 	if l == nil || l.Err() != nil {
 		return nil
 	}
+	h := l.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, live := h.leases[l]; !live || h.done {
+		return nil
+	}
+	h.reentered = true
 	return l
 }
 
@@ -639,7 +657,10 @@ func (l *Lease) Err() error {
 // or by loss; context.Cause returns the reason (ErrReleased or the loss
 // reason). It carries the values of the context the lock was acquired with,
 // and the lease itself: acquiring the same lock of the same Client with it
-// (or a context derived from it) re-enters the lock instead of waiting.
+// (or a context derived from it) re-enters the lock instead of waiting. A
+// Mutex ownership re-entered so, by a Mutex, Group or Quorum acquisition,
+// is no longer passed on locally (WithLocalPasses): its Unlocks go to
+// Redis.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return failedLease(ErrNotHeld).Context()

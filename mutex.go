@@ -154,12 +154,30 @@ func WithRenewedLease(d time.Duration) LockOption {
 // ctx's end); and a reply that comes after the lease was lost hands out
 // no token. In these cases, and when fewer replicas acknowledge, nothing
 // is passed on: the lock is released as without local passes, and the
-// Client's goroutines take it in Redis. The default is DefaultLocalPasses
-// within DefaultLocalPassWindow. passes 0 turns local passes off: every
-// hand-off goes through Redis, as a FairMutex's do. passes must be 0 to
-// maxLocalPasses (1000), within positive unless passes is 0
-// (ErrInvalidArgument). A lock with a fixed lease (WithFixedLease) is never
-// passed on locally.
+// Client's goroutines take it in Redis.
+//
+// A pass is delivered only while the Client can vouch for its hold: within
+// counts from when the command whose reply last confirmed the hold in Redis
+// (the acquisition, or the new budget) was sent (so a within shorter than
+// the round trip to Redis leaves no time for passes), and an ownership that
+// was ever re-entered (a Group or Quorum re-entering it through a lease
+// included) is not passed on again. With DetectOnChange, a change of the
+// lock's key that Redis reports voids the budget, and the next Unlock asks
+// Redis for a new one. What remains is a change the Client has not heard
+// of: a pass may be delivered while the lock was force-unlocked or lost,
+// and even taken by another Client (whose token is greater: fencing
+// refuses the pass's writes), at most within after that command was sent;
+// with DetectOnChange, the change's invalidation, about one round trip
+// after it, ends that sooner, unless it came while that command was on its
+// way. So a Client whose LossDetection is DetectOnRenewal does not pass
+// locks on locally unless given this option.
+//
+// The default is DefaultLocalPasses within DefaultLocalPassWindow for a
+// Client whose LossDetection is DetectOnChange, and no local passes
+// otherwise. passes 0 turns local passes off: every hand-off goes through
+// Redis, as a FairMutex's do. passes must be 0 to maxLocalPasses (1000),
+// within positive unless passes is 0 (ErrInvalidArgument). A lock with a
+// fixed lease (WithFixedLease) is never passed on locally.
 func WithLocalPasses(passes int, within time.Duration) LockOption {
 	return func(c *lockConfig) {
 		c.localPasses, c.localWithin, c.given = passes, within, c.given|optLocalPasses
@@ -169,8 +187,10 @@ func WithLocalPasses(passes int, within time.Duration) LockOption {
 	}
 }
 
-// The default budget of local passes of a Mutex (WithLocalPasses): 64
-// passes, within 2ms of the Client's acquisition in Redis.
+// The default budget of local passes of a Mutex (WithLocalPasses) of a
+// Client whose LossDetection is DetectOnChange: 64 passes, within 2ms of
+// the Client's acquisition in Redis. A Client that detects losses on
+// renewal has no local passes by default.
 const (
 	DefaultLocalPasses     = 64
 	DefaultLocalPassWindow = 2 * time.Millisecond
@@ -219,10 +239,13 @@ const maxLocalPasses = 1000
 // the Client's hold to the goroutine holding it, and an Unlock that passes
 // the lock on, or releases it in Redis; a lease that passed the lock on is
 // released (ErrReleased) and its Unlock never releases its successor's
-// hold, also when called twice at once. Inspect, ForceUnlock and the
-// command-line tool see the Client's ownership: its owner id, and the
-// token of its acquisition in Redis. A lock re-entered, and one with a
-// fixed lease, are not passed on locally.
+// hold, also when called twice at once. Inspect, ForceUnlock and the command-line tool see the Client's
+// ownership: its owner id, and the token of its acquisition in Redis. An
+// ownership that was re-entered (by a Mutex, Group or Quorum acquisition
+// with one of its leases' Context), and a lock with a fixed lease, are not passed
+// on locally; nor, unless WithLocalPasses says so, are the locks of a
+// Client that detects losses on renewal (see WithLocalPasses for when a
+// pass is delivered).
 type Mutex struct {
 	c    *Client
 	name string
@@ -237,7 +260,13 @@ type Mutex struct {
 // name or option is reported by every method, as ErrInvalidArgument.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	m := &Mutex{c: c, name: name}
-	base := lockConfig{waiterExpiry: defaultWaiterExpiry, localPasses: DefaultLocalPasses, localWithin: DefaultLocalPassWindow}
+	base := lockConfig{waiterExpiry: defaultWaiterExpiry}
+	if c.LossDetection() == DetectOnChange {
+		// A Client that learns of changes only when it renews cannot vouch
+		// for a hold between renewals: it passes locks on locally only when
+		// asked to (WithLocalPasses).
+		base.localPasses, base.localWithin = DefaultLocalPasses, DefaultLocalPassWindow
+	}
 	if m.cfg, m.err = newLockConfig(c, "Mutex", name, base, optFixedLease|optWaiterExpiry|optRenewedLease|optLocalPasses, opts); m.err == nil {
 		m.keys = c.keysFor(name)
 	}

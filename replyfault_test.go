@@ -50,14 +50,24 @@ func withReplyFaults(rc rueidis.Client) *replyFaults { return &replyFaults{Clien
 // wrapper; closed at the end of the test.
 func (e *env) faultyClient(t testing.TB, opts ...Option) (*Client, *replyFaults) {
 	t.Helper()
+	return e.faultyClientDetecting(t, true, opts...)
+}
+
+// faultyClientDetecting is faultyClient, with LossDetection DetectOnRenewal
+// when detect is false (New without DetectChanges).
+func (e *env) faultyClientDetecting(t testing.TB, detect bool, opts ...Option) (*Client, *replyFaults) {
+	t.Helper()
 	opt := rueidis.ClientOption{InitAddress: e.addrs}
-	detect := DetectChanges(&opt)
+	base := []Option{WithLogger(quietLogger())}
+	if detect {
+		base = append(base, DetectChanges(&opt))
+	}
 	rc, err := rueidis.NewClient(opt)
 	if err != nil {
 		t.Fatalf("connecting to %s redis at %v: %v", e.name, e.addrs, err)
 	}
 	rf := withReplyFaults(rc)
-	c, err := New(rf, append([]Option{WithLogger(quietLogger()), detect}, opts...)...)
+	c, err := New(rf, append(base, opts...)...)
 	if err != nil {
 		rc.Close()
 		t.Fatalf("New: %v", err)

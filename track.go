@@ -163,21 +163,27 @@ func (t *tracker) retrack(h *holder) {
 // connection's reader: it must not block.
 func (t *tracker) invalidated(keys []rueidis.RedisMessage) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.closed || len(t.keys) == 0 {
+		t.mu.Unlock()
 		return
 	}
 	if keys == nil {
 		t.all = true
 	}
+	var changed []string
 	for _, m := range keys {
 		if k, err := m.ToString(); err == nil {
 			if _, ok := t.keys[k]; ok {
 				t.dirty[k] = struct{}{}
+				changed = append(changed, k)
 			}
 		}
 	}
 	t.start()
+	t.mu.Unlock()
+	// What the Client reserved for the local passes of a changed lock is
+	// no longer vouched for.
+	t.c.voidPasses(changed, keys == nil)
 }
 
 // start runs the loop, or wakes it. Call it with t.mu held.

@@ -46,14 +46,16 @@ func connectRedisync(cfg clientConfig, fair bool, lockOpts ...redisync.LockOptio
 		}
 		return &redisyncLocker{c: c, fair: fair, opts: lockOpts}, nil
 	}
-	// Round trips are counted on a rueidis client of our own: New, which
-	// learns of lost locks on renewal (no difference for the cycles
-	// counted, which release their locks before they would be tracked).
+	// Round trips are counted on a rueidis client of our own: New, with
+	// DetectChanges so that it learns of changes to held keys as Dial's
+	// Client does (without it, a Client passes nothing on locally by
+	// default). Its tracking reads are not counted.
+	detect := redisync.DetectChanges(&opt)
 	rc, err := newRueidis(opt, cfg.rt)
 	if err != nil {
 		return nil, err
 	}
-	c, err := redisync.New(rc, opts...)
+	c, err := redisync.New(rc, append(opts, detect)...)
 	if err != nil {
 		rc.Close()
 		return nil, err
