@@ -664,6 +664,13 @@ func (l *Lease) Token() uint64 {
 	l.mu.Lock()
 	l.claim()
 	l.mu.Unlock()
+	return l.ownToken()
+}
+
+// ownToken is the lease's fencing token, without claiming it: a lease
+// passed on locally has its own, above its holder's (the ownership's token
+// in Redis).
+func (l *Lease) ownToken() uint64 {
 	if l.token != 0 {
 		return l.token
 	}

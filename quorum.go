@@ -567,5 +567,5 @@ func trySrv(ctx context.Context, mb *member) quorumResult {
 		m.queued().releaseAbandoned(ctx, mb.owner, mb.hold)
 		return quorumResult{err: err}
 	}
-	return quorumResult{lease: l, token: uint64(val)}
+	return quorumResult{lease: l, token: l.ownToken()} // a re-entry of a lease passed on locally: its own
 }
