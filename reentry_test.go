@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -44,6 +45,138 @@ func TestGroupInOrderReentersPassedOnLeaseWithItsToken(t *testing.T) {
 			l := mustLock(t, ctx, mu.Lock)
 			require.Greater(t, l.Token(), gl.Token())
 			require.NoError(t, l.Unlock(ctx))
+		}
+	})
+}
+
+// reentrant is a kind of native lock that a lease's Context re-enters.
+// group marks a Mutex re-entered through a Group of one slot (one script).
+type reentrant struct {
+	name   string
+	group  bool
+	handle func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error))
+}
+
+var nativeReentrants = []reentrant{
+	{name: "Mutex", handle: func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error)) {
+		m := c.Mutex(name)
+		return m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
+			st, err := m.Inspect(ctx)
+			return st.Locked, err
+		}
+	}},
+	{name: "FairMutex", handle: func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error)) {
+		m := c.FairMutex(name)
+		return m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
+			st, err := m.Inspect(ctx)
+			return st.Locked, err
+		}
+	}},
+}
+
+func init() {
+	g := nativeReentrants[0]
+	g.name, g.group = "Group", true
+	nativeReentrants = append(nativeReentrants, g)
+}
+
+// A re-entry claims its parent's ownership as Redis has it: after a forced
+// unlock, an expiry, or another owner's acquisition that the parent's
+// Client has not noticed (a Client that notices losses at renewals), the
+// re-entry is refused with the parent's loss, which the parent then
+// reports; it never takes the lock afresh under the parent's owner id.
+func TestReentryAfterUnnoticedLossIsRefused(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		for _, k := range nativeReentrants {
+			t.Run(k.name, func(t *testing.T) {
+				ctx := withTimeout(t, 30*time.Second)
+				c := e.renewalClient(t)
+				rc := e.rueidisClient(t)
+				for _, tc := range []struct {
+					name string
+					// lose ends the parent's ownership behind its Client's
+					// back; other is a lease another Client holds after it,
+					// if any.
+					lose func(t *testing.T, name string, parent *Lease) (other *Lease)
+					want error
+				}{
+					{"forced, free", func(t *testing.T, name string, _ *Lease) *Lease {
+						_, _, force, _ := k.handle(e.client(t), name)
+						found, err := force(ctx)
+						require.NoError(t, err)
+						require.True(t, found)
+						return nil
+					}, ErrForceUnlocked},
+					{"forced, taken and released by another Client", func(t *testing.T, name string, _ *Lease) *Lease {
+						lock, _, force, _ := k.handle(e.client(t), name)
+						_, err := force(ctx)
+						require.NoError(t, err)
+						ol := mustLock(t, ctx, lock)
+						require.NoError(t, ol.Unlock(ctx))
+						return nil
+					}, ErrForceUnlocked},
+					{"forced, held by another Client", func(t *testing.T, name string, _ *Lease) *Lease {
+						lock, _, force, _ := k.handle(e.client(t), name)
+						_, err := force(ctx)
+						require.NoError(t, err)
+						return mustLock(t, ctx, lock)
+					}, ErrForceUnlocked},
+					{"expired", func(t *testing.T, name string, p *Lease) *Lease {
+						require.NoError(t, rc.Do(ctx, rc.B().Del().Key(p.h.keys.lock).Build()).Error())
+						return nil
+					}, ErrExpired},
+				} {
+					for _, how := range []string{"TryLock", "Lock"} {
+						t.Run(tc.name+"/"+how, func(t *testing.T) {
+							name := "{" + t.Name() + "}"
+							lock, try, _, locked := k.handle(c, name)
+							if k.group {
+								// With a lock of the same slot that is free.
+								g := NewGroup(c.Mutex(name), c.Mutex(name+":b"))
+								require.True(t, g.atomic)
+								try = g.TryLock
+								defer func() {
+									st, err := c.Mutex(name + ":b").Inspect(ctx)
+									require.NoError(t, err)
+									require.False(t, st.Locked, "the refused group took its other lock")
+								}()
+							}
+							parent := mustLock(t, ctx, lock)
+							other := tc.lose(t, name, parent)
+							require.NoError(t, parent.Err(), "the Client noticed the loss before the re-entry")
+							reenter, relock := try, lock
+							if k.group {
+								relock = NewGroup(c.Mutex(name), c.Mutex(name+":b")).Lock
+							}
+							// Lock with a context that does not carry the
+							// parent's cancellation: a refused re-entry ends
+							// at once all the same, it never waits.
+							rctx, cancel := context.WithTimeout(context.WithoutCancel(parent.Context()), 10*time.Second)
+							defer cancel()
+							if how == "Lock" {
+								reenter = relock
+							}
+							l, err := reenter(rctx)
+							require.Nil(t, l)
+							require.ErrorIs(t, err, ErrNotHeld)
+							require.ErrorIs(t, err, tc.want)
+							require.NoError(t, rctx.Err(), "the re-entry waited")
+							require.ErrorIs(t, parent.Err(), tc.want, "the parent's loss is reported")
+							select {
+							case <-parent.Lost():
+							default:
+								t.Fatal("the parent's Lost is open")
+							}
+							held, err := locked(ctx)
+							require.NoError(t, err)
+							require.Equal(t, other != nil, held, "the re-entry took the lock")
+							if other != nil {
+								require.NoError(t, other.Unlock(ctx))
+							}
+						})
+					}
+				}
+			})
 		}
 	})
 }
