@@ -329,7 +329,7 @@ func (a *atomicAcquisition) attempt(ctx context.Context) ([]rueidis.RedisMessage
 // retry handles a failed attempt: it returns the error that ends the
 // acquisition, or nil after a pause.
 func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
 		a.undo(ctx)
 		return ctxErr(ctx, a.lastErr)
 	}

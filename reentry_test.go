@@ -51,9 +51,12 @@ func TestGroupInOrderReentersPassedOnLeaseWithItsToken(t *testing.T) {
 
 // reentrant is a kind of native lock that a lease's Context re-enters.
 // group marks a Mutex re-entered through a Group of one slot (one script).
+// forced is the loss a forced unlock is reported as (nil: ErrForceUnlocked;
+// the RWMutex does not tell it from an expiry).
 type reentrant struct {
 	name   string
 	group  bool
+	forced error
 	handle func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error))
 }
 
@@ -75,6 +78,14 @@ var nativeReentrants = []reentrant{
 }
 
 func init() {
+	nativeReentrants = append(nativeReentrants, reentrant{name: "RWMutex", forced: ErrExpired,
+		handle: func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error)) {
+			m := c.RWMutex(name)
+			return m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
+				st, err := m.Inspect(ctx)
+				return st.WriteLocked, err
+			}
+		}})
 	g := nativeReentrants[0]
 	g.name, g.group = "Group", true
 	nativeReentrants = append(nativeReentrants, g)
@@ -148,20 +159,29 @@ func TestReentryAfterUnnoticedLossIsRefused(t *testing.T) {
 							if k.group {
 								relock = NewGroup(c.Mutex(name), c.Mutex(name+":b")).Lock
 							}
-							// Lock with a context that does not carry the
-							// parent's cancellation: a refused re-entry ends
-							// at once all the same, it never waits.
-							rctx, cancel := context.WithTimeout(context.WithoutCancel(parent.Context()), 10*time.Second)
-							defer cancel()
+							// TryLock with the parent's Context, which the
+							// parent's loss cancels; Lock with a context that
+							// does not carry that cancellation: a refused
+							// re-entry ends at once all the same, it never
+							// waits.
+							rctx, cancel := context.WithCancel(parent.Context())
 							if how == "Lock" {
 								reenter = relock
+								rctx, cancel = context.WithTimeout(context.WithoutCancel(parent.Context()), 10*time.Second)
 							}
+							defer cancel()
 							l, err := reenter(rctx)
 							require.Nil(t, l)
 							require.ErrorIs(t, err, ErrNotHeld)
-							require.ErrorIs(t, err, tc.want)
-							require.NoError(t, rctx.Err(), "the re-entry waited")
-							require.ErrorIs(t, parent.Err(), tc.want, "the parent's loss is reported")
+							want := tc.want
+							if want == ErrForceUnlocked && k.forced != nil {
+								want = k.forced
+							}
+							require.ErrorIs(t, err, want)
+							if how == "Lock" {
+								require.NoError(t, rctx.Err(), "the re-entry waited")
+							}
+							require.ErrorIs(t, parent.Err(), want, "the parent's loss is reported")
 							select {
 							case <-parent.Lost():
 							default:
