@@ -241,6 +241,11 @@ type holder struct {
 	err       error               // the loss reason
 	lostAt    time.Time           // when the loss was noticed
 	lost      chan struct{}
+
+	// entering counts the re-entries of a Redisson kind whose script may
+	// be on its way; wiping, the releases of every hold on their way (see
+	// redissonRelease). Guarded by mu.
+	entering, wiping int
 }
 
 // deadline is when the lease could expire on the server, less a safety
