@@ -469,9 +469,17 @@ func redissonRelease(ctx context.Context, h *holder, hold string, s script, what
 	// releases only its own hold, and the last re-entry to end releases
 	// what is left (endReentry). While a release of every hold is on its
 	// way (wiping), no re-entry starts (beginReentry); one whose outcome
-	// stays unknown keeps them out until a release answers.
+	// stays unknown keeps them out until a release answers. The other
+	// Leases are counted by their holds: the Lease released may have left
+	// h.leases already (one given back, see giveBack).
 	h.mu.Lock()
-	all := hold == "" || (len(h.leases) <= 1 && h.entering == 0)
+	others := 0
+	for l := range h.leases {
+		if l.hold != hold {
+			others++
+		}
+	}
+	all := hold == "" || (others == 0 && h.entering == 0)
 	if all {
 		h.wiping++
 	}
@@ -589,10 +597,21 @@ func (h *holder) endReentry(ctx context.Context) {
 	h.mu.Lock()
 	h.entering--
 	orphan := h.entering == 0 && len(h.leases) == 0 && !h.done
+	if orphan {
+		// From this decision on, no re-entry starts (one that found the
+		// parent live before it ended may be about to): its hold would
+		// be released with the rest.
+		h.wiping++
+	}
 	h.mu.Unlock()
 	if !orphan {
 		return
 	}
+	defer func() {
+		h.mu.Lock()
+		h.wiping--
+		h.mu.Unlock()
+	}()
 	h.beginRelease()
 	defer h.endRelease()
 	if _, err := h.kind.unlock(ctx, h, ""); err != nil {

@@ -2,6 +2,10 @@ package redisync
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,4 +209,163 @@ func TestRedissonUnlockKeepsReentryOnItsWay(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Randomized: Go re-enters a Redisson lease while another goroutine
+// unlocks it, re-entries' replies held back at random, while Java threads
+// of the simulator contend for the lock. No Lease is delivered held (Err
+// nil) while a Java thread holds the lock, no Java thread waits long for a
+// lock nobody holds, and the fair lock's queue is left empty. The seed
+// replays the choices (not the goroutines' interleaving): -seed N.
+func TestRedissonReentryVersusUnlock(t *testing.T) {
+	seed := testSeed(t, "TestRedissonReentryVersusUnlock")
+	rounds := soak(300, 5000)
+	eachEnv(t, func(t *testing.T, e *env) {
+		for ki, k := range redissonReentrants {
+			t.Run(k.name, func(t *testing.T) {
+				runReentryVersusUnlock(t, e, k, rand.New(rand.NewPCG(seed, uint64(ki)<<8|uint64(len(e.name)))), rounds)
+			})
+		}
+	})
+}
+
+func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand.Rand, rounds int) {
+	ctx := withTimeout(t, 5*time.Minute)
+	name := "reentry-race-" + k.name + "-" + e.name
+	c, rf := e.faultyClient(t)
+	lock := k.lock(c, name)
+	dur := func(max time.Duration) time.Duration { return time.Duration(rnd.Int64N(int64(max))) }
+
+	var javaHolds atomic.Int64
+	var violations, stalls atomic.Int64
+	var mu sync.Mutex
+	var report []string
+	violation := func(what string, args ...any) {
+		violations.Add(1)
+		mu.Lock()
+		report = append(report, fmt.Sprintf(what, args...))
+		mu.Unlock()
+	}
+	// heldCheck reports a Lease that says it holds while a Java thread
+	// holds the lock.
+	heldCheck := func(l *Lease, what string, round int) {
+		if javaHolds.Load() > 0 && l.Err() == nil {
+			violation("round %d: %s delivered held while a Java thread holds the lock", round, what)
+		}
+	}
+
+	// Java threads: each waits in its turn, holds for a moment, unlocks.
+	var stop atomic.Bool
+	var javas sync.WaitGroup
+	for i := range 2 {
+		j := k.java(t, e, name)
+		jr := rand.New(rand.NewPCG(rnd.Uint64(), uint64(i)))
+		javas.Add(1)
+		go func() {
+			defer javas.Done()
+			for !stop.Load() {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := j.wait(wctx)
+				cancel()
+				if err != nil {
+					stalls.Add(1)
+					mu.Lock()
+					report = append(report, fmt.Sprintf("Java thread %d: %v", i, err))
+					mu.Unlock()
+					return
+				}
+				javaHolds.Add(1)
+				time.Sleep(time.Duration(jr.Int64N(int64(2 * time.Millisecond))))
+				javaHolds.Add(-1)
+				if err := j.release(ctx); err != nil {
+					t.Errorf("Java thread %d: unlock: %v", i, err)
+					return
+				}
+				time.Sleep(time.Duration(jr.Int64N(int64(3 * time.Millisecond))))
+			}
+		}()
+	}
+
+	var delivered, refused, fresh int
+	for round := range rounds {
+		if stalls.Load() > 0 {
+			break
+		}
+		parent, err := lock(ctx)
+		require.NoError(t, err)
+		heldCheck(parent, "the outer lease", round)
+		unlockAfter, reenterAfter := dur(2*time.Millisecond), dur(2*time.Millisecond)
+		if rnd.IntN(2) == 0 {
+			// The re-entry's reply comes back late: its hold is in Redis
+			// while the Unlock runs.
+			rf.hold(runsWith(k.acquire, name), 1, dur(5*time.Millisecond))
+		}
+		cancelsWithParent := rnd.IntN(4) == 0
+		reentries := 1 + rnd.IntN(2)
+		parentID := parent.h
+		var wg sync.WaitGroup
+		wg.Add(1 + reentries)
+		go func() {
+			defer wg.Done()
+			time.Sleep(unlockAfter)
+			if err := parent.Unlock(ctx); err != nil {
+				t.Errorf("round %d: outer Unlock: %v", round, err)
+			}
+		}()
+		var rmu sync.Mutex
+		for range reentries {
+			holdFor := dur(time.Millisecond)
+			go func() {
+				defer wg.Done()
+				time.Sleep(reenterAfter)
+				base := context.WithoutCancel(parent.Context())
+				if cancelsWithParent {
+					base = parent.Context()
+				}
+				rctx, cancel := context.WithTimeout(base, 10*time.Second)
+				defer cancel()
+				l, err := lock(rctx)
+				if err != nil {
+					rmu.Lock()
+					refused++
+					rmu.Unlock()
+					return
+				}
+				rmu.Lock()
+				if l.h == parentID {
+					delivered++
+				} else {
+					fresh++
+				}
+				rmu.Unlock()
+				heldCheck(l, "a re-entry", round)
+				time.Sleep(holdFor)
+				heldCheck(l, "a re-entry, a moment later,", round)
+				before := l.Err()
+				if err := l.Unlock(ctx); err != nil {
+					violation("round %d: a re-entry delivered held could not unlock: %v (before: %v; %d re-entries, cancels %v, fresh %v)", round, err, before, reentries, cancelsWithParent, l.h != parentID)
+				}
+			}()
+		}
+		wg.Wait()
+		rf.clear()
+	}
+	stop.Store(true)
+	javas.Wait()
+
+	t.Logf("%s: %d rounds: %d re-entries granted, %d refused (the outer lease ended first), %d fresh acquisitions", e.name, rounds, delivered, refused, fresh)
+	mu.Lock()
+	for _, r := range report {
+		t.Log(r)
+	}
+	mu.Unlock()
+	require.Zero(t, violations.Load(), "Leases delivered held while a Java thread holds the lock")
+	require.Zero(t, stalls.Load(), "Java threads held back")
+	if k.queue != nil {
+		require.Empty(t, k.queue(t, e, name), "entries left in the queue")
+	}
+	rc := e.rueidisClient(t)
+	n, err := rc.Do(ctx, rc.B().Exists().Key(name).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "the lock is still held")
 }
