@@ -9,16 +9,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
 // javaThread is one Java thread's lock of a Redisson kind, in the
 // simulator: a single attempt (never queued), a wait in its turn, and an
 // unlock.
-type javaThread interface {
-	try(ctx context.Context) (bool, error)
-	wait(ctx context.Context) error
-	release(ctx context.Context) error
+type javaThread struct {
+	try     func(ctx context.Context) (bool, error)
+	wait    func(ctx context.Context) error
+	release func(ctx context.Context) error
+}
+
+// javaAttempt drops the TTL of a simulator's single attempt.
+func javaAttempt(try func(ctx context.Context) (bool, time.Duration, error)) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		ok, _, err := try(ctx)
+		return ok, err
+	}
+}
+
+// javaUnlocked drops the reply of a simulator's unlock.
+func javaUnlocked(unlock func(ctx context.Context) (rueidis.RedisResult, error)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := unlock(ctx)
+		return err
+	}
 }
 
 // redissonReentrant is a Redisson kind that a Go lease's Context re-enters,
@@ -34,48 +51,15 @@ type redissonReentrant struct {
 	queue   func(t testing.TB, e *env, name string) []string
 }
 
-type javaRLockHolder struct{ *javaRLock }
-
-func (j javaRLockHolder) try(ctx context.Context) (bool, error) {
-	ok, _, err := j.tryLock(ctx)
-	return ok, err
-}
-func (j javaRLockHolder) wait(ctx context.Context) error { return j.lock(ctx, nil) }
-func (j javaRLockHolder) release(ctx context.Context) error {
-	_, err := j.unlock(ctx)
-	return err
-}
-
-type javaFairHolder struct{ *javaFair }
-
-func (j javaFairHolder) try(ctx context.Context) (bool, error) {
-	ok, _, err := j.tryLock(ctx, false)
-	return ok, err
-}
-func (j javaFairHolder) wait(ctx context.Context) error { return j.lock(ctx, nil) }
-func (j javaFairHolder) release(ctx context.Context) error {
-	_, err := j.unlock(ctx)
-	return err
-}
-
-type javaWriteHolder struct{ *javaRW }
-
-func (j javaWriteHolder) try(ctx context.Context) (bool, error) {
-	ok, _, err := j.javaRW.try(ctx, true)
-	return ok, err
-}
-func (j javaWriteHolder) wait(ctx context.Context) error { return j.lock(ctx, true, nil) }
-func (j javaWriteHolder) release(ctx context.Context) error {
-	_, err := j.unlock(ctx, true)
-	return err
-}
-
 var redissonReentrants = []redissonReentrant{
 	{
 		name:    "RedissonLock",
 		lock:    func(c *Client, name string) func(context.Context) (*Lease, error) { return c.RedissonLock(name).Lock },
 		acquire: redissonLockScript, unlock: redissonUnlockScript,
-		java: func(t testing.TB, e *env, name string) javaThread { return javaRLockHolder{newJavaRLock(t, e, name)} },
+		java: func(t testing.TB, e *env, name string) javaThread {
+			j := newJavaRLock(t, e, name)
+			return javaThread{javaAttempt(j.tryLock), func(ctx context.Context) error { return j.lock(ctx, nil) }, javaUnlocked(j.unlock)}
+		},
 	},
 	{
 		name: "RedissonFairLock",
@@ -83,7 +67,12 @@ var redissonReentrants = []redissonReentrant{
 			return c.RedissonFairLock(name).Lock
 		},
 		acquire: redissonFairLockScript, unlock: redissonFairUnlockScript,
-		java: func(t testing.TB, e *env, name string) javaThread { return javaFairHolder{newJavaFair(t, e, name)} },
+		java: func(t testing.TB, e *env, name string) javaThread {
+			j := newJavaFair(t, e, name)
+			return javaThread{
+				javaAttempt(func(ctx context.Context) (bool, time.Duration, error) { return j.tryLock(ctx, false) }),
+				func(ctx context.Context) error { return j.lock(ctx, nil) }, javaUnlocked(j.unlock)}
+		},
 		queue: func(t testing.TB, e *env, name string) []string {
 			return newJavaFair(t, e, name).queue(t)
 		},
@@ -94,7 +83,13 @@ var redissonReentrants = []redissonReentrant{
 			return c.RedissonReadWriteLock(name).Lock
 		},
 		acquire: redissonRWWriteScript, unlock: redissonRWUnlockScript,
-		java: func(t testing.TB, e *env, name string) javaThread { return javaWriteHolder{newJavaRW(t, e, name)} },
+		java: func(t testing.TB, e *env, name string) javaThread {
+			j := newJavaRW(t, e, name)
+			return javaThread{
+				javaAttempt(func(ctx context.Context) (bool, time.Duration, error) { return j.try(ctx, true) }),
+				func(ctx context.Context) error { return j.lock(ctx, true, nil) },
+				javaUnlocked(func(ctx context.Context) (rueidis.RedisResult, error) { return j.unlock(ctx, true) })}
+		},
 	},
 }
 

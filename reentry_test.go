@@ -57,34 +57,42 @@ type reentrant struct {
 	name   string
 	group  bool
 	forced error
-	handle func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error))
+	handle func(c *Client, name string) nativeLock
+}
+
+// nativeLock is a native lock of one name: its acquisitions, its forced
+// unlock, and whether it is held.
+type nativeLock struct {
+	lock, try func(context.Context) (*Lease, error)
+	force     func(context.Context) (bool, error)
+	locked    func(context.Context) (bool, error)
 }
 
 var nativeReentrants = []reentrant{
-	{name: "Mutex", handle: func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error)) {
+	{name: "Mutex", handle: func(c *Client, name string) nativeLock {
 		m := c.Mutex(name)
-		return m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
+		return nativeLock{m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
 			st, err := m.Inspect(ctx)
 			return st.Locked, err
-		}
+		}}
 	}},
-	{name: "FairMutex", handle: func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error)) {
+	{name: "FairMutex", handle: func(c *Client, name string) nativeLock {
 		m := c.FairMutex(name)
-		return m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
+		return nativeLock{m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
 			st, err := m.Inspect(ctx)
 			return st.Locked, err
-		}
+		}}
 	}},
 }
 
 func init() {
 	nativeReentrants = append(nativeReentrants, reentrant{name: "RWMutex", forced: ErrExpired,
-		handle: func(c *Client, name string) (lock, try func(context.Context) (*Lease, error), force func(context.Context) (bool, error), locked func(context.Context) (bool, error)) {
+		handle: func(c *Client, name string) nativeLock {
 			m := c.RWMutex(name)
-			return m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
+			return nativeLock{m.Lock, m.TryLock, m.ForceUnlock, func(ctx context.Context) (bool, error) {
 				st, err := m.Inspect(ctx)
 				return st.WriteLocked, err
-			}
+			}}
 		}})
 	g := nativeReentrants[0]
 	g.name, g.group = "Group", true
@@ -103,6 +111,15 @@ func TestReentryAfterUnnoticedLossIsRefused(t *testing.T) {
 				ctx := withTimeout(t, 30*time.Second)
 				c := e.renewalClient(t)
 				rc := e.rueidisClient(t)
+				// forceUnlock force-unlocks name through another Client,
+				// whose lock of name it returns.
+				forceUnlock := func(t *testing.T, name string) nativeLock {
+					other := k.handle(e.client(t), name)
+					found, err := other.force(ctx)
+					require.NoError(t, err)
+					require.True(t, found)
+					return other
+				}
 				for _, tc := range []struct {
 					name string
 					// lose ends the parent's ownership behind its Client's
@@ -112,25 +129,16 @@ func TestReentryAfterUnnoticedLossIsRefused(t *testing.T) {
 					want error
 				}{
 					{"forced, free", func(t *testing.T, name string, _ *Lease) *Lease {
-						_, _, force, _ := k.handle(e.client(t), name)
-						found, err := force(ctx)
-						require.NoError(t, err)
-						require.True(t, found)
+						forceUnlock(t, name)
 						return nil
 					}, ErrForceUnlocked},
 					{"forced, taken and released by another Client", func(t *testing.T, name string, _ *Lease) *Lease {
-						lock, _, force, _ := k.handle(e.client(t), name)
-						_, err := force(ctx)
-						require.NoError(t, err)
-						ol := mustLock(t, ctx, lock)
+						ol := mustLock(t, ctx, forceUnlock(t, name).lock)
 						require.NoError(t, ol.Unlock(ctx))
 						return nil
 					}, ErrForceUnlocked},
 					{"forced, held by another Client", func(t *testing.T, name string, _ *Lease) *Lease {
-						lock, _, force, _ := k.handle(e.client(t), name)
-						_, err := force(ctx)
-						require.NoError(t, err)
-						return mustLock(t, ctx, lock)
+						return mustLock(t, ctx, forceUnlock(t, name).lock)
 					}, ErrForceUnlocked},
 					{"expired", func(t *testing.T, name string, p *Lease) *Lease {
 						require.NoError(t, rc.Do(ctx, rc.B().Del().Key(p.h.keys.lock).Build()).Error())
@@ -140,7 +148,8 @@ func TestReentryAfterUnnoticedLossIsRefused(t *testing.T) {
 					for _, how := range []string{"TryLock", "Lock"} {
 						t.Run(tc.name+"/"+how, func(t *testing.T) {
 							name := "{" + t.Name() + "}"
-							lock, try, _, locked := k.handle(c, name)
+							h := k.handle(c, name)
+							lock, try, locked := h.lock, h.try, h.locked
 							if k.group {
 								// With a lock of the same slot that is free.
 								g := NewGroup(c.Mutex(name), c.Mutex(name+":b"))

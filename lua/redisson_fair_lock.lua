@@ -20,11 +20,9 @@ if bad then
   return bad
 end
 rfair_purge(KEYS[2], KEYS[3], ARGV[4])
-if ARGV[5] == 'r' then
-  local refused = rlock_reentry_refused(KEYS[1], t ~= 'none', ARGV[2])
-  if refused then
-    return refused
-  end
+local refused = rlock_reentry_refused(ARGV[5], KEYS[1], t ~= 'none', ARGV[2])
+if refused then
+  return refused
 end
 if t == 'none' then
   local head = redis.call('LINDEX', KEYS[2], 0)

@@ -13,11 +13,9 @@ local mode, bad = rw_layout(KEYS[1])
 if bad then
   return bad
 end
-if ARGV[4] == 'r' then
-  local refused = rlock_reentry_refused(KEYS[1], mode ~= false, ARGV[2])
-  if refused then
-    return refused
-  end
+local refused = rlock_reentry_refused(ARGV[4], KEYS[1], mode ~= false, ARGV[2])
+if refused then
+  return refused
 end
 if mode == false and redis.call('EXISTS', KEYS[2]) == 1 then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a Redisson fair lock with queued waiters, not a Redisson read-write lock')

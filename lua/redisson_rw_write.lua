@@ -10,11 +10,9 @@ local mode, bad = rw_layout(KEYS[1])
 if bad then
   return bad
 end
-if ARGV[3] == 'r' then
-  local refused = rlock_reentry_refused(KEYS[1], mode == 'write', ARGV[2])
-  if refused then
-    return refused
-  end
+local refused = rlock_reentry_refused(ARGV[3], KEYS[1], mode == 'write', ARGV[2])
+if refused then
+  return refused
 end
 if mode == false then
   if redis.call('EXISTS', KEYS[2]) == 1 then
