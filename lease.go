@@ -243,9 +243,11 @@ type holder struct {
 	lost      chan struct{}
 
 	// entering counts the re-entries of a Redisson kind whose script may
-	// be on its way; wiping, the releases of every hold on their way (see
-	// redissonRelease). Guarded by mu.
+	// be on its way; wiping, the releases of every hold on their way, and
+	// wipeUnsure, one that had no answer (see redissonRelease). Guarded by
+	// mu.
 	entering, wiping int
+	wipeUnsure       bool
 }
 
 // deadline is when the lease could expire on the server, less a safety

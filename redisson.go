@@ -455,8 +455,9 @@ func redissonUnlock(ctx context.Context, h *holder, hold, how string) (releaseSt
 // redissonRelease releases one hold of a Redisson lock holder ("" for every
 // hold) with the unlock script s: the hold's request id names the unlock
 // latch, so a retried Unlock of one Lease gets the first attempt's result,
-// as in Redisson. The holder's last Lease releases every hold, so that a
-// re-entry whose outcome was unknown never keeps the lock. keys gives the
+// as in Redisson. The holder's last Lease releases every hold while no
+// re-entry is on its way, so that a re-entry whose outcome was unknown
+// never keeps the lock. keys gives the
 // script's keys for a request id, and the latch's key among them; the
 // script's arguments are the lease (ms), the owner, the latch's life (ms),
 // how to publish, '1' to release every hold, then extra. what names the
@@ -468,8 +469,8 @@ func redissonRelease(ctx context.Context, h *holder, hold string, s script, what
 	// h.leases: while one is on its way (entering), the last Lease
 	// releases only its own hold, and the last re-entry to end releases
 	// what is left (endReentry). While a release of every hold is on its
-	// way (wiping), no re-entry starts (beginReentry); one whose outcome
-	// stays unknown keeps them out until a release answers. The other
+	// way (wiping), no re-entry starts (beginReentry); one that had no
+	// answer keeps them out until a release answers (wipeUnsure). The other
 	// Leases are counted by their holds: the Lease released may have left
 	// h.leases already (one given back, see giveBack).
 	h.mu.Lock()
@@ -495,13 +496,17 @@ func redissonRelease(ctx context.Context, h *holder, hold string, s script, what
 	ks, latch := keys(req)
 	args := append([]string{strconv.FormatInt(h.lease.Milliseconds(), 10), h.owner, latchMs, how, flag}, extra...)
 	n, err := s.exec(ctx, c.rc, ks, args).AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return notHeld, redisErr(what+" "+h.name, err)
-	}
+	answered := err == nil || rueidis.IsRedisNil(err)
 	if all {
 		h.mu.Lock()
 		h.wiping--
+		// A release with no answer may still run: until one answers, no
+		// re-entry starts.
+		h.wipeUnsure = !answered
 		h.mu.Unlock()
+	}
+	if !answered {
+		return notHeld, redisErr(what+" "+h.name, err)
 	}
 	// The result is known: the latch has done its work.
 	c.rc.Do(ctx, c.rc.B().Del().Key(latch).Build())
@@ -580,7 +585,7 @@ func (h *holder) beginReentry() error {
 	switch {
 	case h.done:
 		return errorf("%w: the outer lease ended: %w", ErrNotHeld, h.err)
-	case h.wiping > 0:
+	case h.wiping > 0 || h.wipeUnsure:
 		return fmt.Errorf("%w: the outer lease is being released", ErrNotHeld)
 	}
 	h.entering++
