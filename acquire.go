@@ -87,7 +87,10 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		w.mark()
 		l, wait, err := a.attempt(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			// A refused re-entry (ErrNotHeld) took nothing, and the loss
+			// of the parent it reports may be what ended ctx (a context
+			// derived from the parent's): it is the answer.
+			if ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
 				// The script's outcome is unknown: take back what it may
 				// have taken.
 				a.abandon(ctx)

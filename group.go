@@ -271,7 +271,9 @@ func (g *Group) acquireAtomic(ctx context.Context, try bool) (*Lease, error) {
 		res, err := a.attempt(ctx)
 		var reply groupReply
 		if err == nil {
-			reply, err = parseGroupAcquire(res, len(a.ms))
+			if reply, err = parseGroupAcquire(res, len(a.ms)); err != nil {
+				err = refusedReentry(a.ms[reply.blocker].parent, err)
+			}
 		}
 		switch {
 		case err != nil:
@@ -294,7 +296,7 @@ func (g *Group) newAtomic(ctx context.Context, try bool) *atomicAcquisition {
 	n := len(g.ms)
 	a := &atomicAcquisition{g: g, try: try, start: time.Now(), ms: make([]*member, n), pause: errorBackoff()}
 	a.keys = make([]string, 0, 3*n)
-	a.args = make([]string, 1, 1+3*n)
+	a.args = make([]string, 1, 1+4*n)
 	if try {
 		a.args[0] = "try"
 	}
@@ -303,6 +305,11 @@ func (g *Group) newAtomic(ctx context.Context, try bool) *atomicAcquisition {
 		a.ms[i] = mb
 		a.keys = append(a.keys, m.keys.lock, m.keys.queue, m.keys.waiters)
 		a.args = append(a.args, mb.owner, mb.hold, strconv.FormatInt(mb.ttl.Milliseconds(), 10))
+	}
+	// A member that re-enters a lease claims that lease's ownership as
+	// Redis has it (its token), or the group is refused with its loss.
+	for _, mb := range a.ms {
+		a.args = append(a.args, parentTokenArg(mb.parent))
 	}
 	return a
 }
@@ -322,7 +329,7 @@ func (a *atomicAcquisition) attempt(ctx context.Context) ([]rueidis.RedisMessage
 // retry handles a failed attempt: it returns the error that ends the
 // acquisition, or nil after a pause.
 func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
 		a.undo(ctx)
 		return ctxErr(ctx, a.lastErr)
 	}
@@ -439,7 +446,8 @@ type groupReply struct {
 }
 
 // parseGroupAcquire reads the group acquire script's reply: {1, T, token_1,
-// ..., token_n} or {0, pttl, i}.
+// ..., token_n} or {0, pttl, i}; {-1, why, i}, lock i's re-entry refused,
+// is a *reentryRefusal, with i in blocker.
 func parseGroupAcquire(res []rueidis.RedisMessage, n int) (groupReply, error) {
 	bad := func(err error) (groupReply, error) {
 		return groupReply{}, fmt.Errorf("redisync: group acquire: %w", err)
@@ -459,6 +467,9 @@ func parseGroupAcquire(res []rueidis.RedisMessage, n int) (groupReply, error) {
 		}
 		if i < 1 || int(i) > n {
 			return groupReply{}, fmt.Errorf("redisync: group acquire: blocked by lock %d of %d", i, n)
+		}
+		if flag == -1 {
+			return groupReply{blocker: int(i) - 1}, &reentryRefusal{reason: refusedStateErr(pttl)}
 		}
 		return groupReply{blocker: int(i) - 1, wait: time.Duration(pttl)*time.Millisecond + time.Millisecond}, nil
 	}

@@ -111,6 +111,58 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 	return l, nil
 }
 
+// reentryRefusal is an acquire script's refusal of a re-entry: the lock was
+// not held by the parent's ownership in Redis (reason: ErrExpired,
+// ErrForceUnlocked or ErrTakenOver). See refusedReentry.
+type reentryRefusal struct{ reason error }
+
+func (r *reentryRefusal) Error() string {
+	return "redisync: re-entry refused: " + r.reason.Error()
+}
+
+func (r *reentryRefusal) Unwrap() error { return r.reason }
+
+// refusedStateErr is the loss reason of a lock whose state a script
+// reported for a refused re-entry: 1 force-unlocked, 0 free otherwise
+// (expired), 2 held by another ownership.
+func refusedStateErr(state int64) error {
+	switch state {
+	case 1:
+		return ErrForceUnlocked
+	case 0:
+		return ErrExpired
+	}
+	return ErrTakenOver
+}
+
+// refusedReentry is err, the error of an attempt to re-enter parent (nil
+// for an acquisition that is no re-entry), or when Redis refused the
+// re-entry, the parent's loss. The Client's memory says the parent holds;
+// Redis, which the script that would have added the hold read, says it
+// does not, and Redis wins: the parent's holder is lost with the reason
+// the script saw, unless a release of it is in flight (that explains a
+// free lock, as it does for a renewal: the watchdog looks again).
+func refusedReentry(parent *Lease, err error) error {
+	var r *reentryRefusal
+	if parent == nil || !errors.As(err, &r) {
+		return err
+	}
+	h := parent.h
+	h.mu.Lock()
+	releasing := h.releasing > 0
+	h.mu.Unlock()
+	if !releasing {
+		h.lose(r.reason)
+	}
+	h.mu.Lock()
+	reason := h.err
+	h.mu.Unlock()
+	if reason == nil {
+		reason = r.reason
+	}
+	return errorf("%w: the outer lease ended: %w", ErrNotHeld, reason)
+}
+
 // leaseKind is how the watchdog handles one kind of holder.
 type leaseKind struct {
 	// primitive names the kind in metrics: "mutex", "fair"...
@@ -195,6 +247,13 @@ type holder struct {
 	// raised the lock's token counter (a Group's token), so the lock is
 	// never passed on locally again (see cohort).
 	reentered bool
+
+	// entering counts the re-entries of a Redisson kind whose script may
+	// be on its way; wiping, the releases of every hold on their way, and
+	// wipeUnsure, one that had no answer (see redissonRelease). Guarded by
+	// mu.
+	entering, wiping int
+	wipeUnsure       bool
 }
 
 // deadline is when the lease could expire on the server, less a safety
@@ -658,7 +717,13 @@ func (l *Lease) Err() error {
 // reason). It carries the values of the context the lock was acquired with,
 // and the lease itself: acquiring the same lock of the same Client with it
 // (or a context derived from it) re-enters the lock instead of waiting. A
-// Mutex ownership re-entered so, by a Mutex, Group or Quorum acquisition,
+// re-entry claims the lease's ownership as Redis has it: the script that
+// adds the hold checks that the lock is still held with the lease's owner
+// id and token. When it is not (it expired, was force-unlocked or taken
+// over, and the Client has not noticed yet), the re-entry fails at once
+// with ErrNotHeld wrapping that reason, and the lease reports the loss
+// (Lost, Err); a re-entry never takes a free lock. A Mutex ownership
+// re-entered so, by a Mutex, Group or Quorum acquisition,
 // is no longer passed on locally (WithLocalPasses): its Unlocks go to
 // Redis.
 func (l *Lease) Context() context.Context {
@@ -700,6 +765,13 @@ func (l *Lease) Token() uint64 {
 	l.mu.Lock()
 	l.claim()
 	l.mu.Unlock()
+	return l.ownToken()
+}
+
+// ownToken is the lease's fencing token, without claiming it: a lease
+// passed on locally has its own, above its holder's (the ownership's token
+// in Redis).
+func (l *Lease) ownToken() uint64 {
 	if l.token != 0 {
 		return l.token
 	}

@@ -84,9 +84,11 @@ func newMember(ctx context.Context, m *Mutex) *member {
 }
 
 // heldMember is a member for the lease l of its Mutex, taken as a Mutex
-// acquisition reports it.
+// acquisition reports it. Its token is the lease's own: a re-entry of a
+// lease passed on locally has the token of that pass, above the holder's,
+// which an earlier goroutine of the Client held the lock with.
 func heldMember(m *Mutex, l *Lease) *member {
-	return &member{c: m.c, m: m, owner: l.h.owner, hold: l.hold, ttl: l.h.lease, lease: l, token: l.h.token, state: memberHeld, counted: true}
+	return &member{c: m.c, m: m, owner: l.h.owner, hold: l.hold, ttl: l.h.lease, lease: l, token: l.ownToken(), state: memberHeld, counted: true}
 }
 
 // groupState is one ownership of a Group or a Quorum: its members, and how

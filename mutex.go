@@ -208,7 +208,9 @@ const maxLocalPasses = 1000
 // Mutual exclusion holds between leases, not goroutines: a lease's Context
 // carries ownership, and acquiring the Mutex with it (or a context derived
 // from it) re-enters the lock: the hold count grows in Redis and each Unlock
-// takes one hold back. Any other acquisition waits until the lock is free.
+// takes one hold back. A re-entry never waits: when Redis no longer has the
+// lock held by the lease's ownership, it fails with the lease's loss (see
+// Lease.Context). Any other acquisition waits until the lock is free.
 //
 // Waiting costs nothing while the lock is free: a free lock is taken in one
 // round trip. A waiter takes a place in the lock's queue in Redis and
@@ -408,16 +410,28 @@ func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquis
 		mode = "try"
 	}
 	qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
-	qa.args = acquireArgs(qa.owner, qa.hold, qa.lease, qa.waiter, q.cfg.waiterExpiry, mode, qa.short)
+	qa.args = acquireArgs(qa.owner, qa.hold, qa.lease, qa.waiter, q.cfg.waiterExpiry, mode, qa.short, qa.parent)
 	return qa
 }
 
 // acquireArgs are the arguments of acquire.lua and fair_acquire.lua; the
 // mode ("first", "try", "queued" or "") is at modeArg, and whether the
-// Client has no other waiter on the lock at firstArg, set per attempt.
-func acquireArgs(owner, hold string, lease time.Duration, waiter string, waiterExpiry time.Duration, mode string, short time.Duration) []string {
+// Client has no other waiter on the lock at firstArg, set per attempt. A
+// re-entry of parent sends the token of the parent's ownership: the script
+// adds the hold only while that ownership holds the lock in Redis, and
+// never takes the lock afresh under the parent's owner id.
+func acquireArgs(owner, hold string, lease time.Duration, waiter string, waiterExpiry time.Duration, mode string, short time.Duration, parent *Lease) []string {
 	return []string{owner, hold, strconv.FormatInt(lease.Milliseconds(), 10),
-		waiter, strconv.FormatInt(waiterExpiry.Milliseconds(), 10), mode, msArg(short), "", ""}
+		waiter, strconv.FormatInt(waiterExpiry.Milliseconds(), 10), mode, msArg(short), "", "", parentTokenArg(parent)}
+}
+
+// parentTokenArg is the script argument of a re-entry of parent: the token
+// of the parent's ownership in Redis; "" for no re-entry (nil).
+func parentTokenArg(parent *Lease) string {
+	if parent == nil {
+		return ""
+	}
+	return strconv.FormatUint(parent.h.token, 10)
 }
 
 const (
@@ -452,7 +466,7 @@ func (qa *queuedAcquisition) attempt(ctx context.Context) (*Lease, time.Duration
 	}
 	ok, val, err := parseAcquire(res)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, refusedReentry(qa.parent, err)
 	}
 	if !ok {
 		return nil, qa.queued(res, val), nil
@@ -641,7 +655,7 @@ func (q *queuedLock) releaseAbandoned(ctx context.Context, owner, hold string) {
 }
 
 // parseAcquire reads the acquire script's reply: {1, token, holds} or
-// {0, pttl}.
+// {0, pttl}; a refused re-entry, {-1, why}, is a *reentryRefusal.
 func parseAcquire(res []rueidis.RedisMessage) (ok bool, val int64, err error) {
 	if len(res) < 2 {
 		return false, 0, fmt.Errorf("redisync: acquire: unexpected reply of %d elements", len(res))
@@ -649,6 +663,10 @@ func parseAcquire(res []rueidis.RedisMessage) (ok bool, val int64, err error) {
 	flag, err := res[0].AsInt64()
 	if err != nil {
 		return false, 0, fmt.Errorf("redisync: acquire: %w", err)
+	}
+	if flag == -1 {
+		why, _ := res[1].AsInt64()
+		return false, 0, &reentryRefusal{reason: refusedStateErr(why)}
 	}
 	if flag == 1 {
 		s, err := res[1].ToString()

@@ -548,7 +548,7 @@ func (r *quorumRound) deliver(i int, res quorumResult) {
 func trySrv(ctx context.Context, mb *member) quorumResult {
 	m, c := mb.m, mb.c
 	// The quorum waits for '1' messages on the servers that were busy.
-	args := acquireArgs(mb.owner, mb.hold, mb.ttl, "", 0, "", 0)
+	args := acquireArgs(mb.owner, mb.hold, mb.ttl, "", 0, "", 0, mb.parent)
 	sent := time.Now()
 	res, err := m.queued().attempt(ctx, args)
 	if err != nil {
@@ -556,7 +556,7 @@ func trySrv(ctx context.Context, mb *member) quorumResult {
 	}
 	ok, val, err := parseAcquire(res)
 	if err != nil {
-		return quorumResult{err: err}
+		return quorumResult{err: refusedReentry(mb.parent, err)}
 	}
 	if !ok {
 		return quorumResult{busy: true, wait: time.Duration(val)*time.Millisecond + time.Millisecond}
@@ -567,5 +567,5 @@ func trySrv(ctx context.Context, mb *member) quorumResult {
 		m.queued().releaseAbandoned(ctx, mb.owner, mb.hold)
 		return quorumResult{err: err}
 	}
-	return quorumResult{lease: l, token: uint64(val)}
+	return quorumResult{lease: l, token: l.ownToken()} // a re-entry of a lease passed on locally: its own
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -358,11 +360,11 @@ func (l *RedissonLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 		fenced = "1"
 	}
 	keys := []string{l.keys.lock, l.keys.queue, redissonTokenKey(l.name)}
-	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), owner, fenced}
+	args := []string{strconv.FormatInt(lease.Milliseconds(), 10), owner, fenced, reentryMode(parent)}
 	undo := func(ctx context.Context) {
 		if parent != nil {
 			// A re-entry whose outcome is unknown: the outer lease's last
-			// Unlock releases every hold.
+			// Unlock releases every hold (see redissonAttempt).
 			return
 		}
 		if err := redissonReleaseScript.exec(ctx, c.rc, []string{l.keys.lock, l.keys.channel}, []string{owner, how}).Error(); err != nil {
@@ -375,12 +377,16 @@ func (l *RedissonLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 		busy: errorf("%w: Redisson lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			res, err := c.execTaking(ctx, redissonLockScript, keys, args, undo).ToArray()
+			res, done, err := c.redissonAttempt(ctx, parent, redissonLockScript, keys, args, undo)
+			defer done()
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson lock "+l.name, err)
 			}
 			if len(res) < 2 {
 				return nil, 0, fmt.Errorf("redisync: acquire Redisson lock: unexpected reply of %d elements", len(res))
+			}
+			if err := redissonRefused(parent, res); err != nil {
+				return nil, 0, err
 			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				pttl, _ := res[1].AsInt64()
@@ -449,8 +455,9 @@ func redissonUnlock(ctx context.Context, h *holder, hold, how string) (releaseSt
 // redissonRelease releases one hold of a Redisson lock holder ("" for every
 // hold) with the unlock script s: the hold's request id names the unlock
 // latch, so a retried Unlock of one Lease gets the first attempt's result,
-// as in Redisson. The holder's last Lease releases every hold, so that a
-// re-entry whose outcome was unknown never keeps the lock. keys gives the
+// as in Redisson. The holder's last Lease releases every hold while no
+// re-entry is on its way, so that a re-entry whose outcome was unknown
+// never keeps the lock. keys gives the
 // script's keys for a request id, and the latch's key among them; the
 // script's arguments are the lease (ms), the owner, the latch's life (ms),
 // how to publish, '1' to release every hold, then extra. what names the
@@ -458,11 +465,28 @@ func redissonUnlock(ctx context.Context, h *holder, hold, how string) (releaseSt
 func redissonRelease(ctx context.Context, h *holder, hold string, s script, what string,
 	keys func(req string) ([]string, string), how string, extra ...string) (releaseState, error) {
 	c := h.c
+	// A re-entry's hold is counted in Redis before its Lease is in
+	// h.leases: while one is on its way (entering), the last Lease
+	// releases only its own hold, and the last re-entry to end releases
+	// what is left (endReentry). While a release of every hold is on its
+	// way (wiping), no re-entry starts (beginReentry); one that had no
+	// answer keeps them out until a release answers (wipeUnsure). The other
+	// Leases are counted by their holds: the Lease released may have left
+	// h.leases already (one given back, see giveBack).
 	h.mu.Lock()
-	all := len(h.leases) <= 1
+	others := 0
+	for l := range h.leases {
+		if l.hold != hold {
+			others++
+		}
+	}
+	all := hold == "" || (others == 0 && h.entering == 0)
+	if all {
+		h.wiping++
+	}
 	h.mu.Unlock()
 	if hold == "" {
-		hold, all = redissonHold(defaultRedissonLatch), true
+		hold = redissonHold(defaultRedissonLatch)
 	}
 	req, latchMs, _ := strings.Cut(hold, "/")
 	flag := "0"
@@ -472,7 +496,16 @@ func redissonRelease(ctx context.Context, h *holder, hold string, s script, what
 	ks, latch := keys(req)
 	args := append([]string{strconv.FormatInt(h.lease.Milliseconds(), 10), h.owner, latchMs, how, flag}, extra...)
 	n, err := s.exec(ctx, c.rc, ks, args).AsInt64()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	answered := err == nil || rueidis.IsRedisNil(err)
+	if all {
+		h.mu.Lock()
+		h.wiping--
+		// A release with no answer may still run: until one answers, no
+		// re-entry starts.
+		h.wipeUnsure = !answered
+		h.mu.Unlock()
+	}
+	if !answered {
 		return notHeld, redisErr(what+" "+h.name, err)
 	}
 	// The result is known: the latch has done its work.
@@ -484,6 +517,114 @@ func redissonRelease(ctx context.Context, h *holder, hold string, s script, what
 		return freed, nil
 	}
 	return stillHeld, nil
+}
+
+// reentryMode is the argument that makes a Redisson acquire script a
+// re-entry of parent ("r": one more hold of the parent's ownership, only
+// while it holds; never a free lock taken, nor a place in a queue), ""
+// when parent is nil.
+func reentryMode(parent *Lease) string {
+	if parent == nil {
+		return ""
+	}
+	return "r"
+}
+
+// redissonAttempt runs one acquire script of a Redisson lock with
+// execTaking (undo undoes a late reply of an acquisition that is no
+// re-entry). A re-entry of parent is counted on the parent's holder while
+// it is on its way (beginReentry): its hold is counted in Redis before its
+// Lease is, and a release of every hold must not take it. done ends the
+// count once the caller applied the outcome (the Lease made, or not); for
+// a reply that comes late, it ends when the reply came, or never will.
+func (c *Client) redissonAttempt(ctx context.Context, parent *Lease, s script, keys, args []string, undo func(context.Context)) (res []rueidis.RedisMessage, done func(), err error) {
+	if parent == nil {
+		res, err = c.execTaking(ctx, s, keys, args, undo).ToArray()
+		return res, func() {}, err
+	}
+	h := parent.h
+	if err := h.beginReentry(); err != nil {
+		return nil, func() {}, err
+	}
+	var once sync.Once
+	end := func(ctx context.Context) { once.Do(func() { h.endReentry(ctx) }) }
+	res, err = c.execTaking(ctx, s, keys, args, end).ToArray()
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// Given up on while on its way: execTaking runs end once it is
+		// settled.
+		return nil, func() {}, err
+	}
+	return res, func() {
+		dctx, cancel := detached(ctx)
+		defer cancel()
+		end(dctx)
+	}, err
+}
+
+// redissonRefused is the error of a re-entry of parent that a Redisson
+// acquire script refused ({-1, why}): the parent's loss; nil otherwise.
+func redissonRefused(parent *Lease, res []rueidis.RedisMessage) error {
+	if flag, _ := res[0].AsInt64(); flag != -1 {
+		return nil
+	}
+	why, _ := res[1].AsInt64()
+	err := error(&reentryRefusal{reason: refusedStateErr(why)})
+	if parent == nil {
+		return fmt.Errorf("redisync: acquire: a re-entry refused without a parent: %w", err)
+	}
+	return refusedReentry(parent, err)
+}
+
+// beginReentry counts a re-entry of h on its way to Redis. It fails when
+// h's ownership ended, or while a release of every hold is on its way (the
+// release of the last Lease): the hold the re-entry would add would be
+// released with the rest.
+func (h *holder) beginReentry() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.done:
+		return errorf("%w: the outer lease ended: %w", ErrNotHeld, h.err)
+	case h.wiping > 0 || h.wipeUnsure:
+		return fmt.Errorf("%w: the outer lease is being released", ErrNotHeld)
+	}
+	h.entering++
+	return nil
+}
+
+// endReentry ends what beginReentry counted, once the re-entry's outcome
+// was applied: its Lease is among h's leases, or never will be. When it
+// was the last re-entry on its way and no Lease of h is left while h is
+// not done, the last Lease was released while it was on its way, and left
+// the holds it could not account for: they are released now (re-entries
+// whose outcome was never known may have added some).
+func (h *holder) endReentry(ctx context.Context) {
+	h.mu.Lock()
+	h.entering--
+	orphan := h.entering == 0 && len(h.leases) == 0 && !h.done
+	if orphan {
+		// From this decision on, no re-entry starts (one that found the
+		// parent live before it ended may be about to): its hold would
+		// be released with the rest.
+		h.wiping++
+	}
+	h.mu.Unlock()
+	if !orphan {
+		return
+	}
+	defer func() {
+		h.mu.Lock()
+		h.wiping--
+		h.mu.Unlock()
+	}()
+	h.beginRelease()
+	defer h.endRelease()
+	if _, err := h.kind.unlock(ctx, h, ""); err != nil {
+		h.c.log.Warn("redisync: could not release the holds left by re-entries; they expire with their lease", "key", h.key, "err", err)
+		h.lose(err) // stop renewing them
+		return
+	}
+	h.finish()
 }
 
 // RedissonLockState is a snapshot of a lock in Redisson's RLock layout.

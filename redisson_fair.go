@@ -153,7 +153,13 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 	}
 	waitMs := strconv.FormatInt(wait.Milliseconds(), 10)
 	queue := "1"
-	if try {
+	switch {
+	case parent != nil:
+		// A re-entry only adds a hold to the parent's ownership: it never
+		// takes the lock afresh, nor a place in the queue (which would hold
+		// every waiter behind it back until its timeout).
+		queue = reentryMode(parent)
+	case try:
 		queue = "0"
 	}
 	keys := []string{l.keys.lock, l.keys.queue, l.keys.waiters}
@@ -161,6 +167,9 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 	queued := false
 	undo := func(ctx context.Context) {
 		if parent != nil {
+			// A re-entry whose outcome is unknown: never queued, and the
+			// outer lease's last Unlock releases every hold (see
+			// redissonAttempt).
 			return
 		}
 		l.leave(ctx, owner, how, waitMs)
@@ -171,12 +180,16 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 		busy: errorf("%w: Redisson fair lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			res, err := c.execTaking(ctx, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo).ToArray()
+			res, done, err := c.redissonAttempt(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
+			defer done()
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson fair lock "+l.name, err)
 			}
 			if len(res) < 2 {
 				return nil, 0, fmt.Errorf("redisync: acquire Redisson fair lock: unexpected reply of %d elements", len(res))
+			}
+			if err := redissonRefused(parent, res); err != nil {
+				return nil, 0, err
 			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				queued = !try
@@ -194,7 +207,7 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 		undo: undo,
 	}
 	gl, err := w.run(ctx, try)
-	if err != nil && queued && parent == nil {
+	if err != nil && queued {
 		// Given up: leave the queue, as Java's acquireFailed does.
 		dctx, cancel := detached(ctx)
 		l.leave(dctx, owner, how, waitMs)

@@ -272,9 +272,9 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 		parent = nil
 	}
 	script, keys, args := redissonRWReadScript, []string{l.keys.lock, l.keys.queue},
-		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, owner + redissonWriteSuffix}
+		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, owner + redissonWriteSuffix, reentryMode(parent)}
 	if s.write {
-		script, args = redissonRWWriteScript, args[:2]
+		script, args = redissonRWWriteScript, []string{args[0], args[1], args[3]}
 	}
 	var wbox *redissonWriterBox
 	if s.write && parent == nil {
@@ -288,7 +288,7 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 	undo := func(ctx context.Context) {
 		if parent != nil {
 			// A re-entry whose outcome is unknown: the outer lease's last
-			// Unlock releases every hold.
+			// Unlock releases every hold (see redissonAttempt).
 			return
 		}
 		if err := redissonRWReleaseScript.exec(ctx, c.rc, []string{l.keys.lock, l.keys.channel}, []string{owner, how, rwSideArg(s.write)}).Error(); err != nil {
@@ -301,12 +301,16 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 		busy: errorf("%w: Redisson read-write lock %s", ErrLocked, l.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			res, err := c.execTaking(ctx, script, keys, args, undo).ToArray()
+			res, done, err := c.redissonAttempt(ctx, parent, script, keys, args, undo)
+			defer done()
 			if err != nil {
 				return nil, 0, redisErr(what+"-lock Redisson read-write lock "+l.name, err)
 			}
 			if len(res) < 2 {
 				return nil, 0, fmt.Errorf("redisync: %s-lock Redisson read-write lock: unexpected reply of %d elements", what, len(res))
+			}
+			if err := redissonRefused(parent, res); err != nil {
+				return nil, 0, err
 			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				pttl, _ := res[1].AsInt64()

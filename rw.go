@@ -297,20 +297,23 @@ func (m *RWMutex) rlock(ctx context.Context, try bool) (*Lease, error) {
 	c := m.c
 	id := c.newOwner()
 	lease, watchdog := m.leaseMode()
-	mode, parent := "n", ""
+	mode, parent, outer := "n", "", (*Lease)(nil)
 	if try {
 		mode = "t"
 	}
 	if p := leaseFrom(ctx, c, m.keys.lockKeys); p != nil && p.h.kind == rwReadKind {
-		mode, parent, lease, watchdog = "r", p.h.owner, p.h.lease, p.h.watchdog
+		mode, outer = "r", p
 	} else if w := m.writerFrom(ctx); w != nil {
-		mode, parent, lease, watchdog = "d", w.h.owner, w.h.lease, w.h.watchdog
+		mode, outer = "d", w
+	}
+	if outer != nil {
+		parent, lease, watchdog = outer.h.owner, outer.h.lease, outer.h.watchdog
 	}
 	args := []string{id, rwMillis(lease), mode, parent, rwMillis(m.registration)}
 	undo := func(ctx context.Context) { m.releaseAbandoned(ctx, "read", id, "") }
 	// A waiter leaving gives up its place among the waiting readers (and a
 	// pass).
-	a := m.acquisition(rwReadKind, rwRLockScript, "read lock", mode, args, undo,
+	a := m.acquisition(rwReadKind, rwRLockScript, "read lock", mode, outer, args, undo,
 		func(ctx context.Context, val int64, sent time.Time) (*Lease, error) {
 			return c.grant(ctx, grant{kind: rwReadKind, name: m.name, keys: m.keys.lockKeys, key: m.keys.readers, owner: id,
 				token: val, lease: lease, watchdog: watchdog, sent: sent})
@@ -335,7 +338,7 @@ func (m *RWMutex) lock(ctx context.Context, try bool) (*Lease, error) {
 	args := []string{owner, hold, rwMillis(lease), c.cfg.retentionArg, mode, rwMillis(m.registration)}
 	undo := func(ctx context.Context) { m.releaseAbandoned(ctx, "write", owner, hold) }
 	// A waiter leaving stops keeping readers out.
-	a := m.acquisition(rwWriteKind, rwLockScript, "write lock", mode, args, undo,
+	a := m.acquisition(rwWriteKind, rwLockScript, "write lock", mode, parent, args, undo,
 		func(ctx context.Context, val int64, sent time.Time) (*Lease, error) {
 			// The write lease's context carries it for Lock and RLock to
 			// find through read leases layered on it.
@@ -361,8 +364,9 @@ func (m *RWMutex) lock(ctx context.Context, try bool) (*Lease, error) {
 // s (op names it in errors) with args, and grant makes the lease of
 // an attempt that took the lock, val being what the script answered. undo
 // gives up what an abandoned attempt may have taken; a waiter that
-// registered (mode "n") gives up its place with it when it leaves.
-func (m *RWMutex) acquisition(kind *leaseKind, s script, op, mode string, args []string, undo func(context.Context),
+// registered (mode "n") gives up its place with it when it leaves. parent
+// is the lease a re-entry (modes "r" and "d") claims the ownership of.
+func (m *RWMutex) acquisition(kind *leaseKind, s script, op, mode string, parent *Lease, args []string, undo func(context.Context),
 	grant func(ctx context.Context, val int64, sent time.Time) (*Lease, error)) acquisition {
 	registered := false
 	return acquisition{
@@ -378,6 +382,11 @@ func (m *RWMutex) acquisition(kind *leaseKind, s script, op, mode string, args [
 			switch {
 			case err != nil:
 				return nil, 0, err
+			case code < 0 && parent != nil:
+				// Redis no longer has the parent's ownership: the parent
+				// lost it (the scripts do not tell why; the watchdog would
+				// find it gone as well).
+				return nil, 0, refusedReentry(parent, &reentryRefusal{reason: ErrExpired})
 			case code < 0:
 				return nil, 0, fmt.Errorf("%w: the outer lease of %q ended", ErrNotHeld, m.name)
 			case code == 0:

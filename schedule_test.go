@@ -81,7 +81,7 @@ func TestSchedule(t *testing.T) {
 }
 
 // scheduleSeed replays TestSchedule and TestFencedLinearizable.
-var scheduleSeed = flag.Uint64("seed", 0, "seed of TestSchedule and TestFencedLinearizable (0: random; REDISYNC_SEED works too)")
+var scheduleSeed = flag.Uint64("seed", 0, "seed of the randomized tests: TestSchedule, TestFencedLinearizable, TestRedissonReentryVersusUnlock (0: random; REDISYNC_SEED works too)")
 
 // onlySchedule replays one schedule of a TestSchedule seed: the report
 // names each schedule's number.

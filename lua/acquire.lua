@@ -9,13 +9,16 @@
 -- ARGV[9] (optional) a number n of tokens to reserve after the token of a
 -- free lock taken here, or of a lock a release hands over to the waiter,
 -- for the Client's local passes ('' for none); fewer are reserved when that
--- would pass the server's clock in microseconds (reserve_tokens).
+-- would pass the server's clock in microseconds (reserve_tokens),
+-- ARGV[10] (optional) for a re-entry, the token of the parent's ownership
+-- ('' otherwise): see reentry_refused.
 -- Returns {1, token, holds, reserved} when held by ARGV[1] after the call
 -- (reserved: the tokens after token reserved for the waiter, for a lock
 -- taken free or handed over; 0 or none for a re-entry),
 -- {0, pttl, 1, last, now} when another owner holds the lock: its remaining
 -- lease, the last token handed out, and the server's clock in ms (not in
--- 'try' mode); the waiter is queued then.
+-- 'try' mode); the waiter is queued then; {-1, why} when a re-entry is
+-- refused (reentry_refused).
 -- owner, holds, token, last, bad and queued: lock_of, read in
 -- acquire_free.lua, which took a free lock (took) and returned unless the
 -- waiter was queued.
@@ -25,6 +28,10 @@ end
 if took then
   dequeue(KEYS[2], KEYS[3], ARGV[4])
   return {1, token, 1, reserved}
+end
+local refused = reentry_refused(KEYS[1], owner, token, ARGV[1], ARGV[10])
+if refused then
+  return refused
 end
 if owner == ARGV[1] then
   local r = reenter(KEYS[1], holds, token, ARGV[2], ARGV[3])

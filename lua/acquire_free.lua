@@ -1,8 +1,9 @@
 -- The common case of acquire.lua (which documents the keys and arguments):
 -- a free lock is taken here, and the call returns unless the waiter may
--- have a place in the queue to leave.
+-- have a place in the queue to leave. A re-entry (ARGV[10]) never takes a
+-- free lock: its parent's ownership ended.
 local owner, holds, token, last, bad, queued = lock_of(KEYS[1], KEYS[2])
-local took = owner == false and not bad
+local took = owner == false and not bad and (ARGV[10] or '') == ''
 local reserved = 0
 if took then
   if ARGV[9] and ARGV[9] ~= '' then

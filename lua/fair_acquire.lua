@@ -5,17 +5,25 @@
 -- attempt (never queued), anything else otherwise ('first', 'queued', as for
 -- acquire.lua: a taken lock dequeues the waiter whatever it says),
 -- ARGV[7] the lease (ms) to hand the lock over with, '' to be woken instead,
--- ARGV[8] '1' when the waiter's Client has no other waiter on the lock.
+-- ARGV[8] '1' when the waiter's Client has no other waiter on the lock,
+-- ARGV[9] unused (acquire.lua's reservation), ARGV[10] (optional) for a
+-- re-entry, the token of the parent's ownership ('' otherwise): see
+-- reentry_refused.
 -- Returns {1, token, holds} when held by ARGV[1] after the call, {0, wait
 -- ms, held, last, now} otherwise: how long until something may change, held
 -- 1 when another owner holds the lock (wait is its remaining lease), 0 when
 -- it is free but the queue's head is another live waiter (wait is until
 -- its Client's deadline), the last token handed out, and the server's
--- clock in ms (not in 'try' mode).
+-- clock in ms (not in 'try' mode); {-1, why} when a re-entry is refused
+-- (reentry_refused).
 
 -- owner, holds, token, last, bad and queued: lock_of, read in
 -- fair_free.lua.
 if bad then return bad end
+local refused = reentry_refused(KEYS[1], owner, token, ARGV[1], ARGV[10])
+if refused then
+  return refused
+end
 if owner == ARGV[1] then
   dequeue(KEYS[2], KEYS[3], ARGV[4])
   return reenter(KEYS[1], holds, token, ARGV[2], ARGV[3])

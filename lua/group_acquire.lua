@@ -2,11 +2,15 @@
 -- KEYS[3i-2] lock hash of lock i, KEYS[3i-1] its queue, KEYS[3i] its
 -- waiters hash (the layout of acquire.lua); all keys live in one slot.
 -- ARGV[1] 'try' for a single attempt; for lock i: ARGV[3i-1] owner id,
--- ARGV[3i] hold field, ARGV[3i+1] lease ms.
+-- ARGV[3i] hold field, ARGV[3i+1] lease ms; ARGV[3n+1+i] (optional) the
+-- token of the ownership lock i re-enters, '' when it is no re-entry (see
+-- reentry_refused).
 -- Returns {1, T, token_1, ..., token_n} when every lock is held by its owner
 -- after the call, or {0, pttl, i} when lock i, the first one another owner
 -- holds, blocks the group (nothing is taken then; unless ARGV[1] is 'try',
--- the group then waits for a '1' message of lock i, see vacate).
+-- the group then waits for a '1' message of lock i, see vacate), or
+-- {-1, why, i} when the re-entry of lock i is refused (reentry_refused;
+-- nothing is taken then either).
 -- T, the group's token, is one token for every lock the call takes: greater
 -- than the last token of each of them, and the fencing counter of every lock
 -- of the group, re-entered ones included, is raised to it.
@@ -17,6 +21,10 @@ for i = 1, n do
   local owner, holds, token, last, bad, queued = lock_of(lock, KEYS[3 * i - 1])
   if bad then
     return bad
+  end
+  local refused = reentry_refused(lock, owner, token, ARGV[3 * i - 1], ARGV[3 * n + 1 + i])
+  if refused then
+    return {-1, refused[2], i}
   end
   if owner ~= false and owner ~= ARGV[3 * i - 1] then
     local pttl = redis.call('PTTL', lock)

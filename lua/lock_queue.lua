@@ -190,6 +190,30 @@ local function without_hold(holds, hold)
   return string.match(rest, '^%s*(.-)%s*$'), true
 end
 
+-- A re-entry claims its parent's ownership as Redis has it: the lock held
+-- by the parent's owner id with the parent's token (parent_token, '' or nil
+-- for an acquisition that is no re-entry). A lock that is free, or held by
+-- another owner, or taken afresh under the parent's owner id, is not the
+-- parent's any more, and the re-entry must not make it so: it is refused,
+-- with {-1, why}: why 1 when a forced unlock removed the parent's owner
+-- (f; as the watchdog tells it), else 2 when another ownership holds it, 0
+-- when it is free (expired, deleted). nil when the re-entry may add its hold.
+local function reentry_refused(lock, owner, token, parent_owner, parent_token)
+  if parent_token == nil or parent_token == '' then
+    return nil
+  end
+  if owner == parent_owner and token == parent_token then
+    return nil
+  end
+  if redis.call('HGET', lock, 'f') == parent_owner then
+    return {-1, 1}
+  end
+  if owner ~= false then
+    return {-1, 2}
+  end
+  return {-1, 0}
+end
+
 -- Add a hold to a lock its owner holds with holds and token (a re-entry,
 -- or a lock handed over to a waiter, whose hold is there already), never
 -- shortening its lease. Returns {1, token, holds}, the acquire scripts'

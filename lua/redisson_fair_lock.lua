@@ -6,8 +6,11 @@
 -- the timeouts of the others forward by its wait.
 -- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] timeouts. ARGV[1] lease ms,
 -- ARGV[2] owner field (uuid:threadId), ARGV[3] wait ms, ARGV[4] now ms,
--- ARGV[5] '1' to queue.
--- Returns {1, holds} when acquired, {0, ttl} when not.
+-- ARGV[5] '1' to queue, 'r' for a re-entry: one more hold of the owner's
+-- ownership, only while the owner holds the lock (a re-entry never takes
+-- a free lock, nor queues).
+-- Returns {1, holds} when acquired, {0, ttl} when not, {-1, why} when a
+-- re-entry is refused (rlock_reentry_refused).
 local t, bad = rlock_layout(KEYS[1])
 if bad then
   return bad
@@ -17,6 +20,10 @@ if bad then
   return bad
 end
 rfair_purge(KEYS[2], KEYS[3], ARGV[4])
+local refused = rlock_reentry_refused(ARGV[5], KEYS[1], t ~= 'none', ARGV[2])
+if refused then
+  return refused
+end
 if t == 'none' then
   local head = redis.call('LINDEX', KEYS[2], 0)
   if head == false or head == ARGV[2] then

@@ -22,3 +22,19 @@ local function rlock_layout(key)
   end
   return t
 end
+
+-- A re-entry (mode 'r'; any other mode is no re-entry) claims its
+-- parent's ownership as Redis has it: one more hold of owner, the parent
+-- holder's field of the hash at key, only while held (the hash is in the
+-- state its holder holds it in) and the field is there. Otherwise it is
+-- refused, and must not take the lock or queue: {-1, why}, why 0 when the
+-- lock is free, 2 when others hold it. nil when the call may go on.
+local function rlock_reentry_refused(mode, key, held, owner)
+  if mode ~= 'r' or (held and redis.call('HEXISTS', key, owner) == 1) then
+    return nil
+  end
+  if held then
+    return {-1, 2}
+  end
+  return {-1, 0}
+end

@@ -5,11 +5,17 @@
 -- KEYS[1] the hash, KEYS[2] the queue of a Redisson fair lock of the same
 -- name (a name with waiters queued there is a fair lock, not taken).
 -- ARGV[1] lease ms, ARGV[2] owner field (uuid:threadId), ARGV[3] its
--- write field (uuid:threadId:write).
--- Returns {1, holds} when taken, {0, pttl} when a writer holds it.
+-- write field (uuid:threadId:write), ARGV[4] (optional) 'r' for a
+-- re-entry of the owner's read holds: only while the owner has one.
+-- Returns {1, holds} when taken, {0, pttl} when a writer holds it, {-1,
+-- why} when a re-entry is refused (rlock_reentry_refused).
 local mode, bad = rw_layout(KEYS[1])
 if bad then
   return bad
+end
+local refused = rlock_reentry_refused(ARGV[4], KEYS[1], mode ~= false, ARGV[2])
+if refused then
+  return refused
 end
 if mode == false and redis.call('EXISTS', KEYS[2]) == 1 then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a Redisson fair lock with queued waiters, not a Redisson read-write lock')

@@ -2,11 +2,17 @@
 -- lock does: a free lock, or one whose writer is this owner (a re-entry,
 -- which adds the lease to the hash's remaining time, as Redisson does).
 -- KEYS[1] the hash, KEYS[2] the queue of a Redisson fair lock of the same
--- name. ARGV[1] lease ms, ARGV[2] write field (uuid:threadId:write).
--- Returns {1, holds} when taken, {0, pttl} when held by others.
+-- name. ARGV[1] lease ms, ARGV[2] write field (uuid:threadId:write),
+-- ARGV[3] (optional) 'r' for a re-entry: only while the owner writes.
+-- Returns {1, holds} when taken, {0, pttl} when held by others, {-1, why}
+-- when a re-entry is refused (rlock_reentry_refused).
 local mode, bad = rw_layout(KEYS[1])
 if bad then
   return bad
+end
+local refused = rlock_reentry_refused(ARGV[3], KEYS[1], mode == 'write', ARGV[2])
+if refused then
+  return refused
 end
 if mode == false then
   if redis.call('EXISTS', KEYS[2]) == 1 then

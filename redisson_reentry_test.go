@@ -1,0 +1,375 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+)
+
+// javaThread is one Java thread's lock of a Redisson kind, in the
+// simulator: a single attempt (never queued), a wait in its turn, and an
+// unlock.
+type javaThread struct {
+	try     func(ctx context.Context) (bool, error)
+	wait    func(ctx context.Context) error
+	release func(ctx context.Context) error
+}
+
+// javaAttempt drops the TTL of a simulator's single attempt.
+func javaAttempt(try func(ctx context.Context) (bool, time.Duration, error)) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		ok, _, err := try(ctx)
+		return ok, err
+	}
+}
+
+// javaUnlocked drops the reply of a simulator's unlock.
+func javaUnlocked(unlock func(ctx context.Context) (rueidis.RedisResult, error)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := unlock(ctx)
+		return err
+	}
+}
+
+// redissonReentrant is a Redisson kind that a Go lease's Context re-enters,
+// with its Java side: the Go lock of a name, the Go scripts that acquire and
+// unlock it (for reply faults), a Java thread's lock of the name, and the
+// name's queue (nil for kinds without one).
+type redissonReentrant struct {
+	name    string
+	lock    func(c *Client, name string) func(context.Context) (*Lease, error)
+	acquire script
+	unlock  script
+	java    func(t testing.TB, e *env, name string) javaThread
+	queue   func(t testing.TB, e *env, name string) []string
+}
+
+var redissonReentrants = []redissonReentrant{
+	{
+		name:    "RedissonLock",
+		lock:    func(c *Client, name string) func(context.Context) (*Lease, error) { return c.RedissonLock(name).Lock },
+		acquire: redissonLockScript, unlock: redissonUnlockScript,
+		java: func(t testing.TB, e *env, name string) javaThread {
+			j := newJavaRLock(t, e, name)
+			return javaThread{javaAttempt(j.tryLock), func(ctx context.Context) error { return j.lock(ctx, nil) }, javaUnlocked(j.unlock)}
+		},
+	},
+	{
+		name: "RedissonFairLock",
+		lock: func(c *Client, name string) func(context.Context) (*Lease, error) {
+			return c.RedissonFairLock(name).Lock
+		},
+		acquire: redissonFairLockScript, unlock: redissonFairUnlockScript,
+		java: func(t testing.TB, e *env, name string) javaThread {
+			j := newJavaFair(t, e, name)
+			return javaThread{
+				javaAttempt(func(ctx context.Context) (bool, time.Duration, error) { return j.tryLock(ctx, false) }),
+				func(ctx context.Context) error { return j.lock(ctx, nil) }, javaUnlocked(j.unlock)}
+		},
+		queue: func(t testing.TB, e *env, name string) []string {
+			return newJavaFair(t, e, name).queue(t)
+		},
+	},
+	{
+		name: "RedissonReadWriteLock",
+		lock: func(c *Client, name string) func(context.Context) (*Lease, error) {
+			return c.RedissonReadWriteLock(name).Lock
+		},
+		acquire: redissonRWWriteScript, unlock: redissonRWUnlockScript,
+		java: func(t testing.TB, e *env, name string) javaThread {
+			j := newJavaRW(t, e, name)
+			return javaThread{
+				javaAttempt(func(ctx context.Context) (bool, time.Duration, error) { return j.try(ctx, true) }),
+				func(ctx context.Context) error { return j.lock(ctx, true, nil) },
+				javaUnlocked(func(ctx context.Context) (rueidis.RedisResult, error) { return j.unlock(ctx, true) })}
+		},
+	},
+}
+
+// A re-entry through a Redisson lease whose hold is gone (a Java thread
+// force-unlocked it and holds the lock now; the Go Client has not noticed)
+// is refused with the lease's loss at once: it neither takes a place in
+// the fair lock's queue, which would hold every Java and Go waiter back
+// until its timeout, nor waits.
+func TestRedissonReentryThroughLostLeaseIsRefused(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		for _, k := range redissonReentrants {
+			t.Run(k.name, func(t *testing.T) {
+				ctx := withTimeout(t, time.Minute)
+				name := "reentry-lost-" + k.name + "-" + e.name
+				c := e.renewalClient(t)
+				lock := k.lock(c, name)
+				parent := mustLock(t, ctx, lock)
+				// Behind the Go Client's back: the hash is deleted and a
+				// Java thread takes the lock.
+				rc := e.rueidisClient(t)
+				require.NoError(t, rc.Do(ctx, rc.B().Del().Key(name).Build()).Error())
+				j := k.java(t, e, name)
+				ok, err := j.try(ctx)
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.NoError(t, parent.Err(), "the Client noticed the loss before the re-entry")
+
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(parent.Context()), 2*time.Second)
+				defer cancel()
+				l, err := lock(rctx)
+				require.Nil(t, l)
+				require.ErrorIs(t, err, ErrNotHeld)
+				require.ErrorIs(t, err, ErrTakenOver)
+				require.NoError(t, rctx.Err(), "the re-entry waited")
+				require.ErrorIs(t, parent.Err(), ErrTakenOver, "the lease's loss is reported")
+				if k.queue != nil {
+					require.Empty(t, k.queue(t, e, name), "the re-entry left an entry in the queue")
+				}
+
+				// A Java waiter is served as soon as the holder unlocks.
+				j2 := k.java(t, e, name)
+				got := make(chan error, 1)
+				go func() { got <- j2.wait(ctx) }()
+				time.Sleep(50 * time.Millisecond)
+				require.NoError(t, j.release(ctx))
+				select {
+				case err := <-got:
+					require.NoError(t, err)
+				case <-time.After(5 * time.Second):
+					t.Fatal("the Java waiter was held back")
+				}
+				require.NoError(t, j2.release(ctx))
+			})
+		}
+	})
+}
+
+// An Unlock of the outer lease while a re-entry's script already added its
+// hold, and its reply is not back, does not release that hold: the
+// re-entry's Lease holds the lock, and no Java thread takes it until the
+// re-entry unlocks.
+func TestRedissonUnlockKeepsReentryOnItsWay(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		for _, k := range redissonReentrants {
+			t.Run(k.name, func(t *testing.T) {
+				ctx := withTimeout(t, time.Minute)
+				name := "reentry-unlock-" + k.name + "-" + e.name
+				c, rf := e.faultyClient(t)
+				lock := k.lock(c, name)
+				j := k.java(t, e, name)
+				parent := mustLock(t, ctx, lock)
+
+				entry, openEntry := rf.gate(runsWith(k.acquire, name), 1, false)
+				type result struct {
+					l   *Lease
+					err error
+				}
+				reentered := make(chan result, 1)
+				go func() {
+					l, err := lock(context.WithoutCancel(parent.Context()))
+					reentered <- result{l, err}
+				}()
+				<-entry.Ran()
+
+				release, openRelease := rf.gate(runsWith(k.unlock, name), 1, false)
+				unlocked := make(chan error, 1)
+				go func() { unlocked <- parent.Unlock(ctx) }()
+				<-release.Ran()
+				javaTook, err := j.try(ctx)
+				require.NoError(t, err)
+
+				openEntry()
+				r := <-reentered
+				deliveredHeld := r.err == nil && r.l.Err() == nil
+				openRelease()
+				require.NoError(t, <-unlocked)
+				if javaTook {
+					require.NoError(t, j.release(ctx))
+					require.False(t, deliveredHeld, "a re-entry was delivered held while a Java thread holds the lock")
+					t.Fatal("the outer Unlock released the hold of the re-entry on its way")
+				}
+				require.NoError(t, r.err)
+				require.NoError(t, r.l.Err())
+				ok, err := j.try(ctx)
+				require.NoError(t, err)
+				require.False(t, ok, "a Java thread took the lock the re-entry holds")
+				require.NoError(t, r.l.Unlock(ctx))
+				ok, err = j.try(ctx)
+				require.NoError(t, err)
+				require.True(t, ok, "the last Unlock left a hold")
+				require.NoError(t, j.release(ctx))
+			})
+		}
+	})
+}
+
+// Randomized: Go re-enters a Redisson lease while another goroutine
+// unlocks it, re-entries' replies held back at random, while Java threads
+// of the simulator contend for the lock. No Lease is delivered held (Err
+// nil) while a Java thread holds the lock, no Java thread nor Go waiter
+// waits long for a lock held for milliseconds at a time, and the fair
+// lock's queue is left empty. The seed
+// replays the choices (not the goroutines' interleaving): -seed N.
+func TestRedissonReentryVersusUnlock(t *testing.T) {
+	seed := testSeed(t, "TestRedissonReentryVersusUnlock")
+	rounds := soak(300, 5000)
+	eachEnv(t, func(t *testing.T, e *env) {
+		for ki, k := range redissonReentrants {
+			t.Run(k.name, func(t *testing.T) {
+				runReentryVersusUnlock(t, e, k, rand.New(rand.NewPCG(seed, uint64(ki)<<8|uint64(len(e.name)))), rounds)
+			})
+		}
+	})
+}
+
+func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand.Rand, rounds int) {
+	ctx := withTimeout(t, time.Minute+time.Duration(rounds)*100*time.Millisecond)
+	name := "reentry-race-" + k.name + "-" + e.name
+	c, rf := e.faultyClient(t)
+	lock := k.lock(c, name)
+	dur := func(max time.Duration) time.Duration { return time.Duration(rnd.Int64N(int64(max))) }
+
+	var javaHolds atomic.Int64
+	var violations, stalls atomic.Int64
+	var mu sync.Mutex
+	var report []string
+	violation := func(what string, args ...any) {
+		violations.Add(1)
+		mu.Lock()
+		report = append(report, fmt.Sprintf(what, args...))
+		mu.Unlock()
+	}
+	// heldCheck reports a Lease that says it holds while a Java thread
+	// holds the lock.
+	heldCheck := func(l *Lease, what string, round int) {
+		if javaHolds.Load() > 0 && l.Err() == nil {
+			violation("round %d: %s delivered held while a Java thread holds the lock", round, what)
+		}
+	}
+
+	// Java threads: each waits in its turn, holds for a moment, unlocks.
+	var stop atomic.Bool
+	var javas sync.WaitGroup
+	for i := range 2 {
+		j := k.java(t, e, name)
+		jr := rand.New(rand.NewPCG(rnd.Uint64(), uint64(i)))
+		javas.Add(1)
+		go func() {
+			defer javas.Done()
+			for !stop.Load() {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := j.wait(wctx)
+				cancel()
+				if err != nil {
+					stalls.Add(1)
+					mu.Lock()
+					report = append(report, fmt.Sprintf("Java thread %d: %v", i, err))
+					mu.Unlock()
+					return
+				}
+				javaHolds.Add(1)
+				time.Sleep(time.Duration(jr.Int64N(int64(2 * time.Millisecond))))
+				javaHolds.Add(-1)
+				if err := j.release(ctx); err != nil {
+					t.Errorf("Java thread %d: unlock: %v", i, err)
+					return
+				}
+				time.Sleep(time.Duration(jr.Int64N(int64(3 * time.Millisecond))))
+			}
+		}()
+	}
+
+	var delivered, refused, fresh int
+	for round := range rounds {
+		if stalls.Load() > 0 {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		parent, err := lock(pctx)
+		cancel()
+		if err != nil {
+			stalls.Add(1)
+			mu.Lock()
+			report = append(report, fmt.Sprintf("round %d: the Go waiter: %v", round, err))
+			mu.Unlock()
+			break
+		}
+		heldCheck(parent, "the outer lease", round)
+		unlockAfter, reenterAfter := dur(2*time.Millisecond), dur(2*time.Millisecond)
+		if rnd.IntN(2) == 0 {
+			// The re-entry's reply comes back late: its hold is in Redis
+			// while the Unlock runs.
+			rf.hold(runsWith(k.acquire, name), 1, dur(5*time.Millisecond))
+		}
+		cancelsWithParent := rnd.IntN(4) == 0
+		reentries := 1 + rnd.IntN(2)
+		parentID := parent.h
+		var wg sync.WaitGroup
+		wg.Add(1 + reentries)
+		go func() {
+			defer wg.Done()
+			time.Sleep(unlockAfter)
+			if err := parent.Unlock(ctx); err != nil {
+				t.Errorf("round %d: outer Unlock: %v", round, err)
+			}
+		}()
+		var rmu sync.Mutex
+		for range reentries {
+			holdFor := dur(time.Millisecond)
+			go func() {
+				defer wg.Done()
+				time.Sleep(reenterAfter)
+				base := context.WithoutCancel(parent.Context())
+				if cancelsWithParent {
+					base = parent.Context()
+				}
+				rctx, cancel := context.WithTimeout(base, 10*time.Second)
+				defer cancel()
+				l, err := lock(rctx)
+				if err != nil {
+					rmu.Lock()
+					refused++
+					rmu.Unlock()
+					return
+				}
+				rmu.Lock()
+				if l.h == parentID {
+					delivered++
+				} else {
+					fresh++
+				}
+				rmu.Unlock()
+				heldCheck(l, "a re-entry", round)
+				time.Sleep(holdFor)
+				heldCheck(l, "a re-entry, a moment later,", round)
+				before := l.Err()
+				if err := l.Unlock(ctx); err != nil {
+					violation("round %d: a re-entry delivered held could not unlock: %v (before: %v; %d re-entries, cancels %v, fresh %v)", round, err, before, reentries, cancelsWithParent, l.h != parentID)
+				}
+			}()
+		}
+		wg.Wait()
+		rf.clear()
+	}
+	stop.Store(true)
+	javas.Wait()
+
+	t.Logf("%s: %d rounds: %d re-entries granted, %d refused (the outer lease ended first), %d fresh acquisitions", e.name, rounds, delivered, refused, fresh)
+	mu.Lock()
+	for _, r := range report {
+		t.Log(r)
+	}
+	mu.Unlock()
+	require.Zero(t, violations.Load(), "Leases delivered held while a Java thread holds the lock")
+	require.Zero(t, stalls.Load(), "Java threads or the Go waiter held back")
+	if k.queue != nil {
+		require.Empty(t, k.queue(t, e, name), "entries left in the queue")
+	}
+	rc := e.rueidisClient(t)
+	n, err := rc.Do(ctx, rc.B().Exists().Key(name).Build()).AsInt64()
+	require.NoError(t, err)
+	require.Zero(t, n, "the lock is still held")
+}
