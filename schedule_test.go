@@ -31,7 +31,10 @@ import (
 // holds what checks, at every delivery, mutual exclusion, the semaphore's
 // size, that tokens only increase and that the lease is held in Redis; a
 // monitor checks that no waiter waits long for a lock the model says is
-// free; at the end of each schedule nothing may be left. Every violation is
+// free; at the end of each schedule nothing may be left, and the history of
+// its exclusive ownerships (local passes, re-entries and Group members
+// included) must be linearizable for the lock model (lockmodel_test.go):
+// one owner at a time, with rising tokens, in real time. Every violation is
 // collected and reported at the end with the seed that replays the
 // schedule's choices (not its timing):
 //
@@ -120,6 +123,7 @@ type rec struct {
 
 	occupied bool          // counted as occupying its names (liveness); guarded by world.mu
 	done     chan struct{} // closed once Unlock returned
+	life     *leaseLife    // for the lock model; nil for a lease it does not check
 }
 
 // waiter is an acquisition that waits (Lock or Acquire of a Mutex or a
@@ -158,6 +162,8 @@ type world struct {
 	begin    time.Time
 	nextID   atomic.Int64
 
+	lh *lockHistory // the lock model's history of the current schedule
+
 	mu     sync.Mutex // the model
 	held   map[string][]*rec
 	last   map[string]uint64 // highest token delivered per exclusive resource
@@ -179,6 +185,7 @@ type world struct {
 	// restart closed.
 	afterRestart []string
 	early        []string
+	modelChecked [3]int // ownerships, re-entries, ForceUnlocks the lock model checked
 	schedules    int
 	totalAcq     int64
 }
@@ -762,6 +769,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		targets = append(targets, w.targets(rnd, sc, clients))
 	}
 	t.Logf("schedule %d (seed %d) at %s for %v, faults %s: %s", n, seed, w.rel(time.Now()), d, mode, strings.Join(settings, "; "))
+	w.lh = newLockHistory(w.begin)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -809,6 +817,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	}
 	w.checkNothingLeft(n)
 	w.checkNothingHeld(n, clients, scheduleBegan)
+	w.checkLocks(fmt.Sprintf("schedule %d", n), seed)
 	w.mu.Lock()
 	unsure := w.unsure
 	w.held, w.names, w.unsure = map[string][]*rec{}, map[string]*nameState{}, nil
@@ -1015,6 +1024,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	form := []string{"Lock", "TryLock", "Acquire"}[rnd.IntN(3)]
 	w.count(w.attempts, t.prim+" "+form)
+	callAt := time.Now()
 	if form != "TryLock" && t.expiry > 0 {
 		wt := &waiter{id: w.nextID.Add(1), client: sc.i, form: t.prim + "." + form, start: time.Now(), ctx: ctx, expiry: t.expiry}
 		defer w.waiting(t.res[0], wt)()
@@ -1058,6 +1068,9 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.totalAcq++
 	w.vmu.Unlock()
 	w.delivered(r)
+	if modeled(t.prim) {
+		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
+	}
 	go w.watchLoss(r)
 
 	// Held in Redis: Inspect, from another Client, shows it.
@@ -1068,19 +1081,22 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
 			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 	}
+	w.lh.witness(r.life, l)
 
 	if t.reenter != nil && rnd.IntN(5) == 0 {
 		rctx, rcancel := context.WithTimeout(l.Context(), time.Second)
+		rcall := time.Now()
 		child, err := t.reenter(rctx)
 		rcancel()
 		w.count(w.attempts, t.prim+" re-entry")
 		if err == nil {
+			life := w.reentered(r, child, sc.i, rcall)
 			if child.Token() != r.token {
 				w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
 			}
 			time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
 			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := child.Unlock(uctx); err != nil {
+			if err := w.unlockLease(child, life, uctx); err != nil {
 				w.count(w.failures, t.prim+" re-entry unlock: "+errClass(err))
 			}
 			ucancel()
@@ -1094,6 +1110,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		hold = time.Duration(100+rnd.IntN(400)) * time.Millisecond
 	}
 	time.Sleep(hold)
+	w.lh.witness(r.life, l)
 
 	w.releasing(r)
 	// The lease's own deadline, not the lease it was asked with: a lock
@@ -1103,7 +1120,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	lostBefore := lostNow(l)
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 	began := time.Now()
-	err = l.Unlock(uctx)
+	err = w.unlockLease(l, r.life, uctx)
 	returned := time.Now()
 	took := returned.Sub(began)
 	ucancel()
@@ -1138,6 +1155,7 @@ func (w *world) watchLoss(r *rec) {
 	}
 	now := time.Now()
 	err := r.lease.Err()
+	w.lh.lost(r.life, now, err)
 	if now.Sub(r.at) < 100*time.Millisecond {
 		line := fmt.Sprintf("%s %v of c%d (lease %v fixed=%v) lost %v after delivery at %s: %v; faults: %s",
 			r.prim, r.res, r.client, r.dur, r.fixed, now.Sub(r.at).Round(time.Millisecond), w.rel(r.at), err,
@@ -1252,6 +1270,7 @@ func (w *world) report(took time.Duration) {
 	for _, e := range w.afterRestart {
 		fmt.Fprintf(&sb, "  %s\n", e)
 	}
+	fmt.Fprintf(&sb, "lock model: %d ownerships, %d re-entries, %d ForceUnlocks checked\n", w.modelChecked[0], w.modelChecked[1], w.modelChecked[2])
 	fmt.Fprintf(&sb, "leases lost within 100ms of their delivery: %d\n", len(w.early))
 	for i, e := range w.early {
 		if i == 10 {
@@ -1302,4 +1321,57 @@ func writeCounts(sb *strings.Builder, title string, m map[string]int64) {
 		fmt.Fprintf(sb, " [%s]=%d", k, m[k])
 	}
 	sb.WriteString("\n")
+}
+
+// modeled reports whether the lock model checks leases of prim: the
+// exclusive ones.
+func modeled(prim string) bool {
+	return prim == "mutex" || prim == "fair" || prim == "group" || prim == "rw-write"
+}
+
+// reentered records child, a re-entry of r called at call, for the lock
+// model: a hold of r's ownership of each of its names.
+func (w *world) reentered(r *rec, child *Lease, client int, call time.Time) *leaseLife {
+	if r.life == nil {
+		return nil
+	}
+	at := time.Now()
+	if child.Err() != nil {
+		return nil
+	}
+	owns := map[string]*ownership{}
+	for _, res := range r.res {
+		if o := w.lh.ownerOf(r.life, res); o != nil {
+			owns[res] = o
+		}
+	}
+	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, nil, owns)
+	w.lh.witness(life, child)
+	return life
+}
+
+// unlockLease calls l.Unlock and tells the lock model what it did.
+func (w *world) unlockLease(l *Lease, life *leaseLife, ctx context.Context) error {
+	lostBefore := lostNow(l)
+	w.lh.stopping(life, time.Now())
+	err := l.Unlock(ctx)
+	w.lh.unlocked(life, time.Now(), err, lostBefore)
+	return err
+}
+
+// checkLocks checks the lock model on the current history and records its
+// violations, each kind on its own line of the report.
+func (w *world) checkLocks(what string, seed uint64) {
+	w.mu.Lock()
+	restarts := restartsOf(w.faults)
+	w.mu.Unlock()
+	o, r, f := w.lh.counts()
+	w.vmu.Lock()
+	w.modelChecked[0] += o
+	w.modelChecked[1] += r
+	w.modelChecked[2] += f
+	w.vmu.Unlock()
+	for _, v := range w.lh.check(restarts, strings.ReplaceAll(what, " ", "-"), seed) {
+		w.violation(v.kind, "%s: %s", what, v.text)
+	}
 }
