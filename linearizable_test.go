@@ -165,15 +165,26 @@ func TestFencedLinearizable(t *testing.T) {
 			}
 			sc.p, addr = p, p.Addr()
 		}
-		c, err := Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: rnd.IntN(2) == 0},
-			WithPrefix("lin"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog),
-			WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passedOn.Add(1) }}))
+		opts := []Option{WithPrefix("lin"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog),
+			WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passedOn.Add(1) }})}
+		var c *Client
+		var err error
+		if i == 1 {
+			// New over a rueidis client whose replies are held back or
+			// lost at times.
+			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}}); err == nil {
+				sc.rf = withReplyFaults(sc.rc)
+				c, err = New(sc.rf, opts...)
+			}
+		} else {
+			c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: rnd.IntN(2) == 0}, opts...)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		sc.c = c
 		clients = append(clients, sc)
-		t.Logf("c%d: watchdog %v, proxied %v", i, sc.watchdog, sc.p != nil)
+		t.Logf("c%d: watchdog %v, proxied %v, reply faults %v", i, sc.watchdog, sc.p != nil, sc.rf != nil)
 	}
 	reader, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true})
 	if err != nil {
@@ -235,7 +246,7 @@ func TestFencedLinearizable(t *testing.T) {
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
-		w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 3)), clients, stop, false)
+		w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 3)), clients, stop, "all")
 	}()
 	time.Sleep(run)
 	close(stop)
@@ -243,8 +254,14 @@ func TestFencedLinearizable(t *testing.T) {
 	wg.Wait()
 	reader.Close()
 	for _, sc := range clients {
+		if sc.rf != nil {
+			sc.rf.clear()
+		}
 		if err := sc.c.Close(); err != nil {
 			t.Errorf("closing c%d: %v", sc.i, err)
+		}
+		if sc.rc != nil {
+			sc.rc.Close()
 		}
 		if sc.p != nil {
 			sc.p.Close()
@@ -360,6 +377,7 @@ func fencedWriter(w *world, h *history, rnd *rand.Rand, sc *schedClient, id, n i
 	}
 	token := l.Token()
 	var life *leaseLife
+	w.trackOwner(l, 1)
 	if l.Err() == nil {
 		life = w.lh.acquired(sc.i, token, fixed, callAt, time.Now(), []string{"mutex:" + regKey(k)}, nil)
 	}

@@ -27,7 +27,11 @@ import (
 // cancels and re-entries, while faults are injected at random: connections
 // held up, latency, pub/sub messages dropped or delayed, subscription
 // connections cut, a presence loop stalled, Redis restarted (with its data
-// kept, so that the locks outlive the restart). The test's own model of who
+// kept, so that the locks outlive the restart), and, on Clients made with
+// New over a wrapped rueidis client (replyfault_test.go), the replies of a
+// few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
+// renew, group) held back past the lease or lost after their script ran.
+// The test's own model of who
 // holds what checks, at every delivery, mutual exclusion, the semaphore's
 // size, that tokens only increase and that the lease is held in Redis; a
 // monitor checks that no waiter waits long for a lock the model says is
@@ -163,6 +167,9 @@ type world struct {
 	nextID   atomic.Int64
 
 	lh *lockHistory // the lock model's history of the current schedule
+	// owners counts the live leases of each owner id, for the reply
+	// faults that act on re-entries.
+	owners sync.Map // owner id -> *atomic.Int64
 
 	mu     sync.Mutex // the model
 	held   map[string][]*rec
@@ -503,6 +510,7 @@ type schedClient struct {
 	i        int
 	c        *Client
 	rc       rueidis.Client    // the rueidis client New was given, closed after c; nil for Dial
+	rf       *replyFaults      // the wrapper of rc New was given, or nil
 	p        *faultproxy.Proxy // nil for a direct Client
 	watchdog time.Duration
 }
@@ -701,10 +709,10 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	scheduleBegan := time.Now()
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	const nClients, perClient = 5, 4
-	// A third of the schedules run without faults, a third with pub/sub
-	// faults only (dropped, delayed messages, cut subscriptions), a third
-	// with every kind.
-	mode := []string{"quiet", "pubsub", "all"}[rnd.IntN(3)]
+	// A quarter of the schedules run without faults, a quarter with pub/sub
+	// faults only (dropped, delayed messages, cut subscriptions), a quarter
+	// with replies held back or lost only, a quarter with every kind.
+	mode := []string{"quiet", "pubsub", "replies", "all"}[rnd.IntN(4)]
 	var clients []*schedClient
 	var settings []string
 	for i := range nClients {
@@ -749,10 +757,18 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		var c *Client
 		var err error
 		made := []string{"dial", "dial-cache", "new"}[rnd.IntN(3)]
+		if mode == "replies" && i == 1 {
+			made = "new"
+		}
 		switch made {
 		case "new":
 			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}}); err == nil {
-				c, err = New(sc.rc, opts...)
+				rc := sc.rc
+				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
+					sc.rf = withReplyFaults(rc)
+					rc, made = sc.rf, "new-replyfaults"
+				}
+				c, err = New(rc, opts...)
 			}
 		default:
 			c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: made == "dial"}, opts...)
@@ -790,7 +806,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	go func() {
 		defer close(faultsDone)
 		if mode != "quiet" {
-			w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 2)), clients, stop, mode == "pubsub")
+			w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 2)), clients, stop, mode)
 		}
 	}()
 	time.Sleep(d)
@@ -802,6 +818,9 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	for _, sc := range clients {
 		if sc.p != nil {
 			sc.p.Heal()
+		}
+		if sc.rf != nil {
+			sc.rf.clear()
 		}
 	}
 	for _, sc := range clients {
@@ -1068,6 +1087,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.totalAcq++
 	w.vmu.Unlock()
 	w.delivered(r)
+	w.trackOwner(l, 1)
 	if modeled(t.prim) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
 	}
@@ -1172,10 +1192,12 @@ func (w *world) watchLoss(r *rec) {
 }
 
 // injectFaults injects random faults until stop: on average one every
-// 0.8s, each one of the kinds below (a restart at most once a schedule), or
-// only pub/sub faults.
-func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, pubsubOnly bool) {
+// 0.8s, each one of the kinds below (a restart at most once a schedule)
+// in mode "all", only pub/sub faults in mode "pubsub", only replies held
+// back or lost in mode "replies".
+func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, mode string) {
 	proxied := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.p == nil })
+	wrapped := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.rf == nil })
 	restarted := false
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -1188,16 +1210,24 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		}
 		sc := proxied[rnd.IntN(len(proxied))]
 		d := time.Duration(50+rnd.IntN(2450)) * time.Millisecond
-		kinds := []string{"pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence", "restart"}
+		kinds := []string{"pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence",
+			"hold-reply", "lose-reply", "restart"}
 		kind := kinds[rnd.IntN(len(kinds)-1)]
 		if !restarted && rnd.IntN(12) == 0 {
 			kind = "restart"
 		}
-		if pubsubOnly {
+		switch mode {
+		case "pubsub":
 			kind = []string{"drop-push", "drop-push", "delay-push", "cut-subscriber"}[rnd.IntN(4)]
+		case "replies":
+			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
+		}
+		if (kind == "hold-reply" || kind == "lose-reply") && len(wrapped) == 0 {
+			kind = "latency"
 		}
 		start := time.Now()
 		end := start
+		counted := kind
 		switch kind {
 		case "pause-conn":
 			open := sc.p.Open()
@@ -1228,6 +1258,24 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			end = start.Add(d)
 			wg.Add(1)
 			go func() { defer wg.Done(); sc.c.pausePresence(d) }()
+		case "hold-reply", "lose-reply":
+			// The next few calls of one kind run in Redis and their
+			// replies come late (past the lease, mostly) or never.
+			sc = wrapped[rnd.IntN(len(wrapped))]
+			call := replyCalls[rnd.IntN(len(replyCalls))]
+			counted = kind + " " + call
+			match, times := callMatcher(call, w.liveOwner), 1+rnd.IntN(3)
+			var r *replyRule
+			if kind == "hold-reply" {
+				hold := time.Duration(500+rnd.IntN(5500)) * time.Millisecond
+				r = sc.rf.hold(match, times, hold)
+				end = start.Add(d + hold)
+			} else {
+				r = sc.rf.lose(match, times, time.Duration(rnd.IntN(200))*time.Millisecond)
+				end = start.Add(d)
+			}
+			wg.Add(1)
+			time.AfterFunc(d, func() { defer wg.Done(); sc.rf.drop(r) })
 		case "restart":
 			restarted = true
 			if err := w.e.server.Restart(); err != nil {
@@ -1239,7 +1287,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		w.faults = append(w.faults, fault{kind: kind, client: sc.i, start: start, end: end})
 		w.mu.Unlock()
 		w.vmu.Lock()
-		w.faultCount[kind]++
+		w.faultCount[counted]++
 		w.vmu.Unlock()
 	}
 }
@@ -1339,6 +1387,7 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time) *lea
 	if child.Err() != nil {
 		return nil
 	}
+	w.trackOwner(child, 1)
 	owns := map[string]*ownership{}
 	for _, res := range r.res {
 		if o := w.lh.ownerOf(r.life, res); o != nil {
@@ -1356,7 +1405,25 @@ func (w *world) unlockLease(l *Lease, life *leaseLife, ctx context.Context) erro
 	w.lh.stopping(life, time.Now())
 	err := l.Unlock(ctx)
 	w.lh.unlocked(life, time.Now(), err, lostBefore)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		w.trackOwner(l, -1)
+	}
 	return err
+}
+
+// trackOwner counts d more live leases of l's owner.
+func (w *world) trackOwner(l *Lease, d int64) {
+	if l.h == nil {
+		return
+	}
+	n, _ := w.owners.LoadOrStore(l.h.owner, new(atomic.Int64))
+	n.(*atomic.Int64).Add(d)
+}
+
+// liveOwner reports whether owner has live leases.
+func (w *world) liveOwner(owner string) bool {
+	n, ok := w.owners.Load(owner)
+	return ok && n.(*atomic.Int64).Load() > 0
 }
 
 // checkLocks checks the lock model on the current history and records its
