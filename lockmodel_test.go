@@ -411,6 +411,11 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 					out = append(out, lockViolation{"lock-two-holders", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s, held until %s at least) and o%d (token %d, c%d, acquired %s..%s, held until %s at least) held it at once",
 						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe), relS(b.lo))})
 				}
+				if !a.forced && a.o.token < b.o.token && b.acqRe.Before(a.lo) && !(a.acqRe.Before(b.lo) && !b.forced) {
+					found = true
+					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s) was still held at %s, after o%d with the higher token %d (c%d, acquired %s..%s) was delivered",
+						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe))})
+				}
 				if a.acqRe.Before(b.acqCall) && a.o.token >= b.o.token {
 					found = true
 					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (c%d, acquired %s..%s) has token %d, not above o%d's %d (c%d, acquired %s..%s)",

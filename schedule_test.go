@@ -128,6 +128,7 @@ type rec struct {
 	occupied bool          // counted as occupying its names (liveness); guarded by world.mu
 	done     chan struct{} // closed once Unlock returned
 	life     *leaseLife    // for the lock model; nil for a lease it does not check
+	forced   bool          // a ForceUnlock of one of its names was called; guarded by world.mu
 }
 
 // waiter is an acquisition that waits (Lock or Acquire of a Mutex or a
@@ -155,6 +156,15 @@ type fault struct {
 	kind       string
 	client     int
 	start, end time.Time
+	label      string // how reports name it: its kind and the call it acted on
+}
+
+// name is how reports name f.
+func (f fault) name() string {
+	if f.label != "" {
+		return f.label
+	}
+	return f.kind
 }
 
 // world is the model and the counters of TestSchedule.
@@ -170,6 +180,13 @@ type world struct {
 	// owners counts the live leases of each owner id, for the reply
 	// faults that act on re-entries.
 	owners sync.Map // owner id -> *atomic.Int64
+	// bg runs the checks of a schedule that outlive their actor: a lease
+	// left to expire is checked for expiry before the Clients close.
+	bg sync.WaitGroup
+	// leftToExpire holds the owner ids of the leases the schedule left to
+	// expire (detached, or lost and not unlocked): their keys may be
+	// found after Close.
+	leftToExpire sync.Map
 
 	mu     sync.Mutex // the model
 	held   map[string][]*rec
@@ -265,7 +282,7 @@ func (w *world) faultsAround(from, to time.Time, grace time.Duration) string {
 	var out []string
 	for _, f := range w.faults {
 		if !f.start.After(to) && !f.end.Add(grace).Before(from) {
-			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.kind, f.client, w.rel(f.start), w.rel(f.end)))
+			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.name(), f.client, w.rel(f.start), w.rel(f.end)))
 		}
 	}
 	return strings.Join(out, " ")
@@ -323,7 +340,7 @@ func (w *world) delivered(r *rec) {
 	for _, res := range r.res {
 		live := w.held[res][:0]
 		for _, o := range w.held[res] {
-			if !lostNow(o.lease) {
+			if !lostNow(o.lease) && !o.forced {
 				live = append(live, o)
 			}
 		}
@@ -370,7 +387,7 @@ func (w *world) faultsAroundLocked(from, to time.Time) string {
 	var out []string
 	for _, f := range w.faults {
 		if !f.start.After(to) && !f.end.Add(3*time.Second).Before(from) {
-			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.kind, f.client, w.rel(f.start), w.rel(f.end)))
+			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.name(), f.client, w.rel(f.start), w.rel(f.end)))
 		}
 	}
 	if len(out) == 0 {
@@ -531,6 +548,13 @@ type target struct {
 	inspect func(ctx context.Context, l *Lease) (string, error)
 	// reenter acquires the lock again with the lease's context, or is nil.
 	reenter func(ctx context.Context) (*Lease, error)
+	// force force-unlocks the lock (a Mutex or FairMutex), or is nil.
+	force func(ctx context.Context) (bool, error)
+	// owner reads the lock's owner in Redis (a Mutex or FairMutex), or is
+	// nil.
+	owner func(ctx context.Context) (string, error)
+	// groups are this Client's groups over the lock's name (a Mutex).
+	groups []*target
 }
 
 var (
@@ -567,7 +591,7 @@ func localPassOpts(rnd *rand.Rand) []LockOption {
 	case 1:
 		return nil
 	}
-	return []LockOption{WithLocalPasses([]int{2, 64}[rnd.IntN(2)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond}[rnd.IntN(2)])}
+	return []LockOption{WithLocalPasses([]int{1, 2, 64}[rnd.IntN(3)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond}[rnd.IntN(2)])}
 }
 
 // targets builds the locks of one Client for a schedule.
@@ -580,7 +604,11 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		m := c.Mutex(name, opts...)
 		ts = append(ts, &target{
 			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed,
-			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock,
+			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
+			owner: func(ctx context.Context) (string, error) {
+				st, err := w.observer.Mutex(name).Inspect(ctx)
+				return st.Owner, err
+			},
 			inspect: func(ctx context.Context, l *Lease) (string, error) {
 				st, err := w.observer.Mutex(name).Inspect(ctx)
 				if err != nil || st.Owner == l.h.owner {
@@ -595,7 +623,11 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		m := c.FairMutex(name, opts...)
 		ts = append(ts, &target{
 			prim: "fair", res: []string{"fair:" + name}, expiry: expiry, lease: lease, fixed: fixed,
-			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock,
+			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
+			owner: func(ctx context.Context) (string, error) {
+				st, err := w.observer.FairMutex(name).Inspect(ctx)
+				return st.Owner, err
+			},
 			inspect: func(ctx context.Context, l *Lease) (string, error) {
 				st, err := w.observer.FairMutex(name).Inspect(ctx)
 				if err != nil || st.Owner == l.h.owner {
@@ -681,7 +713,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		}
 		grp := NewGroup(ms...)
 		names, clients := g.names, g.clients
-		ts = append(ts, &target{
+		gt := &target{
 			prim: "group", res: res, lease: lease, fixed: fixed,
 			lock: grp.Lock, try: grp.TryLock, acquire: grp.Acquire,
 			inspect: func(ctx context.Context, l *Lease) (string, error) {
@@ -696,7 +728,17 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 				}
 				return "", nil
 			},
-		})
+		}
+		ts = append(ts, gt)
+		// A Mutex lease of this Client over one of the names may take the
+		// group with its Context.
+		for i, name := range names {
+			for _, mt := range ts {
+				if clients[i] == c && mt.prim == "mutex" && mt.res[0] == "mutex:"+name {
+					mt.groups = append(mt.groups, gt)
+				}
+			}
+		}
 	}
 	return ts
 }
@@ -813,6 +855,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	close(stop)
 	<-faultsDone
 	wg.Wait()
+	w.bg.Wait()
 	close(monitorStop)
 	<-monitorDone
 	for _, sc := range clients {
@@ -905,9 +948,11 @@ return out`, "0", "sched:*")
 // checkNothingHeld reports the Mutex and FairMutex locks still held once
 // every Client of schedule n closed: Close releases every live lease's
 // lock, and a lease lost without its Client seeing the key go is released
-// by its Unlock or by Close. Such a lock is deleted, so that the next
+// by its Unlock or by Close; a lease left to expire (detached, or lost and
+// never unlocked) is not reported. Such a lock is deleted, so that the next
 // schedule, whose model knows nothing of it, starts free.
 func (w *world) checkNothingHeld(n int, clients []*schedClient, began time.Time) {
+	defer w.leftToExpire.Clear()
 	held, err := w.eachKey(`if redis.call('TYPE', k).ok == 'hash' then
   local owner = redis.call('HGET', k, 'owner')
   if owner and owner ~= '' then
@@ -929,6 +974,9 @@ end`)
 			shown = append(shown, line)
 			continue
 		}
+		if _, left := w.leftToExpire.Load(f[1]); left {
+			continue // detached, or lost and never unlocked: it expires
+		}
 		who := "a Client of no schedule"
 		for _, sc := range clients {
 			if clientIDOf(f[1]) == sc.c.ID() {
@@ -936,6 +984,9 @@ end`)
 			}
 		}
 		shown = append(shown, fmt.Sprintf("%s by %s (%s), pttl %sms", f[0], f[1], who, f[2]))
+	}
+	if len(shown) == 0 {
+		return
 	}
 	line := fmt.Sprintf("after schedule %d, every Client closed: %s; faults: %s", n, strings.Join(shown, ", "), w.faultsAround(began, time.Now(), 0))
 	if w.faulted(-1, began, time.Now(), "restart") {
@@ -963,8 +1014,12 @@ func (w *world) faulted(i int, from, to time.Time, kinds ...string) bool {
 	return false
 }
 
-// randomTimeout is an acquisition's deadline: from 5ms to 3s, mostly short.
+// randomTimeout is an acquisition's deadline: from 5ms to 3s, mostly short,
+// and one time in ten from 2s to 6s.
 func randomTimeout(rnd *rand.Rand) time.Duration {
+	if rnd.IntN(10) == 0 {
+		return time.Duration(2000+rnd.IntN(4000)) * time.Millisecond
+	}
 	return time.Duration(float64(5*time.Millisecond) * float64(rnd.IntN(600)+1) * rnd.Float64())
 }
 
@@ -1097,31 +1152,43 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	ictx, icancel := context.WithTimeout(context.Background(), 3*time.Second)
 	shows, ierr := t.inspect(ictx, l)
 	icancel()
-	if ierr == nil && shows != "" && !lostNow(l) {
+	w.mu.Lock()
+	forcedNow := r.forced
+	w.mu.Unlock()
+	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow {
 		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
 			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 	}
 	w.lh.witness(r.life, l)
 
+	// Re-entries and groups over the lease's Context run beside the hold
+	// and may outlive it: the lock stays held until the last of them ends.
+	var beside sync.WaitGroup
 	if t.reenter != nil && rnd.IntN(5) == 0 {
-		rctx, rcancel := context.WithTimeout(l.Context(), time.Second)
-		rcall := time.Now()
-		child, err := t.reenter(rctx)
-		rcancel()
-		w.count(w.attempts, t.prim+" re-entry")
-		if err == nil {
-			life := w.reentered(r, child, sc.i, rcall)
-			if child.Token() != r.token {
-				w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
-			}
-			time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
-			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := w.unlockLease(child, life, uctx); err != nil {
-				w.count(w.failures, t.prim+" re-entry unlock: "+errClass(err))
-			}
-			ucancel()
+		outlive, cancellable := rnd.IntN(2) == 0, rnd.IntN(2) == 0
+		childHold := time.Duration(rnd.IntN(3)) * time.Millisecond
+		if outlive {
+			childHold = time.Duration(rnd.IntN(300)) * time.Millisecond
+			beside.Add(1)
+			go func() {
+				defer beside.Done()
+				w.reenterOnce(t, r, sc, cancellable, childHold)
+			}()
 		} else {
-			w.count(w.failures, t.prim+" re-entry: "+errClass(err))
+			w.reenterOnce(t, r, sc, cancellable, childHold)
+		}
+	}
+	if len(t.groups) > 0 && rnd.IntN(6) == 0 {
+		g := t.groups[rnd.IntN(len(t.groups))]
+		gHold := time.Duration(rnd.IntN(50)) * time.Millisecond
+		if rnd.IntN(2) == 0 {
+			beside.Add(1)
+			go func() {
+				defer beside.Done()
+				w.groupWithLease(g, t, r, sc, gHold)
+			}()
+		} else {
+			w.groupWithLease(g, t, r, sc, gHold)
 		}
 	}
 
@@ -1129,10 +1196,48 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	if rnd.IntN(20) == 0 {
 		hold = time.Duration(100+rnd.IntN(400)) * time.Millisecond
 	}
-	time.Sleep(hold)
+	time.Sleep(hold / 2)
+	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
+	switch mid := rnd.IntN(30); {
+	case mid == 0 && t.fixed && t.prim != "group":
+		d := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}[rnd.IntN(3)]
+		ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := l.Extend(ectx, d)
+		ecancel()
+		w.count(w.attempts, t.prim+" extend")
+		if err != nil {
+			w.count(w.failures, t.prim+" extend: "+errClass(err))
+		} else {
+			r.dur = max(r.dur, d)
+		}
+	case mid == 1 && t.owner != nil && r.dur <= 3*time.Second:
+		w.count(w.attempts, t.prim+" detach")
+		w.lh.stopping(r.life, time.Now())
+		if err := l.Detach(); err != nil {
+			w.count(w.failures, t.prim+" detach: "+errClass(err))
+			break
+		}
+		w.releasing(r)
+		w.vacate(r, r.dur+time.Second)
+		beside.Wait()
+		w.leaveToExpire(t, r, sc, time.Now(), "detached")
+		close(r.done)
+		return
+	case mid == 2 && t.force != nil:
+		w.forceUnlock(t, sc)
+	}
+	time.Sleep(hold - hold/2)
 	w.lh.witness(r.life, l)
 
 	w.releasing(r)
+	if lostNow(l) && t.owner != nil && rnd.IntN(2) == 0 {
+		// A lost lease nobody unlocks: its key must expire within its
+		// lease, not stay renewed.
+		beside.Wait()
+		w.leaveToExpire(t, r, sc, time.Now(), "lost")
+		close(r.done)
+		return
+	}
 	// The lease's own deadline, not the lease it was asked with: a lock
 	// handed over at a release holds only the hand-over lease until its
 	// first renewal.
@@ -1140,15 +1245,50 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	lostBefore := lostNow(l)
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 	began := time.Now()
-	err = w.unlockLease(l, r.life, uctx)
+	var twice string
+	switch rnd.IntN(12) {
+	case 0: // two Unlocks at once
+		errs := make(chan error, 1)
+		go func() { errs <- w.unlockLease(l, r.life, uctx) }()
+		err = w.unlockLease(l, r.life, uctx)
+		other := <-errs
+		if err == nil && other == nil {
+			// Both found the release mark of the one that freed it: a
+			// retry's answer.
+			w.count(w.acquired, t.prim+" unlock twice at once: both nil")
+		}
+		if err != nil {
+			err = other
+		}
+		w.count(w.attempts, t.prim+" unlock twice at once")
+	case 1: // retried
+		err = w.unlockLease(l, r.life, uctx)
+		again := w.unlockLease(l, r.life, uctx)
+		if err == nil && again == nil {
+			twice = "an Unlock retried after it returned nil"
+		}
+		if err != nil {
+			err = again
+		}
+		w.count(w.attempts, t.prim+" unlock retried")
+	default:
+		err = w.unlockLease(l, r.life, uctx)
+	}
 	returned := time.Now()
 	took := returned.Sub(began)
 	ucancel()
+	if twice != "" {
+		w.violation("unlock-twice-nil", "%s %v of c%d (token %d, delivered %s): %s both returned nil at %s",
+			t.prim, t.res, sc.i, r.token, w.rel(at), twice, w.rel(returned))
+	}
+	w.mu.Lock()
+	forced := r.forced
+	w.mu.Unlock()
 	switch {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && deadlineOK && returned.Before(deadline) {
+		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) {
 			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
 				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 		}
@@ -1161,7 +1301,122 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		w.unsure = append(w.unsure, r)
 		w.mu.Unlock()
 	}
+	beside.Wait()
 	close(r.done)
+}
+
+// reenterOnce re-enters r's lock with its lease's Context (with or without
+// the Context's cancellation), holds the re-entry for hold and unlocks it.
+func (w *world) reenterOnce(t *target, r *rec, sc *schedClient, cancellable bool, hold time.Duration) {
+	base := r.lease.Context()
+	if !cancellable {
+		base = context.WithoutCancel(base)
+	}
+	rctx, rcancel := context.WithTimeout(base, time.Second)
+	rcall := time.Now()
+	child, err := t.reenter(rctx)
+	rcancel()
+	w.count(w.attempts, t.prim+" re-entry")
+	if err != nil {
+		w.count(w.failures, t.prim+" re-entry: "+errClass(err))
+		return
+	}
+	life := w.reentered(r, child, sc.i, rcall, r.res, nil)
+	if child.Token() != r.token {
+		w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
+	}
+	time.Sleep(hold)
+	w.lh.witness(life, child)
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := w.unlockLease(child, life, uctx); err != nil {
+		w.count(w.failures, t.prim+" re-entry unlock: "+errClass(err))
+	}
+	ucancel()
+}
+
+// groupWithLease takes group g with the Context of r, a Mutex lease over
+// one of its names: the group re-enters that lock and takes the others.
+func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.Duration) {
+	gctx, gcancel := context.WithTimeout(r.lease.Context(), time.Second)
+	gcall := time.Now()
+	gl, err := g.lock(gctx)
+	gcancel()
+	w.count(w.attempts, "group with a Mutex lease's Context")
+	if err == nil {
+		err = gl.Err()
+	}
+	if err != nil {
+		w.count(w.failures, "group with a Mutex lease's Context: "+errClass(err))
+		return
+	}
+	at := time.Now()
+	others := slices.DeleteFunc(slices.Clone(g.res), func(res string) bool { return res == t.res[0] })
+	gr := &rec{
+		id: w.nextID.Add(1), prim: "group", res: others, client: sc.i, lease: gl, token: gl.Token(),
+		dur: g.lease, at: at, fixed: g.fixed, done: make(chan struct{}),
+	}
+	w.delivered(gr)
+	gr.life = w.reentered(r, gl, sc.i, gcall, []string{t.res[0]}, others)
+	go w.watchLoss(gr)
+	time.Sleep(hold)
+	w.lh.witness(gr.life, gl)
+	w.releasing(gr)
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err = w.unlockLease(gl, gr.life, uctx)
+	ucancel()
+	if err != nil {
+		w.count(w.failures, "group with a Mutex lease's Context unlock: "+errClass(err))
+		w.vacate(gr, g.lease+time.Second)
+	} else {
+		w.vacate(gr, 0)
+	}
+	close(gr.done)
+}
+
+// forceUnlock force-unlocks t's lock from sc: every lease the model has
+// holding it is marked forced (it may lose its lock without a fault).
+func (w *world) forceUnlock(t *target, sc *schedClient) {
+	w.mu.Lock()
+	for _, o := range w.held[t.res[0]] {
+		o.forced = true
+	}
+	w.mu.Unlock()
+	fctx, fcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	call := time.Now()
+	_, err := t.force(fctx)
+	w.lh.forced(t.res[0], sc.i, call, time.Now())
+	fcancel()
+	w.count(w.attempts, t.prim+" force unlock")
+	if err != nil {
+		w.count(w.failures, t.prim+" force unlock: "+errClass(err))
+	}
+}
+
+// leaveToExpire leaves r's lease, detached or lost at since, without
+// Unlock, and checks in the background, before the Clients close, that
+// its key expires within its lease: the Client stops renewing it.
+func (w *world) leaveToExpire(t *target, r *rec, sc *schedClient, since time.Time, why string) {
+	owner := r.lease.h.owner
+	w.leftToExpire.Store(owner, true)
+	w.trackOwner(r.lease, -1)
+	w.count(w.attempts, t.prim+" left to expire, "+why)
+	w.vacate(r, r.dur+time.Second)
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		limit := r.dur + r.dur/10 + 500*time.Millisecond
+		time.Sleep(time.Until(since.Add(limit)))
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		got, err := t.owner(ctx)
+		// Another lease of the owner (a re-entry, a local pass) may hold
+		// it on.
+		if err == nil && got == owner && !w.liveOwner(owner) {
+			w.violation("renewed-after-end", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s) %s at %s and left without Unlock: its key is still its own at %s (%v later); err %v; in Redis: %s; faults: %s",
+				t.prim, t.res, sc.i, r.token, r.dur, r.fixed, w.rel(r.at), why, w.rel(since), w.rel(time.Now()), limit, r.lease.Err(),
+				w.redisState(t.res[0]), w.faultsAround(since.Add(-5*time.Second), time.Now(), 0))
+		}
+	}()
 }
 
 // watchLoss waits for r's loss until its Unlock returns: a loss within
@@ -1176,6 +1431,17 @@ func (w *world) watchLoss(r *rec) {
 	now := time.Now()
 	err := r.lease.Err()
 	w.lh.lost(r.life, now, err)
+	w.mu.Lock()
+	forced := r.forced
+	w.mu.Unlock()
+	if !r.fixed && r.dur >= 3*time.Second && !forced && (errors.Is(err, ErrTakenOver) || errors.Is(err, ErrExpired) && !errors.Is(err, ErrForceUnlocked)) {
+		// A renewed lease whose key went while Redis answered, nothing
+		// was held up and nobody forced it: something released it.
+		if near := w.faultsAround(r.at.Add(-5*time.Second), now, 3*time.Second); near == "" {
+			w.violation("lost-without-fault", "%s %v of c%d (token %d, lease %v, delivered %s) lost at %s with no fault near: %v",
+				r.prim, r.res, r.client, r.token, r.dur, w.rel(r.at), w.rel(now), err)
+		}
+	}
 	if now.Sub(r.at) < 100*time.Millisecond {
 		line := fmt.Sprintf("%s %v of c%d (lease %v fixed=%v) lost %v after delivery at %s: %v; faults: %s",
 			r.prim, r.res, r.client, r.dur, r.fixed, now.Sub(r.at).Round(time.Millisecond), w.rel(r.at), err,
@@ -1201,8 +1467,13 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 	restarted := false
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var together []string // kinds still to inject at once on burst's Client
+	var burst *schedClient
 	for {
 		gap := time.Duration(rnd.ExpFloat64() * float64(800*time.Millisecond))
+		if len(together) > 0 {
+			gap = 0
+		}
 		select {
 		case <-stop:
 			return
@@ -1222,7 +1493,24 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "replies":
 			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
 		}
-		if (kind == "hold-reply" || kind == "lose-reply") && len(wrapped) == 0 {
+		inBurst := len(together) > 0
+		switch {
+		case inBurst:
+			kind, together, sc = together[0], together[1:], burst
+		case mode == "all" && rnd.IntN(5) == 0:
+			// Correlated faults on one Client: a message or a reply held
+			// up, or its connection, while its presence pass stalls.
+			burst, inBurst = sc, true
+			kind = []string{"delay-push", "pause-conn", "latency", "hold-reply"}[rnd.IntN(4)]
+			together = []string{"stall-presence"}
+			if rnd.IntN(2) == 0 {
+				together = append(together, "drop-push")
+			}
+			w.vmu.Lock()
+			w.faultCount["correlated: "+kind+"+"+strings.Join(together, "+")]++
+			w.vmu.Unlock()
+		}
+		if (kind == "hold-reply" || kind == "lose-reply") && (len(wrapped) == 0 || inBurst && sc.rf == nil) {
 			kind = "latency"
 		}
 		start := time.Now()
@@ -1254,14 +1542,18 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "cut-subscriber":
 			sc.p.CutSubscribers()
 		case "stall-presence":
-			sc = clients[rnd.IntN(len(clients))]
+			if !inBurst {
+				sc = clients[rnd.IntN(len(clients))]
+			}
 			end = start.Add(d)
 			wg.Add(1)
 			go func() { defer wg.Done(); sc.c.pausePresence(d) }()
 		case "hold-reply", "lose-reply":
 			// The next few calls of one kind run in Redis and their
 			// replies come late (past the lease, mostly) or never.
-			sc = wrapped[rnd.IntN(len(wrapped))]
+			if !inBurst {
+				sc = wrapped[rnd.IntN(len(wrapped))]
+			}
 			call := replyCalls[rnd.IntN(len(replyCalls))]
 			counted = kind + " " + call
 			match, times := callMatcher(call, w.liveOwner), 1+rnd.IntN(3)
@@ -1284,7 +1576,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			end = time.Now()
 		}
 		w.mu.Lock()
-		w.faults = append(w.faults, fault{kind: kind, client: sc.i, start: start, end: end})
+		w.faults = append(w.faults, fault{kind: kind, client: sc.i, start: start, end: end, label: counted})
 		w.mu.Unlock()
 		w.vmu.Lock()
 		w.faultCount[counted]++
@@ -1377,9 +1669,10 @@ func modeled(prim string) bool {
 	return prim == "mutex" || prim == "fair" || prim == "group" || prim == "rw-write"
 }
 
-// reentered records child, a re-entry of r called at call, for the lock
-// model: a hold of r's ownership of each of its names.
-func (w *world) reentered(r *rec, child *Lease, client int, call time.Time) *leaseLife {
+// reentered records child, called at call, for the lock model: a hold of
+// r's ownership of each of names, and a fresh ownership of each of fresh
+// (a group taken with a Mutex lease's Context).
+func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, names, fresh []string) *leaseLife {
 	if r.life == nil {
 		return nil
 	}
@@ -1389,12 +1682,12 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time) *lea
 	}
 	w.trackOwner(child, 1)
 	owns := map[string]*ownership{}
-	for _, res := range r.res {
+	for _, res := range names {
 		if o := w.lh.ownerOf(r.life, res); o != nil {
 			owns[res] = o
 		}
 	}
-	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, nil, owns)
+	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, fresh, owns)
 	w.lh.witness(life, child)
 	return life
 }
