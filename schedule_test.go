@@ -23,23 +23,30 @@ import (
 )
 
 // TestSchedule runs random schedules of every primitive on several Clients,
-// some of them behind fault proxies, with random lease settings, deadlines,
-// cancels and re-entries, while faults are injected at random: connections
+// some of them behind fault proxies, with random lease settings, deadlines
+// (a tenth of them long), cancels and re-entries (nested, or outliving the
+// lease they re-enter, with a Context that carries its cancellation or
+// not), Groups taken with a Mutex lease's Context, local passes with and
+// without keeps, Extend, Detach and ForceUnlock mid-hold, concurrent and
+// retried Unlocks, and lost leases left without Unlock, while faults are
+// injected at random, alone or several on one Client at once: connections
 // held up, latency, pub/sub messages dropped or delayed, subscription
 // connections cut, a presence loop stalled, Redis restarted (with its data
 // kept, so that the locks outlive the restart), and, on Clients made with
 // New over a wrapped rueidis client (replyfault_test.go), the replies of a
 // few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
 // renew, group) held back past the lease or lost after their script ran.
-// The test's own model of who
-// holds what checks, at every delivery, mutual exclusion, the semaphore's
-// size, that tokens only increase and that the lease is held in Redis; a
-// monitor checks that no waiter waits long for a lock the model says is
-// free; at the end of each schedule nothing may be left, and the history of
-// its exclusive ownerships (local passes, re-entries and Group members
+// The test's own model of who holds what checks, at every delivery, mutual
+// exclusion, the semaphore's size, that tokens only increase and that the
+// lease is held in Redis; a monitor checks that no waiter waits long for a
+// lock the model says is free; a lease left to expire must expire within
+// its lease; a renewed lease must not be lost while nothing faults; at the
+// end of each schedule nothing may be left, and the history of its
+// exclusive ownerships (local passes, re-entries and Group members
 // included) must be linearizable for the lock model (lockmodel_test.go):
 // one owner at a time, with rising tokens, in real time. Every violation is
-// collected and reported at the end with the seed that replays the
+// collected and reported at the end, one line per kind, with the seed that
+// replays the
 // schedule's choices (not its timing):
 //
 //	go test -race -run '^TestSchedule$' -seed N .
