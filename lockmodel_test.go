@@ -423,6 +423,20 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 				}
 			}
 		}
+		// A re-entry that raised the token (a Group taken with a Mutex
+		// lease's Context) fences every later ownership.
+		for _, r := range h.reents {
+			if r.own.res != p.res || r.token <= r.own.token {
+				continue
+			}
+			for _, b := range ss {
+				if b.o != r.own && b.o.token > r.own.token && b.o.token <= r.token {
+					found = true
+					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (c%d, acquired %s..%s) has token %d, after o%d (token %d) whose re-entry (c%d, %s..%s) raised the token to %d",
+						p.res, b.o.id, b.o.client, relS(b.acqCall), relS(b.acqRe), b.o.token, r.own.id, r.own.token, r.client, relS(r.call), relS(r.ret), r.token)})
+				}
+			}
+		}
 		if found {
 			continue
 		}
@@ -466,7 +480,8 @@ func later(a, b time.Time) time.Time {
 // TestLockModel checks the lock model on histories made by hand: one
 // ownership after another with rising tokens, a loss seen late while the
 // next owner already holds, and a ForceUnlock are linearizable; two
-// holders at once, a token that does not rise and a re-entry after its
+// holders at once, a token that does not rise (also above the token a
+// Group's re-entry raised it to) and a re-entry after its
 // ownership ended and the next one began are not.
 func TestLockModel(t *testing.T) {
 	t0 := time.Now()
@@ -524,6 +539,15 @@ func TestLockModel(t *testing.T) {
 	acquire(h, 5, 40, 50)
 	if k := kinds(h); !slices.Contains(k, "lock-token-order") {
 		t.Fatalf("a token that does not rise: %v", k)
+	}
+
+	h = newLockHistory(t0)
+	a = acquire(h, 1, 0, 10)
+	h.acquired(0, 10, false, at(12), at(14), nil, map[string]*ownership{"mutex:x": h.ownerOf(a.lf, "mutex:x")})
+	unlock(a, 20, 30)
+	acquire(h, 2, 15, 35)
+	if k := kinds(h); !slices.Contains(k, "lock-token-order") {
+		t.Fatalf("a token not above the one a re-entry raised it to: %v", k)
 	}
 
 	h = newLockHistory(t0)

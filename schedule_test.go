@@ -864,9 +864,12 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	}()
 	time.Sleep(d)
 	close(stop)
+	stopped := time.Now()
 	<-faultsDone
 	wg.Wait()
+	actorsDone := time.Now()
 	w.bg.Wait()
+	bgDone := time.Now()
 	close(monitorStop)
 	<-monitorDone
 	for _, sc := range clients {
@@ -888,9 +891,13 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			sc.p.Close()
 		}
 	}
+	closed := time.Now()
 	w.checkNothingLeft(n)
 	w.checkNothingHeld(n, clients, scheduleBegan)
 	w.checkLocks(fmt.Sprintf("schedule %d", n), seed)
+	t.Logf("schedule %d ended: actors and faults %v after the stop, expiry checks %v, Close %v, final checks %v",
+		n, actorsDone.Sub(stopped).Round(time.Millisecond), bgDone.Sub(actorsDone).Round(time.Millisecond),
+		closed.Sub(bgDone).Round(time.Millisecond), time.Since(closed).Round(time.Millisecond))
 	w.mu.Lock()
 	unsure := w.unsure
 	w.held, w.names, w.unsure = map[string][]*rec{}, map[string]*nameState{}, nil
@@ -1026,10 +1033,10 @@ func (w *world) faulted(i int, from, to time.Time, kinds ...string) bool {
 }
 
 // randomTimeout is an acquisition's deadline: from 5ms to 3s, mostly short,
-// and one time in ten from 2s to 6s.
+// and one time in ten from 2.5s to 4s.
 func randomTimeout(rnd *rand.Rand) time.Duration {
 	if rnd.IntN(10) == 0 {
-		return time.Duration(2000+rnd.IntN(4000)) * time.Millisecond
+		return time.Duration(2500+rnd.IntN(1500)) * time.Millisecond
 	}
 	return time.Duration(float64(5*time.Millisecond) * float64(rnd.IntN(600)+1) * rnd.Float64())
 }
