@@ -525,37 +525,39 @@ func TestLockModel(t *testing.T) {
 		t.Fatalf("a legal history: %v", k)
 	}
 
-	h = newLockHistory(t0)
-	a = acquire(h, 1, 0, 10)
-	seen(a, 50)
-	acquire(h, 2, 20, 30)
-	if k := kinds(h); !slices.Contains(k, "lock-two-holders") {
-		t.Fatalf("two holders: %v", k)
+	reenter := func(h *lockHistory, of lease, token uint64, call, ret int) {
+		h.acquired(0, token, false, at(call), at(ret), nil, map[string]*ownership{"mutex:x": h.ownerOf(of.lf, "mutex:x")})
 	}
-
-	h = newLockHistory(t0)
-	a = acquire(h, 5, 0, 10)
-	unlock(a, 20, 30)
-	acquire(h, 5, 40, 50)
-	if k := kinds(h); !slices.Contains(k, "lock-token-order") {
-		t.Fatalf("a token that does not rise: %v", k)
-	}
-
-	h = newLockHistory(t0)
-	a = acquire(h, 1, 0, 10)
-	h.acquired(0, 10, false, at(12), at(14), nil, map[string]*ownership{"mutex:x": h.ownerOf(a.lf, "mutex:x")})
-	unlock(a, 20, 30)
-	acquire(h, 2, 15, 35)
-	if k := kinds(h); !slices.Contains(k, "lock-token-order") {
-		t.Fatalf("a token not above the one a re-entry raised it to: %v", k)
-	}
-
-	h = newLockHistory(t0)
-	a = acquire(h, 1, 0, 10)
-	unlock(a, 20, 30)
-	acquire(h, 2, 32, 35)
-	h.acquired(0, 1, false, at(40), at(50), nil, map[string]*ownership{"mutex:x": h.ownerOf(a.lf, "mutex:x")})
-	if k := kinds(h); len(k) == 0 {
-		t.Fatalf("a re-entry after its ownership ended and the next took the lock: %v", k)
+	for _, c := range []struct {
+		name    string
+		want    string // the kind of violation, or "" for any
+		history func(h *lockHistory)
+	}{
+		{"two holders", "lock-two-holders", func(h *lockHistory) {
+			seen(acquire(h, 1, 0, 10), 50)
+			acquire(h, 2, 20, 30)
+		}},
+		{"a token that does not rise", "lock-token-order", func(h *lockHistory) {
+			unlock(acquire(h, 5, 0, 10), 20, 30)
+			acquire(h, 5, 40, 50)
+		}},
+		{"a token not above the one a re-entry raised it to", "lock-token-order", func(h *lockHistory) {
+			a := acquire(h, 1, 0, 10)
+			reenter(h, a, 10, 12, 14)
+			unlock(a, 20, 30)
+			acquire(h, 2, 15, 35)
+		}},
+		{"a re-entry after its ownership ended and the next took the lock", "", func(h *lockHistory) {
+			a := acquire(h, 1, 0, 10)
+			unlock(a, 20, 30)
+			acquire(h, 2, 32, 35)
+			reenter(h, a, 1, 40, 50)
+		}},
+	} {
+		h := newLockHistory(t0)
+		c.history(h)
+		if k := kinds(h); len(k) == 0 || c.want != "" && !slices.Contains(k, c.want) {
+			t.Errorf("%s: %v, want %q", c.name, k, c.want)
+		}
 	}
 }

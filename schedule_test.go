@@ -1248,7 +1248,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.lh.witness(r.life, l)
 
 	w.releasing(r)
-	if lostNow(l) && t.owner != nil && rnd.IntN(2) == 0 {
+	if lostNow(l) && t.owner != nil && r.dur <= 5*time.Second && rnd.IntN(2) == 0 {
 		// A lost lease nobody unlocks: its key must expire within its
 		// lease, not stay renewed.
 		beside.Wait()
