@@ -1216,8 +1216,10 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	time.Sleep(hold / 2)
 	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
-	switch mid := rnd.IntN(30); {
-	case mid == 0 && t.fixed && t.prim != "group":
+	// Detach leaves the lock held up to a lease: rarer, not to starve the
+	// schedule.
+	switch mid := rnd.IntN(60); {
+	case mid < 2 && t.fixed && t.prim != "group":
 		d := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}[rnd.IntN(3)]
 		ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Second)
 		err := l.Extend(ectx, d)
@@ -1228,7 +1230,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		} else {
 			r.dur = max(r.dur, d)
 		}
-	case mid == 1 && t.owner != nil && r.dur <= 3*time.Second:
+	case mid == 2 && t.owner != nil && r.dur <= 3*time.Second:
 		w.count(w.attempts, t.prim+" detach")
 		w.lh.stopping(r.life, time.Now())
 		if err := l.Detach(); err != nil {
@@ -1241,7 +1243,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		w.leaveToExpire(t, r, sc, time.Now(), "detached")
 		close(r.done)
 		return
-	case mid == 2 && t.force != nil:
+	case mid < 5 && t.force != nil:
 		w.forceUnlock(t, sc)
 	}
 	time.Sleep(hold - hold/2)
