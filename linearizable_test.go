@@ -324,8 +324,17 @@ func TestFencedLinearizable(t *testing.T) {
 		}
 		t.Errorf("seed %d: write refused as stale while its lease held: %s", seed, s)
 	}
+	byKind := map[string][]string{}
+	var kinds []string
 	for _, v := range w.lh.check(restartsOf(w.faults), "fenced", seed) {
-		t.Errorf("seed %d: %s: %s", seed, v.kind, v.text)
+		if byKind[v.kind] == nil {
+			kinds = append(kinds, v.kind)
+		}
+		byKind[v.kind] = append(byKind[v.kind], v.text)
+	}
+	for _, k := range kinds {
+		vs := byKind[k]
+		t.Errorf("seed %d: %s: %d, the first: %s", seed, k, len(vs), strings.Join(vs[:min(len(vs), 3)], "; "))
 	}
 
 	res, info := porcupine.CheckOperationsVerbose(registerModel.ToModel(), h.ops, time.Minute)

@@ -416,7 +416,9 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s) was still held at %s, after o%d with the higher token %d (c%d, acquired %s..%s) was delivered",
 						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe))})
 				}
-				if a.acqRe.Before(b.acqCall) && a.o.token >= b.o.token {
+				// a came first when it was delivered before b began, or
+				// while b surely held (it cannot come after b then).
+				if (a.acqRe.Before(b.acqCall) || a.acqRe.Before(b.lo) && !b.forced) && a.o.token >= b.o.token {
 					found = true
 					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (c%d, acquired %s..%s) has token %d, not above o%d's %d (c%d, acquired %s..%s)",
 						p.res, b.o.id, b.o.client, relS(b.acqCall), relS(b.acqRe), b.o.token, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe))})
