@@ -114,6 +114,9 @@ type history struct {
 	mu    sync.Mutex
 	ops   []porcupine.Operation
 	late  map[string]int // writes of holders whose lease was lost, by outcome
+	// refused: writes refused as stale from a lease seen held from before
+	// the write until after it, with no fault near.
+	refused []string
 }
 
 func (h *history) now() int64 { return time.Since(h.start).Nanoseconds() }
@@ -133,7 +136,9 @@ func (h *history) add(client int, in regInput, call int64, out regOutput) {
 // lease may have been lost, while readers read it, under the faults of
 // TestSchedule. The history must be linearizable for the register model
 // above (checked with porcupine), and no write may be accepted with a token
-// below one accepted before it began. Replay with -seed or REDISYNC_SEED,
+// below one accepted before it began, nor be refused as stale while its
+// lease was seen held with no fault near; the writers' leases must obey
+// the lock model (lockmodel_test.go). Replay with -seed or REDISYNC_SEED,
 // as for TestSchedule; REDISYNC_SOAK=1 runs it for 3 minutes instead of 15s.
 func TestFencedLinearizable(t *testing.T) {
 	seed := testSeed(t, "TestFencedLinearizable")
@@ -160,15 +165,26 @@ func TestFencedLinearizable(t *testing.T) {
 			}
 			sc.p, addr = p, p.Addr()
 		}
-		c, err := Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: rnd.IntN(2) == 0},
-			WithPrefix("lin"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog),
-			WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passedOn.Add(1) }}))
+		opts := []Option{WithPrefix("lin"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog),
+			WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passedOn.Add(1) }})}
+		var c *Client
+		var err error
+		if i == 1 {
+			// New over a rueidis client whose replies are held back or
+			// lost at times.
+			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}}); err == nil {
+				sc.rf = withReplyFaults(sc.rc)
+				c, err = New(sc.rf, opts...)
+			}
+		} else {
+			c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: rnd.IntN(2) == 0}, opts...)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		sc.c = c
 		clients = append(clients, sc)
-		t.Logf("c%d: watchdog %v, proxied %v", i, sc.watchdog, sc.p != nil)
+		t.Logf("c%d: watchdog %v, proxied %v, reply faults %v", i, sc.watchdog, sc.p != nil, sc.rf != nil)
 	}
 	reader, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true})
 	if err != nil {
@@ -176,6 +192,7 @@ func TestFencedLinearizable(t *testing.T) {
 	}
 
 	h := &history{start: time.Now(), late: map[string]int{}}
+	w.lh = newLockHistory(w.begin)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	actor := 0
@@ -194,7 +211,7 @@ func TestFencedLinearizable(t *testing.T) {
 						return
 					default:
 					}
-					fencedWriter(h, r, sc, id, n, regKey)
+					fencedWriter(w, h, r, sc, id, n, regKey)
 				}
 			}()
 		}
@@ -229,7 +246,7 @@ func TestFencedLinearizable(t *testing.T) {
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
-		w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 3)), clients, stop, false)
+		w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 3)), clients, stop, "all")
 	}()
 	time.Sleep(run)
 	close(stop)
@@ -237,8 +254,14 @@ func TestFencedLinearizable(t *testing.T) {
 	wg.Wait()
 	reader.Close()
 	for _, sc := range clients {
+		if sc.rf != nil {
+			sc.rf.clear()
+		}
 		if err := sc.c.Close(); err != nil {
 			t.Errorf("closing c%d: %v", sc.i, err)
+		}
+		if sc.rc != nil {
+			sc.rc.Close()
 		}
 		if sc.p != nil {
 			sc.p.Close()
@@ -283,6 +306,8 @@ func TestFencedLinearizable(t *testing.T) {
 	writeCounts(&sb, "writes after the lease ended", toInt64(h.late))
 	writeCounts(&sb, "faults", faults)
 	fmt.Fprintf(&sb, "leases passed on locally (Metrics.PassedOn): %d\n", passedOn.Load())
+	owns, _, _ := w.lh.counts()
+	fmt.Fprintf(&sb, "lock model: %d ownerships checked; writes refused while their lease held: %d\n", owns, len(h.refused))
 	t.Log(sb.String())
 	if len(writes) == 0 || writes["ok"] == 0 || writes["read"] == 0 {
 		t.Fatalf("seed %d: too few operations to check: %v", seed, writes)
@@ -292,6 +317,24 @@ func TestFencedLinearizable(t *testing.T) {
 			break
 		}
 		t.Errorf("seed %d: stale write accepted: %s", seed, s)
+	}
+	for i, s := range h.refused {
+		if i == 5 {
+			break
+		}
+		t.Errorf("seed %d: write refused as stale while its lease held: %s", seed, s)
+	}
+	byKind := map[string][]string{}
+	var kinds []string
+	for _, v := range w.lh.check(restartsOf(w.faults), "fenced", seed) {
+		if byKind[v.kind] == nil {
+			kinds = append(kinds, v.kind)
+		}
+		byKind[v.kind] = append(byKind[v.kind], v.text)
+	}
+	for _, k := range kinds {
+		vs := byKind[k]
+		t.Errorf("seed %d: %s: %d, the first: %s", seed, k, len(vs), strings.Join(vs[:min(len(vs), 3)], "; "))
 	}
 
 	res, info := porcupine.CheckOperationsVerbose(registerModel.ToModel(), h.ops, time.Minute)
@@ -313,7 +356,11 @@ func TestFencedLinearizable(t *testing.T) {
 // fencedWriter locks a register's Mutex and writes the register a few times
 // with the lease's token; sometimes it waits long enough first for the lease
 // to be lost, and sometimes it writes again after Unlock with the old token.
-func fencedWriter(h *history, rnd *rand.Rand, sc *schedClient, id, n int, regKey func(int) string) {
+//
+// A write refused as stale while the lease was seen held (Err nil before
+// it, Deadline still ahead after it) with no fault near is recorded in
+// h.refused: a token above the lease's was accepted while it held.
+func fencedWriter(w *world, h *history, rnd *rand.Rand, sc *schedClient, id, n int, regKey func(int) string) {
 	// Mostly the Client's own register, so that its writers meet there
 	// and pass the lock on locally.
 	k := sc.i % 3
@@ -321,7 +368,8 @@ func fencedWriter(h *history, rnd *rand.Rand, sc *schedClient, id, n int, regKey
 		k = rnd.IntN(3)
 	}
 	var opts []LockOption
-	if rnd.IntN(3) == 0 {
+	fixed := rnd.IntN(3) == 0
+	if fixed {
 		opts = append(opts, WithFixedLease([]time.Duration{700 * time.Millisecond, 2 * time.Second}[rnd.IntN(2)]))
 	}
 	if rnd.IntN(4) == 0 {
@@ -331,18 +379,36 @@ func fencedWriter(h *history, rnd *rand.Rand, sc *schedClient, id, n int, regKey
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(10+rnd.IntN(2000))*time.Millisecond)
 	defer cancel()
+	callAt := time.Now()
 	l, err := sc.c.Mutex(regKey(k), opts...).Lock(ctx)
 	if err != nil {
 		return
 	}
 	token := l.Token()
+	var life *leaseLife
+	w.trackOwner(l, 1)
+	if l.Err() == nil {
+		life = w.lh.acquired(sc.i, token, fixed, callAt, time.Now(), []string{"mutex:" + regKey(k)}, nil)
+	}
 	write := func(late bool) {
 		value := fmt.Sprintf("w%d.%d.%d", id, n, rnd.IntN(1000))
 		in := regInput{key: k, write: true, value: value, token: token}
 		wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		w.lh.witness(life, l)
+		callAt := time.Now()
 		call := h.now()
 		err := sc.c.FencedSet(wctx, regKey(k), value, token)
 		wcancel()
+		if errors.Is(err, ErrStaleToken) && !late {
+			dl, ok := l.Deadline()
+			now := time.Now()
+			if near := w.faultsAround(callAt.Add(-3*time.Second), now, 0); ok && now.Before(dl) && near == "" {
+				h.mu.Lock()
+				h.refused = append(h.refused, fmt.Sprintf("c%d register %d token %d written %s..%s, lease deadline %s",
+					sc.i, k, token, w.rel(callAt), w.rel(now), w.rel(dl)))
+				h.mu.Unlock()
+			}
+		}
 		out := regOutput{status: "ok"}
 		switch {
 		case errors.Is(err, ErrStaleToken):
@@ -366,7 +432,7 @@ func fencedWriter(h *history, rnd *rand.Rand, sc *schedClient, id, n int, regKey
 		write(l.Err() != nil)
 	}
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = l.Unlock(uctx)
+	_ = w.unlockLease(l, life, uctx)
 	ucancel()
 	if rnd.IntN(5) == 0 {
 		time.Sleep(time.Duration(rnd.IntN(50)) * time.Millisecond)

@@ -3,6 +3,8 @@ package redisync
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -311,4 +313,65 @@ func TestReplyFaults(t *testing.T) {
 			t.Fatalf("Lock whose reply is held back past its ctx: %v", err)
 		}
 	})
+}
+
+// drop removes rule r without ending the holds it began: the calls it
+// already acted on keep their fault, later calls pass through.
+func (rf *replyFaults) drop(r *replyRule) {
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	rf.rules = slices.DeleteFunc(rf.rules, func(o *replyRule) bool { return o == r })
+}
+
+// scriptArgs returns the arguments (ARGV) of an EVALSHA or EVAL command, or
+// nil for another command.
+func scriptArgs(cmd []string) []string {
+	if len(cmd) < 3 || (cmd[0] != "EVALSHA" && cmd[0] != "EVAL") {
+		return nil
+	}
+	n, err := strconv.Atoi(cmd[2])
+	if err != nil || 3+n > len(cmd) {
+		return nil
+	}
+	return cmd[3+n:]
+}
+
+// replyCalls are the kinds of call callMatcher tells apart.
+var replyCalls = []string{"acquire", "re-entry", "claim", "release", "keep", "renew", "group"}
+
+// callMatcher matches the calls of one kind of a Mutex or FairMutex (and a
+// Group): "acquire" (an acquisition by an owner that holds nothing),
+// "re-entry" (by an owner live says holds the lock), "claim" (a waiter
+// claiming the lock a release handed over to it), "release", "keep" (a
+// release that keeps the lock for local passes), "renew" (the watchdog's
+// renewals and a late grant's confirmation) and "group" (a Group's
+// acquisition).
+func callMatcher(kind string, live func(owner string) bool) func(cmd []string) bool {
+	acquire, fair := runs(acquireScript), runs(fairAcquireScript)
+	release, renew, group := runs(releaseScript), runs(renewScript), runs(groupAcquireScript)
+	return func(cmd []string) bool {
+		args := scriptArgs(cmd)
+		switch kind {
+		case "acquire", "re-entry", "claim":
+			if !(acquire(cmd) || fair(cmd)) || len(args) < 6 {
+				return false
+			}
+			switch kind {
+			case "claim":
+				return args[5] == "queued"
+			case "re-entry":
+				return args[5] != "queued" && live(args[0])
+			}
+			return args[5] != "queued" && !live(args[0])
+		case "release":
+			return release(cmd) && len(args) < 5
+		case "keep":
+			return release(cmd) && len(args) >= 5
+		case "renew":
+			return renew(cmd)
+		case "group":
+			return group(cmd)
+		}
+		return false
+	}
 }

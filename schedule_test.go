@@ -23,16 +23,30 @@ import (
 )
 
 // TestSchedule runs random schedules of every primitive on several Clients,
-// some of them behind fault proxies, with random lease settings, deadlines,
-// cancels and re-entries, while faults are injected at random: connections
+// some of them behind fault proxies, with random lease settings, deadlines
+// (a tenth of them long), cancels and re-entries (nested, or outliving the
+// lease they re-enter, with a Context that carries its cancellation or
+// not), Groups taken with a Mutex lease's Context, local passes with and
+// without keeps, Extend, Detach and ForceUnlock mid-hold, concurrent and
+// retried Unlocks, and lost leases left without Unlock, while faults are
+// injected at random, alone or several on one Client at once: connections
 // held up, latency, pub/sub messages dropped or delayed, subscription
 // connections cut, a presence loop stalled, Redis restarted (with its data
-// kept, so that the locks outlive the restart). The test's own model of who
-// holds what checks, at every delivery, mutual exclusion, the semaphore's
-// size, that tokens only increase and that the lease is held in Redis; a
-// monitor checks that no waiter waits long for a lock the model says is
-// free; at the end of each schedule nothing may be left. Every violation is
-// collected and reported at the end with the seed that replays the
+// kept, so that the locks outlive the restart), and, on Clients made with
+// New over a wrapped rueidis client (replyfault_test.go), the replies of a
+// few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
+// renew, group) held back past the lease or lost after their script ran.
+// The test's own model of who holds what checks, at every delivery, mutual
+// exclusion, the semaphore's size, that tokens only increase and that the
+// lease is held in Redis; a monitor checks that no waiter waits long for a
+// lock the model says is free; a lease left to expire must expire within
+// its lease; a renewed lease must not be lost while nothing faults; at the
+// end of each schedule nothing may be left, and the history of its
+// exclusive ownerships (local passes, re-entries and Group members
+// included) must be linearizable for the lock model (lockmodel_test.go):
+// one owner at a time, with rising tokens, in real time. Every violation is
+// collected and reported at the end, one line per kind, with the seed that
+// replays the
 // schedule's choices (not its timing):
 //
 //	go test -race -run '^TestSchedule$' -seed N .
@@ -120,6 +134,8 @@ type rec struct {
 
 	occupied bool          // counted as occupying its names (liveness); guarded by world.mu
 	done     chan struct{} // closed once Unlock returned
+	life     *leaseLife    // for the lock model; nil for a lease it does not check
+	forced   bool          // a ForceUnlock of one of its names was called; guarded by world.mu
 }
 
 // waiter is an acquisition that waits (Lock or Acquire of a Mutex or a
@@ -147,6 +163,15 @@ type fault struct {
 	kind       string
 	client     int
 	start, end time.Time
+	label      string // how reports name it: its kind and the call it acted on
+}
+
+// name is how reports name f.
+func (f fault) name() string {
+	if f.label != "" {
+		return f.label
+	}
+	return f.kind
 }
 
 // world is the model and the counters of TestSchedule.
@@ -157,6 +182,18 @@ type world struct {
 	observer *Client // direct, for Inspect
 	begin    time.Time
 	nextID   atomic.Int64
+
+	lh *lockHistory // the lock model's history of the current schedule
+	// owners counts the live leases of each owner id, for the reply
+	// faults that act on re-entries.
+	owners sync.Map // owner id -> *atomic.Int64
+	// bg runs the checks of a schedule that outlive their actor: a lease
+	// left to expire is checked for expiry before the Clients close.
+	bg sync.WaitGroup
+	// leftToExpire holds the owner ids of the leases the schedule left to
+	// expire (detached, or lost and not unlocked): their keys may be
+	// found after Close.
+	leftToExpire sync.Map
 
 	mu     sync.Mutex // the model
 	held   map[string][]*rec
@@ -179,6 +216,8 @@ type world struct {
 	// restart closed.
 	afterRestart []string
 	early        []string
+	modelChecked [3]int // ownerships, re-entries, ForceUnlocks the lock model checked
+	modelTook    time.Duration
 	schedules    int
 	totalAcq     int64
 }
@@ -251,7 +290,7 @@ func (w *world) faultsAround(from, to time.Time, grace time.Duration) string {
 	var out []string
 	for _, f := range w.faults {
 		if !f.start.After(to) && !f.end.Add(grace).Before(from) {
-			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.kind, f.client, w.rel(f.start), w.rel(f.end)))
+			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.name(), f.client, w.rel(f.start), w.rel(f.end)))
 		}
 	}
 	return strings.Join(out, " ")
@@ -309,7 +348,10 @@ func (w *world) delivered(r *rec) {
 	for _, res := range r.res {
 		live := w.held[res][:0]
 		for _, o := range w.held[res] {
-			if !lostNow(o.lease) {
+			// A lease past its Deadline may have expired in Redis before
+			// its loss is reported: it no longer counts as holding.
+			dl, ok := o.lease.Deadline()
+			if ok && time.Now().Before(dl) && !o.forced {
 				live = append(live, o)
 			}
 		}
@@ -356,7 +398,7 @@ func (w *world) faultsAroundLocked(from, to time.Time) string {
 	var out []string
 	for _, f := range w.faults {
 		if !f.start.After(to) && !f.end.Add(3*time.Second).Before(from) {
-			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.kind, f.client, w.rel(f.start), w.rel(f.end)))
+			out = append(out, fmt.Sprintf("%s@c%d[%s..%s]", f.name(), f.client, w.rel(f.start), w.rel(f.end)))
 		}
 	}
 	if len(out) == 0 {
@@ -496,6 +538,7 @@ type schedClient struct {
 	i        int
 	c        *Client
 	rc       rueidis.Client    // the rueidis client New was given, closed after c; nil for Dial
+	rf       *replyFaults      // the wrapper of rc New was given, or nil
 	p        *faultproxy.Proxy // nil for a direct Client
 	watchdog time.Duration
 }
@@ -516,6 +559,13 @@ type target struct {
 	inspect func(ctx context.Context, l *Lease) (string, error)
 	// reenter acquires the lock again with the lease's context, or is nil.
 	reenter func(ctx context.Context) (*Lease, error)
+	// force force-unlocks the lock (a Mutex or FairMutex), or is nil.
+	force func(ctx context.Context) (bool, error)
+	// owner reads the lock's owner in Redis (a Mutex or FairMutex), or is
+	// nil.
+	owner func(ctx context.Context) (string, error)
+	// groups are this Client's groups over the lock's name (a Mutex).
+	groups []*target
 }
 
 var (
@@ -552,7 +602,7 @@ func localPassOpts(rnd *rand.Rand) []LockOption {
 	case 1:
 		return nil
 	}
-	return []LockOption{WithLocalPasses([]int{2, 64}[rnd.IntN(2)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond}[rnd.IntN(2)])}
+	return []LockOption{WithLocalPasses([]int{1, 2, 64}[rnd.IntN(3)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond}[rnd.IntN(2)])}
 }
 
 // targets builds the locks of one Client for a schedule.
@@ -565,7 +615,11 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		m := c.Mutex(name, opts...)
 		ts = append(ts, &target{
 			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed,
-			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock,
+			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
+			owner: func(ctx context.Context) (string, error) {
+				st, err := w.observer.Mutex(name).Inspect(ctx)
+				return st.Owner, err
+			},
 			inspect: func(ctx context.Context, l *Lease) (string, error) {
 				st, err := w.observer.Mutex(name).Inspect(ctx)
 				if err != nil || st.Owner == l.h.owner {
@@ -580,7 +634,11 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		m := c.FairMutex(name, opts...)
 		ts = append(ts, &target{
 			prim: "fair", res: []string{"fair:" + name}, expiry: expiry, lease: lease, fixed: fixed,
-			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock,
+			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
+			owner: func(ctx context.Context) (string, error) {
+				st, err := w.observer.FairMutex(name).Inspect(ctx)
+				return st.Owner, err
+			},
 			inspect: func(ctx context.Context, l *Lease) (string, error) {
 				st, err := w.observer.FairMutex(name).Inspect(ctx)
 				if err != nil || st.Owner == l.h.owner {
@@ -666,7 +724,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		}
 		grp := NewGroup(ms...)
 		names, clients := g.names, g.clients
-		ts = append(ts, &target{
+		gt := &target{
 			prim: "group", res: res, lease: lease, fixed: fixed,
 			lock: grp.Lock, try: grp.TryLock, acquire: grp.Acquire,
 			inspect: func(ctx context.Context, l *Lease) (string, error) {
@@ -681,7 +739,17 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 				}
 				return "", nil
 			},
-		})
+		}
+		ts = append(ts, gt)
+		// A Mutex lease of this Client over one of the names may take the
+		// group with its Context.
+		for i, name := range names {
+			for _, mt := range ts {
+				if clients[i] == c && mt.prim == "mutex" && mt.res[0] == "mutex:"+name {
+					mt.groups = append(mt.groups, gt)
+				}
+			}
+		}
 	}
 	return ts
 }
@@ -694,10 +762,10 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	scheduleBegan := time.Now()
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	const nClients, perClient = 5, 4
-	// A third of the schedules run without faults, a third with pub/sub
-	// faults only (dropped, delayed messages, cut subscriptions), a third
-	// with every kind.
-	mode := []string{"quiet", "pubsub", "all"}[rnd.IntN(3)]
+	// A quarter of the schedules run without faults, a quarter with pub/sub
+	// faults only (dropped, delayed messages, cut subscriptions), a quarter
+	// with replies held back or lost only, a quarter with every kind.
+	mode := []string{"quiet", "pubsub", "replies", "all"}[rnd.IntN(4)]
 	var clients []*schedClient
 	var settings []string
 	for i := range nClients {
@@ -742,10 +810,18 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		var c *Client
 		var err error
 		made := []string{"dial", "dial-cache", "new"}[rnd.IntN(3)]
+		if mode == "replies" && i == 1 {
+			made = "new"
+		}
 		switch made {
 		case "new":
 			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}}); err == nil {
-				c, err = New(sc.rc, opts...)
+				rc := sc.rc
+				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
+					sc.rf = withReplyFaults(rc)
+					rc, made = sc.rf, "new-replyfaults"
+				}
+				c, err = New(rc, opts...)
 			}
 		default:
 			c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: made == "dial"}, opts...)
@@ -762,6 +838,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		targets = append(targets, w.targets(rnd, sc, clients))
 	}
 	t.Logf("schedule %d (seed %d) at %s for %v, faults %s: %s", n, seed, w.rel(time.Now()), d, mode, strings.Join(settings, "; "))
+	w.lh = newLockHistory(w.begin)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -782,18 +859,25 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	go func() {
 		defer close(faultsDone)
 		if mode != "quiet" {
-			w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 2)), clients, stop, mode == "pubsub")
+			w.injectFaults(rand.New(rand.NewPCG(rnd.Uint64(), 2)), clients, stop, mode)
 		}
 	}()
 	time.Sleep(d)
 	close(stop)
+	stopped := time.Now()
 	<-faultsDone
 	wg.Wait()
+	actorsDone := time.Now()
+	w.bg.Wait()
+	bgDone := time.Now()
 	close(monitorStop)
 	<-monitorDone
 	for _, sc := range clients {
 		if sc.p != nil {
 			sc.p.Heal()
+		}
+		if sc.rf != nil {
+			sc.rf.clear()
 		}
 	}
 	for _, sc := range clients {
@@ -807,8 +891,13 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			sc.p.Close()
 		}
 	}
+	closed := time.Now()
 	w.checkNothingLeft(n)
 	w.checkNothingHeld(n, clients, scheduleBegan)
+	w.checkLocks(fmt.Sprintf("schedule %d", n), seed)
+	t.Logf("schedule %d ended: actors and faults %v after the stop, expiry checks %v, Close %v, final checks %v",
+		n, actorsDone.Sub(stopped).Round(time.Millisecond), bgDone.Sub(actorsDone).Round(time.Millisecond),
+		closed.Sub(bgDone).Round(time.Millisecond), time.Since(closed).Round(time.Millisecond))
 	w.mu.Lock()
 	unsure := w.unsure
 	w.held, w.names, w.unsure = map[string][]*rec{}, map[string]*nameState{}, nil
@@ -877,9 +966,11 @@ return out`, "0", "sched:*")
 // checkNothingHeld reports the Mutex and FairMutex locks still held once
 // every Client of schedule n closed: Close releases every live lease's
 // lock, and a lease lost without its Client seeing the key go is released
-// by its Unlock or by Close. Such a lock is deleted, so that the next
+// by its Unlock or by Close; a lease left to expire (detached, or lost and
+// never unlocked) is not reported. Such a lock is deleted, so that the next
 // schedule, whose model knows nothing of it, starts free.
 func (w *world) checkNothingHeld(n int, clients []*schedClient, began time.Time) {
+	defer w.leftToExpire.Clear()
 	held, err := w.eachKey(`if redis.call('TYPE', k).ok == 'hash' then
   local owner = redis.call('HGET', k, 'owner')
   if owner and owner ~= '' then
@@ -901,6 +992,9 @@ end`)
 			shown = append(shown, line)
 			continue
 		}
+		if _, left := w.leftToExpire.Load(f[1]); left {
+			continue // detached, or lost and never unlocked: it expires
+		}
 		who := "a Client of no schedule"
 		for _, sc := range clients {
 			if clientIDOf(f[1]) == sc.c.ID() {
@@ -908,6 +1002,9 @@ end`)
 			}
 		}
 		shown = append(shown, fmt.Sprintf("%s by %s (%s), pttl %sms", f[0], f[1], who, f[2]))
+	}
+	if len(shown) == 0 {
+		return
 	}
 	line := fmt.Sprintf("after schedule %d, every Client closed: %s; faults: %s", n, strings.Join(shown, ", "), w.faultsAround(began, time.Now(), 0))
 	if w.faulted(-1, began, time.Now(), "restart") {
@@ -935,8 +1032,12 @@ func (w *world) faulted(i int, from, to time.Time, kinds ...string) bool {
 	return false
 }
 
-// randomTimeout is an acquisition's deadline: from 5ms to 3s, mostly short.
+// randomTimeout is an acquisition's deadline: from 5ms to 3s, mostly short,
+// and one time in ten from 2.5s to 4s.
 func randomTimeout(rnd *rand.Rand) time.Duration {
+	if rnd.IntN(10) == 0 {
+		return time.Duration(2500+rnd.IntN(1500)) * time.Millisecond
+	}
 	return time.Duration(float64(5*time.Millisecond) * float64(rnd.IntN(600)+1) * rnd.Float64())
 }
 
@@ -1015,6 +1116,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	form := []string{"Lock", "TryLock", "Acquire"}[rnd.IntN(3)]
 	w.count(w.attempts, t.prim+" "+form)
+	callAt := time.Now()
 	if form != "TryLock" && t.expiry > 0 {
 		wt := &waiter{id: w.nextID.Add(1), client: sc.i, form: t.prim + "." + form, start: time.Now(), ctx: ctx, expiry: t.expiry}
 		defer w.waiting(t.res[0], wt)()
@@ -1058,34 +1160,53 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.totalAcq++
 	w.vmu.Unlock()
 	w.delivered(r)
+	w.trackOwner(l, 1)
+	if modeled(t.prim) {
+		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
+	}
 	go w.watchLoss(r)
 
 	// Held in Redis: Inspect, from another Client, shows it.
 	ictx, icancel := context.WithTimeout(context.Background(), 3*time.Second)
 	shows, ierr := t.inspect(ictx, l)
 	icancel()
-	if ierr == nil && shows != "" && !lostNow(l) {
+	w.mu.Lock()
+	forcedNow := r.forced
+	w.mu.Unlock()
+	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow {
 		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
 			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 	}
+	w.lh.witness(r.life, l)
 
+	// Re-entries and groups over the lease's Context run beside the hold
+	// and may outlive it: the lock stays held until the last of them ends.
+	var beside sync.WaitGroup
 	if t.reenter != nil && rnd.IntN(5) == 0 {
-		rctx, rcancel := context.WithTimeout(l.Context(), time.Second)
-		child, err := t.reenter(rctx)
-		rcancel()
-		w.count(w.attempts, t.prim+" re-entry")
-		if err == nil {
-			if child.Token() != r.token {
-				w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
-			}
-			time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
-			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := child.Unlock(uctx); err != nil {
-				w.count(w.failures, t.prim+" re-entry unlock: "+errClass(err))
-			}
-			ucancel()
+		outlive, cancellable := rnd.IntN(2) == 0, rnd.IntN(2) == 0
+		childHold := time.Duration(rnd.IntN(3)) * time.Millisecond
+		if outlive {
+			childHold = time.Duration(rnd.IntN(300)) * time.Millisecond
+			beside.Add(1)
+			go func() {
+				defer beside.Done()
+				w.reenterOnce(t, r, sc, cancellable, childHold)
+			}()
 		} else {
-			w.count(w.failures, t.prim+" re-entry: "+errClass(err))
+			w.reenterOnce(t, r, sc, cancellable, childHold)
+		}
+	}
+	if len(t.groups) > 0 && rnd.IntN(6) == 0 {
+		g := t.groups[rnd.IntN(len(t.groups))]
+		gHold := time.Duration(rnd.IntN(50)) * time.Millisecond
+		if rnd.IntN(2) == 0 {
+			beside.Add(1)
+			go func() {
+				defer beside.Done()
+				w.groupWithLease(g, t, r, sc, gHold)
+			}()
+		} else {
+			w.groupWithLease(g, t, r, sc, gHold)
 		}
 	}
 
@@ -1093,9 +1214,50 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	if rnd.IntN(20) == 0 {
 		hold = time.Duration(100+rnd.IntN(400)) * time.Millisecond
 	}
-	time.Sleep(hold)
+	time.Sleep(hold / 2)
+	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
+	// Detach leaves the lock held up to a lease: rarer, not to starve the
+	// schedule.
+	switch mid := rnd.IntN(60); {
+	case mid < 2 && t.fixed && t.prim != "group":
+		d := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}[rnd.IntN(3)]
+		ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := l.Extend(ectx, d)
+		ecancel()
+		w.count(w.attempts, t.prim+" extend")
+		if err != nil {
+			w.count(w.failures, t.prim+" extend: "+errClass(err))
+		} else {
+			r.dur = max(r.dur, d)
+		}
+	case mid == 2 && t.owner != nil && r.dur <= 3*time.Second:
+		w.count(w.attempts, t.prim+" detach")
+		w.lh.stopping(r.life, time.Now())
+		if err := l.Detach(); err != nil {
+			w.count(w.failures, t.prim+" detach: "+errClass(err))
+			break
+		}
+		w.releasing(r)
+		w.vacate(r, r.dur+time.Second)
+		beside.Wait()
+		w.leaveToExpire(t, r, sc, time.Now(), "detached")
+		close(r.done)
+		return
+	case mid < 5 && t.force != nil:
+		w.forceUnlock(t, sc)
+	}
+	time.Sleep(hold - hold/2)
+	w.lh.witness(r.life, l)
 
 	w.releasing(r)
+	if lostNow(l) && t.owner != nil && r.dur <= 5*time.Second && rnd.IntN(2) == 0 {
+		// A lost lease nobody unlocks: its key must expire within its
+		// lease, not stay renewed.
+		beside.Wait()
+		w.leaveToExpire(t, r, sc, time.Now(), "lost")
+		close(r.done)
+		return
+	}
 	// The lease's own deadline, not the lease it was asked with: a lock
 	// handed over at a release holds only the hand-over lease until its
 	// first renewal.
@@ -1103,15 +1265,50 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	lostBefore := lostNow(l)
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 	began := time.Now()
-	err = l.Unlock(uctx)
+	var twice string
+	switch rnd.IntN(12) {
+	case 0: // two Unlocks at once
+		errs := make(chan error, 1)
+		go func() { errs <- w.unlockLease(l, r.life, uctx) }()
+		err = w.unlockLease(l, r.life, uctx)
+		other := <-errs
+		if err == nil && other == nil {
+			// Both found the release mark of the one that freed it: a
+			// retry's answer.
+			w.count(w.acquired, t.prim+" unlock twice at once: both nil")
+		}
+		if err != nil {
+			err = other
+		}
+		w.count(w.attempts, t.prim+" unlock twice at once")
+	case 1: // retried
+		err = w.unlockLease(l, r.life, uctx)
+		again := w.unlockLease(l, r.life, uctx)
+		if err == nil && again == nil {
+			twice = "an Unlock retried after it returned nil"
+		}
+		if err != nil {
+			err = again
+		}
+		w.count(w.attempts, t.prim+" unlock retried")
+	default:
+		err = w.unlockLease(l, r.life, uctx)
+	}
 	returned := time.Now()
 	took := returned.Sub(began)
 	ucancel()
+	if twice != "" {
+		w.violation("unlock-twice-nil", "%s %v of c%d (token %d, delivered %s): %s both returned nil at %s",
+			t.prim, t.res, sc.i, r.token, w.rel(at), twice, w.rel(returned))
+	}
+	w.mu.Lock()
+	forced := r.forced
+	w.mu.Unlock()
 	switch {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && deadlineOK && returned.Before(deadline) {
+		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) {
 			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
 				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 		}
@@ -1124,7 +1321,122 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		w.unsure = append(w.unsure, r)
 		w.mu.Unlock()
 	}
+	beside.Wait()
 	close(r.done)
+}
+
+// reenterOnce re-enters r's lock with its lease's Context (with or without
+// the Context's cancellation), holds the re-entry for hold and unlocks it.
+func (w *world) reenterOnce(t *target, r *rec, sc *schedClient, cancellable bool, hold time.Duration) {
+	base := r.lease.Context()
+	if !cancellable {
+		base = context.WithoutCancel(base)
+	}
+	rctx, rcancel := context.WithTimeout(base, time.Second)
+	rcall := time.Now()
+	child, err := t.reenter(rctx)
+	rcancel()
+	w.count(w.attempts, t.prim+" re-entry")
+	if err != nil {
+		w.count(w.failures, t.prim+" re-entry: "+errClass(err))
+		return
+	}
+	life := w.reentered(r, child, sc.i, rcall, r.res, nil)
+	if child.Token() != r.token {
+		w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
+	}
+	time.Sleep(hold)
+	w.lh.witness(life, child)
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := w.unlockLease(child, life, uctx); err != nil {
+		w.count(w.failures, t.prim+" re-entry unlock: "+errClass(err))
+	}
+	ucancel()
+}
+
+// groupWithLease takes group g with the Context of r, a Mutex lease over
+// one of its names: the group re-enters that lock and takes the others.
+func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.Duration) {
+	gctx, gcancel := context.WithTimeout(r.lease.Context(), time.Second)
+	gcall := time.Now()
+	gl, err := g.lock(gctx)
+	gcancel()
+	w.count(w.attempts, "group with a Mutex lease's Context")
+	if err == nil {
+		err = gl.Err()
+	}
+	if err != nil {
+		w.count(w.failures, "group with a Mutex lease's Context: "+errClass(err))
+		return
+	}
+	at := time.Now()
+	others := slices.DeleteFunc(slices.Clone(g.res), func(res string) bool { return res == t.res[0] })
+	gr := &rec{
+		id: w.nextID.Add(1), prim: "group", res: others, client: sc.i, lease: gl, token: gl.Token(),
+		dur: g.lease, at: at, fixed: g.fixed, done: make(chan struct{}),
+	}
+	w.delivered(gr)
+	gr.life = w.reentered(r, gl, sc.i, gcall, []string{t.res[0]}, others)
+	go w.watchLoss(gr)
+	time.Sleep(hold)
+	w.lh.witness(gr.life, gl)
+	w.releasing(gr)
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err = w.unlockLease(gl, gr.life, uctx)
+	ucancel()
+	if err != nil {
+		w.count(w.failures, "group with a Mutex lease's Context unlock: "+errClass(err))
+		w.vacate(gr, g.lease+time.Second)
+	} else {
+		w.vacate(gr, 0)
+	}
+	close(gr.done)
+}
+
+// forceUnlock force-unlocks t's lock from sc: every lease the model has
+// holding it is marked forced (it may lose its lock without a fault).
+func (w *world) forceUnlock(t *target, sc *schedClient) {
+	w.mu.Lock()
+	for _, o := range w.held[t.res[0]] {
+		o.forced = true
+	}
+	w.mu.Unlock()
+	fctx, fcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	call := time.Now()
+	_, err := t.force(fctx)
+	w.lh.forced(t.res[0], sc.i, call, time.Now())
+	fcancel()
+	w.count(w.attempts, t.prim+" force unlock")
+	if err != nil {
+		w.count(w.failures, t.prim+" force unlock: "+errClass(err))
+	}
+}
+
+// leaveToExpire leaves r's lease, detached or lost at since, without
+// Unlock, and checks in the background, before the Clients close, that
+// its key expires within its lease: the Client stops renewing it.
+func (w *world) leaveToExpire(t *target, r *rec, sc *schedClient, since time.Time, why string) {
+	owner := r.lease.h.owner
+	w.leftToExpire.Store(owner, true)
+	w.trackOwner(r.lease, -1)
+	w.count(w.attempts, t.prim+" left to expire, "+why)
+	w.vacate(r, r.dur+time.Second)
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		limit := r.dur + r.dur/10 + 500*time.Millisecond
+		time.Sleep(time.Until(since.Add(limit)))
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		got, err := t.owner(ctx)
+		// Another lease of the owner (a re-entry, a local pass) may hold
+		// it on.
+		if err == nil && got == owner && !w.liveOwner(owner) {
+			w.violation("renewed-after-end", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s) %s at %s and left without Unlock: its key is still its own at %s (%v later); err %v; in Redis: %s; faults: %s",
+				t.prim, t.res, sc.i, r.token, r.dur, r.fixed, w.rel(r.at), why, w.rel(since), w.rel(time.Now()), limit, r.lease.Err(),
+				w.redisState(t.res[0]), w.faultsAround(since.Add(-5*time.Second), time.Now(), 0))
+		}
+	}()
 }
 
 // watchLoss waits for r's loss until its Unlock returns: a loss within
@@ -1138,6 +1450,22 @@ func (w *world) watchLoss(r *rec) {
 	}
 	now := time.Now()
 	err := r.lease.Err()
+	w.lh.lost(r.life, now, err)
+	w.mu.Lock()
+	forced := r.forced
+	w.mu.Unlock()
+	if !r.fixed && r.dur >= 3*time.Second && !forced && (errors.Is(err, ErrTakenOver) || errors.Is(err, ErrExpired) && !errors.Is(err, ErrForceUnlocked)) {
+		// A renewed lease whose key went while Redis answered, nothing
+		// was held up and nobody forced it: something released it.
+		if near := w.faultsAround(r.at.Add(-5*time.Second), now, 3*time.Second); near == "" && !modeled(r.prim) {
+			// Counted, not judged: shared holds (reader, permits) were seen
+			// lost so, and not explained yet.
+			w.count(w.failures, r.prim+" lost with no fault near: "+errClass(err))
+		} else if near == "" {
+			w.violation("lost-without-fault", "%s %v of c%d (token %d, lease %v, delivered %s) lost at %s with no fault near: %v",
+				r.prim, r.res, r.client, r.token, r.dur, w.rel(r.at), w.rel(now), err)
+		}
+	}
 	if now.Sub(r.at) < 100*time.Millisecond {
 		line := fmt.Sprintf("%s %v of c%d (lease %v fixed=%v) lost %v after delivery at %s: %v; faults: %s",
 			r.prim, r.res, r.client, r.dur, r.fixed, now.Sub(r.at).Round(time.Millisecond), w.rel(r.at), err,
@@ -1154,15 +1482,22 @@ func (w *world) watchLoss(r *rec) {
 }
 
 // injectFaults injects random faults until stop: on average one every
-// 0.8s, each one of the kinds below (a restart at most once a schedule), or
-// only pub/sub faults.
-func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, pubsubOnly bool) {
+// 0.8s, each one of the kinds below (a restart at most once a schedule)
+// in mode "all", only pub/sub faults in mode "pubsub", only replies held
+// back or lost in mode "replies".
+func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, mode string) {
 	proxied := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.p == nil })
+	wrapped := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.rf == nil })
 	restarted := false
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var together []string // kinds still to inject at once on burst's Client
+	var burst *schedClient
 	for {
 		gap := time.Duration(rnd.ExpFloat64() * float64(800*time.Millisecond))
+		if len(together) > 0 {
+			gap = 0
+		}
 		select {
 		case <-stop:
 			return
@@ -1170,16 +1505,41 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		}
 		sc := proxied[rnd.IntN(len(proxied))]
 		d := time.Duration(50+rnd.IntN(2450)) * time.Millisecond
-		kinds := []string{"pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence", "restart"}
+		kinds := []string{"pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence",
+			"hold-reply", "lose-reply", "restart"}
 		kind := kinds[rnd.IntN(len(kinds)-1)]
 		if !restarted && rnd.IntN(12) == 0 {
 			kind = "restart"
 		}
-		if pubsubOnly {
+		switch mode {
+		case "pubsub":
 			kind = []string{"drop-push", "drop-push", "delay-push", "cut-subscriber"}[rnd.IntN(4)]
+		case "replies":
+			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
+		}
+		inBurst := len(together) > 0
+		switch {
+		case inBurst:
+			kind, together, sc = together[0], together[1:], burst
+		case mode == "all" && rnd.IntN(5) == 0:
+			// Correlated faults on one Client: a message or a reply held
+			// up, or its connection, while its presence pass stalls.
+			burst, inBurst = sc, true
+			kind = []string{"delay-push", "pause-conn", "latency", "hold-reply"}[rnd.IntN(4)]
+			together = []string{"stall-presence"}
+			if rnd.IntN(2) == 0 {
+				together = append(together, "drop-push")
+			}
+			w.vmu.Lock()
+			w.faultCount["correlated: "+kind+"+"+strings.Join(together, "+")]++
+			w.vmu.Unlock()
+		}
+		if (kind == "hold-reply" || kind == "lose-reply") && (len(wrapped) == 0 || inBurst && sc.rf == nil) {
+			kind = "latency"
 		}
 		start := time.Now()
 		end := start
+		counted := kind
 		switch kind {
 		case "pause-conn":
 			open := sc.p.Open()
@@ -1206,10 +1566,32 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "cut-subscriber":
 			sc.p.CutSubscribers()
 		case "stall-presence":
-			sc = clients[rnd.IntN(len(clients))]
+			if !inBurst {
+				sc = clients[rnd.IntN(len(clients))]
+			}
 			end = start.Add(d)
 			wg.Add(1)
 			go func() { defer wg.Done(); sc.c.pausePresence(d) }()
+		case "hold-reply", "lose-reply":
+			// The next few calls of one kind run in Redis and their
+			// replies come late (past the lease, mostly) or never.
+			if !inBurst {
+				sc = wrapped[rnd.IntN(len(wrapped))]
+			}
+			call := replyCalls[rnd.IntN(len(replyCalls))]
+			counted = kind + " " + call
+			match, times := callMatcher(call, w.liveOwner), 1+rnd.IntN(3)
+			var r *replyRule
+			if kind == "hold-reply" {
+				hold := time.Duration(500+rnd.IntN(5500)) * time.Millisecond
+				r = sc.rf.hold(match, times, hold)
+				end = start.Add(d + hold)
+			} else {
+				r = sc.rf.lose(match, times, time.Duration(rnd.IntN(200))*time.Millisecond)
+				end = start.Add(d)
+			}
+			wg.Add(1)
+			time.AfterFunc(d, func() { defer wg.Done(); sc.rf.drop(r) })
 		case "restart":
 			restarted = true
 			if err := w.e.server.Restart(); err != nil {
@@ -1218,10 +1600,10 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			end = time.Now()
 		}
 		w.mu.Lock()
-		w.faults = append(w.faults, fault{kind: kind, client: sc.i, start: start, end: end})
+		w.faults = append(w.faults, fault{kind: kind, client: sc.i, start: start, end: end, label: counted})
 		w.mu.Unlock()
 		w.vmu.Lock()
-		w.faultCount[kind]++
+		w.faultCount[counted]++
 		w.vmu.Unlock()
 	}
 }
@@ -1252,6 +1634,7 @@ func (w *world) report(took time.Duration) {
 	for _, e := range w.afterRestart {
 		fmt.Fprintf(&sb, "  %s\n", e)
 	}
+	fmt.Fprintf(&sb, "lock model: %d ownerships, %d re-entries, %d ForceUnlocks checked in %v\n", w.modelChecked[0], w.modelChecked[1], w.modelChecked[2], w.modelTook.Round(time.Millisecond))
 	fmt.Fprintf(&sb, "leases lost within 100ms of their delivery: %d\n", len(w.early))
 	for i, e := range w.early {
 		if i == 10 {
@@ -1302,4 +1685,82 @@ func writeCounts(sb *strings.Builder, title string, m map[string]int64) {
 		fmt.Fprintf(sb, " [%s]=%d", k, m[k])
 	}
 	sb.WriteString("\n")
+}
+
+// modeled reports whether the lock model checks leases of prim: the
+// exclusive ones.
+func modeled(prim string) bool {
+	return prim == "mutex" || prim == "fair" || prim == "group" || prim == "rw-write"
+}
+
+// reentered records child, called at call, for the lock model: a hold of
+// r's ownership of each of names, and a fresh ownership of each of fresh
+// (a group taken with a Mutex lease's Context).
+func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, names, fresh []string) *leaseLife {
+	if r.life == nil {
+		return nil
+	}
+	at := time.Now()
+	if child.Err() != nil {
+		return nil
+	}
+	w.trackOwner(child, 1)
+	owns := map[string]*ownership{}
+	for _, res := range names {
+		if o := w.lh.ownerOf(r.life, res); o != nil {
+			owns[res] = o
+		}
+	}
+	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, fresh, owns)
+	w.lh.witness(life, child)
+	return life
+}
+
+// unlockLease calls l.Unlock and tells the lock model what it did.
+func (w *world) unlockLease(l *Lease, life *leaseLife, ctx context.Context) error {
+	lostBefore := lostNow(l)
+	w.lh.stopping(life, time.Now())
+	err := l.Unlock(ctx)
+	w.lh.unlocked(life, time.Now(), err, lostBefore)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		w.trackOwner(l, -1)
+	}
+	return err
+}
+
+// trackOwner counts d more live leases of l's owner.
+func (w *world) trackOwner(l *Lease, d int64) {
+	if l.h == nil {
+		return
+	}
+	n, _ := w.owners.LoadOrStore(l.h.owner, new(atomic.Int64))
+	n.(*atomic.Int64).Add(d)
+}
+
+// liveOwner reports whether owner has live leases.
+func (w *world) liveOwner(owner string) bool {
+	n, ok := w.owners.Load(owner)
+	return ok && n.(*atomic.Int64).Load() > 0
+}
+
+// checkLocks checks the lock model on the current history and records its
+// violations, each kind on its own line of the report.
+func (w *world) checkLocks(what string, seed uint64) {
+	w.mu.Lock()
+	restarts := restartsOf(w.faults)
+	w.mu.Unlock()
+	o, r, f := w.lh.counts()
+	w.vmu.Lock()
+	w.modelChecked[0] += o
+	w.modelChecked[1] += r
+	w.modelChecked[2] += f
+	w.vmu.Unlock()
+	began := time.Now()
+	vs := w.lh.check(restarts, strings.ReplaceAll(what, " ", "-"), seed)
+	w.vmu.Lock()
+	w.modelTook += time.Since(began)
+	w.vmu.Unlock()
+	for _, v := range vs {
+		w.violation(v.kind, "%s: %s", what, v.text)
+	}
 }

@@ -1,0 +1,127 @@
+package redisync
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestUnlockAfterLocalPassLeavesTheSuccessorHolding: an Unlock that passes
+// the lock on to a goroutine of its Client releases nothing in Redis,
+// whether it passes from its reserved tokens or after asking Redis to keep
+// the lock for its waiters (a budget of one pass): the successor holds the
+// lock in Redis, is not reported lost, and another Client cannot take it.
+func TestUnlockAfterLocalPassLeavesTheSuccessorHolding(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		for _, budget := range []int{DefaultLocalPasses, 1} {
+			ctx := withTimeout(t, 30*time.Second)
+			var passed atomic.Int64
+			c := e.client(t, WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passed.Add(1) }}))
+			m := c.Mutex(t.Name()+"-"+time.Now().Format("150405.000000"), WithLocalPasses(budget, time.Minute))
+			other := e.client(t).Mutex(m.Name())
+			warm(t, ctx, m)
+			l := mustLock(t, ctx, m.Lock)
+			_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 3)
+			for i := range 3 {
+				require.NoError(t, l.Unlock(ctx), "budget %d, pass %d", budget, i)
+				nl := <-leases
+				require.NoError(t, nl.Err(), "budget %d, pass %d", budget, i)
+				requireHeldBy(t, m, nl)
+				_, err := other.TryLock(ctx)
+				require.ErrorIs(t, err, ErrLocked, "budget %d, pass %d: another Client took the lock passed on", budget, i)
+				time.Sleep(20 * time.Millisecond)
+				require.NoError(t, nl.Err(), "budget %d, pass %d: the successor lost its lock", budget, i)
+				requireHeldBy(t, m, nl)
+				l = nl
+			}
+			require.Equal(t, int64(3), passed.Load(), "budget %d", budget)
+			require.NoError(t, l.Unlock(ctx))
+			requireFree(t, m)
+		}
+	})
+}
+
+// TestLateGrantIsConfirmed: a lock granted by a script whose reply came
+// back after the key's lease had run out, while another Client took the
+// lock, is not delivered: the late grant is confirmed by a renewal first,
+// which finds the lock gone, and the acquisition goes on waiting.
+func TestLateGrantIsConfirmed(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const lease = 600 * time.Millisecond
+		c, rf := e.faultyClient(t, WithWatchdogLease(lease))
+		m := c.Mutex(t.Name(), WithLocalPasses(0, 0))
+		other := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
+		ctx := withTimeout(t, 30*time.Second)
+
+		r := rf.hold(runs(acquireScript), 1, 3*lease)
+		got := make(chan *Lease, 1)
+		go func() {
+			lctx, cancel := context.WithTimeout(ctx, 6*lease)
+			defer cancel()
+			l, err := m.Lock(lctx)
+			if err != nil {
+				l = nil
+			}
+			got <- l
+		}()
+		<-r.Ran()
+		// The grant's key expires while its reply is held back; the other
+		// Client takes the lock and keeps it.
+		ol := mustLock(t, ctx, other.Lock)
+		st := requireHeldBy(t, other, ol)
+		l := <-got
+		if l != nil {
+			now, err := other.Inspect(ctx)
+			require.NoError(t, err)
+			require.Failf(t, "a late grant was delivered", "lease of %s delivered (Err %v) while %s holds the lock (token %d, then %d)",
+				l.h.owner, l.Err(), now.Owner, st.Token, now.Token)
+		}
+		require.NoError(t, ol.Err())
+		require.NoError(t, ol.Unlock(ctx))
+	})
+}
+
+// TestNoRenewalAfterLoss: once the watchdog reported a lease lost because
+// no renewal answered in time (ErrConnectionLost, while every renewal in
+// fact ran in Redis and only its reply was lost), it renews that lease no
+// more: the key expires within
+// its lease, although Redis answers again and the watchdog goes on
+// renewing the Client's other leases.
+func TestNoRenewalAfterLoss(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const lease = 900 * time.Millisecond
+		c, rf := e.faultyClient(t, WithWatchdogLease(lease))
+		m := c.Mutex(t.Name())
+		ctx := withTimeout(t, 30*time.Second)
+		l := mustLock(t, ctx, m.Lock)
+		owner := l.h.owner
+		// A lease of another kind, renewed all along, keeps the watchdog
+		// making its passes.
+		keeper := mustLock(t, ctx, c.RWMutex(t.Name()+"-keeper").RLock)
+
+		// Every renewal of the Mutex runs in Redis, and its reply is lost.
+		rf.lose(runs(renewScript), -1, 0)
+		select {
+		case <-l.Lost():
+		case <-time.After(10 * lease):
+			t.Fatal("the lease was not reported lost while its renewals went unanswered")
+		}
+		require.True(t, errors.Is(l.Err(), ErrConnectionLost), "lost with %v", l.Err())
+		rf.clear()
+		// The renewals that ran before the report kept the key for at most
+		// a lease after it.
+		lost := time.Now()
+		time.Sleep(lease + lease/2)
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.NotEqual(t, owner, st.Owner, "the key of a lease lost %v ago is still its own: pttl %v", time.Since(lost), st.TTL)
+		other := mustLock(t, ctx, e.client(t).Mutex(t.Name()).TryLock)
+		require.NoError(t, other.Unlock(ctx))
+		require.NoError(t, keeper.Err())
+		require.NoError(t, keeper.Unlock(ctx))
+	})
+}
