@@ -241,6 +241,10 @@ type holder struct {
 	err       error               // the loss reason
 	lostAt    time.Time           // when the loss was noticed
 	lost      chan struct{}
+	// detached is set once a lease of the ownership was detached: its hold
+	// is left to expire, and the ownership is no longer renewed once its
+	// last lease ends.
+	detached bool
 	// reentered is set once a re-entry of the ownership is about to be
 	// sent (leaseFrom), whether or not it is granted: from then on Redis may
 	// count a hold that no Lease of the Client shows yet, and may have
@@ -638,7 +642,16 @@ func (l *Lease) end(reason error) {
 	h := l.h
 	h.mu.Lock()
 	delete(h.leases, l)
+	// The last lease of an ownership one of whose leases was detached
+	// leaves the detached hold to expire: nobody renews it any more.
+	letGo := h.detached && len(h.leases) == 0 && !h.done
+	if letGo {
+		h.done = true
+	}
 	h.mu.Unlock()
+	if letGo {
+		h.c.watchdog.remove(h)
+	}
 	l.endContext(reason)
 }
 
@@ -829,16 +842,12 @@ func (l *Lease) Detach() error {
 	if co := l.co; co != nil {
 		co.detach(l)
 	}
-	l.end(ErrDetached)
+	// Once no other lease of the ownership is live (now, or when the last
+	// re-entry ends: see end), the Client stops renewing the lock.
 	h.mu.Lock()
-	rest := len(h.leases)
-	if rest == 0 {
-		h.done = true
-	}
+	h.detached = true
 	h.mu.Unlock()
-	if rest == 0 {
-		h.c.watchdog.remove(h)
-	}
+	l.end(ErrDetached)
 	return nil
 }
 

@@ -203,3 +203,31 @@ func TestAcquireUnclaimedLeaseIsReleased(t *testing.T) {
 	require.ErrorIs(t, l.Err(), context.Canceled)
 	require.ErrorIs(t, l.Unlock(context.Background()), ErrNotHeld)
 }
+
+// TestLeaseDetachedUnderReentry: a lease detached while a re-entry of its
+// ownership is live leaves its hold to expire once that re-entry unlocks:
+// the Client stops renewing the lock then, and does not release it on
+// Close. Rather than renew the detached hold for ever, which kept the lock
+// from everybody.
+func TestLeaseDetachedUnderReentry(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
+		m := c.Mutex(t.Name())
+		l := mustLock(t, ctx, m.Lock)
+		child := mustLock(t, l.Context(), m.Lock)
+		require.NoError(t, l.Detach())
+		require.NoError(t, child.Err(), "the re-entry holds on after its parent detached")
+		requireHeld(t, m, child, 2)
+		require.NoError(t, child.Unlock(ctx))
+		other := e.client(t).Mutex(t.Name())
+		eventually(t, 3*time.Second, func() bool {
+			l, err := other.TryLock(ctx)
+			if err != nil {
+				return false
+			}
+			require.NoError(t, l.Unlock(ctx))
+			return true
+		}, "the detached hold is still renewed after the last re-entry unlocked")
+	})
+}
