@@ -36,21 +36,23 @@ type quintRun struct {
 
 // runQuint runs `quint run` on the module main of spec/models.qnt with
 // every invariant, a random seed, samples runs of up to steps steps, and
-// extra arguments. The test fails when node or the pinned quint package is
+// extra arguments. It writes the traces to itf (a pattern with {seq} for
+// several), or, when itf is "", the one it reports to a file of its own,
+// which it reads. The test fails when node or the pinned quint package is
 // missing, or when the simulator fails otherwise than by a violation.
-func runQuint(t *testing.T, ctx context.Context, main string, samples, steps int, extra ...string) quintRun {
+func runQuint(t *testing.T, ctx context.Context, main string, samples, steps int, itf string, extra ...string) quintRun {
 	t.Helper()
 	quint := quintPath(t)
-	itf := filepath.Join(t.TempDir(), "trace.itf.json")
+	own := itf == ""
+	if own {
+		itf = filepath.Join(t.TempDir(), "trace.itf.json")
+	}
 	seed := fmt.Sprintf("0x%x", rand.Uint64()>>8)
 	args := []string{"run", "models.qnt", "--main=" + main, "--backend=typescript",
 		"--seed=" + seed, "--max-samples=" + strconv.Itoa(samples), "--max-steps=" + strconv.Itoa(steps),
-		"--verbosity=1", "--invariants"}
+		"--verbosity=1", "--out-itf=" + itf}
+	args = append(append(args, extra...), "--invariants")
 	args = append(args, specInvariants...)
-	if len(extra) == 0 {
-		args = append(args, "--out-itf="+itf)
-	}
-	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, quint, args...)
 	cmd.Dir = "spec"
 	start := time.Now()
@@ -64,7 +66,7 @@ func runQuint(t *testing.T, ctx context.Context, main string, samples, steps int
 	default:
 		t.Fatalf("quint run %s (seed %s): %v\n%s", main, seed, err, r.out)
 	}
-	if len(extra) == 0 {
+	if own {
 		r.trace = readITF(t, itf)
 	}
 	return r
@@ -92,7 +94,7 @@ func quintPath(t *testing.T) string {
 func TestSpecInvariants(t *testing.T) {
 	samples := soak(1500, 40000)
 	ctx := withTimeout(t, time.Duration(soak(5, 120))*time.Minute)
-	r := runQuint(t, ctx, "fixed", samples, 30)
+	r := runQuint(t, ctx, "fixed", samples, 30, "")
 	if r.found {
 		t.Fatalf("the specification broke an invariant (seed %s, replay with: cd spec && npx quint run models.qnt --main=fixed --backend=typescript --seed=%s --max-steps=30 --invariants %s):\n%s\n%s",
 			r.seed, r.seed, strings.Join(specInvariants, " "), r.out, formatTrace(r.trace))
@@ -120,7 +122,7 @@ func TestSpecFindsKnownBugs(t *testing.T) {
 	} {
 		t.Run(c.main, func(t *testing.T) {
 			ctx := withTimeout(t, 3*time.Minute)
-			r := runQuint(t, ctx, c.main, 20000, 30)
+			r := runQuint(t, ctx, c.main, 20000, 30, "")
 			if !r.found {
 				t.Fatalf("no violation in 20000 runs of %s (seed %s):\n%s", c.main, r.seed, r.out)
 			}

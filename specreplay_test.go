@@ -3,7 +3,6 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -28,7 +27,6 @@ import (
 // server cannot play.
 func TestSpecReplay(t *testing.T) {
 	n := soak(60, 600)
-	quint := quintPath(t)
 	ctx := withTimeout(t, 5*time.Minute)
 	e := standaloneEnv(t)
 	rc := e.rueidisClient(t)
@@ -38,27 +36,25 @@ func TestSpecReplay(t *testing.T) {
 	// rare in a random walk), or five batches.
 	for batch := 0; batch < 5 && (batch == 0 || missingSteps(steps) != nil); batch++ {
 		dir := t.TempDir()
-		seed := fmt.Sprintf("0x%x", time.Now().UnixNano()&0xffffffffffff)
-		out, err := runCommand(ctx, quint, "run", "models.qnt", "--main=replay", "--backend=typescript", "--seed="+seed,
-			"--max-samples="+strconv.Itoa(n), "--n-traces="+strconv.Itoa(n), "--max-steps=50", "--verbosity=1",
-			"--invariant=safety", "--out-itf="+filepath.Join(dir, "t_{seq}.itf.json"))
-		if err != nil {
-			t.Fatalf("quint run replay (seed %s): %v\n%s", seed, err, out)
+		r := runQuint(t, ctx, "replay", n, 50, filepath.Join(dir, "t_{seq}.itf.json"), "--n-traces="+strconv.Itoa(n))
+		seed := r.seed
+		if r.found {
+			t.Fatalf("the specification broke an invariant (seed %s):\n%s", seed, r.out)
 		}
 		files, _ := filepath.Glob(filepath.Join(dir, "t_*.itf.json"))
 		if len(files) == 0 {
-			t.Fatalf("quint wrote no trace (seed %s):\n%s", seed, out)
+			t.Fatalf("quint wrote no trace (seed %s):\n%s", seed, r.out)
 		}
 		for _, f := range files {
 			tr := readITF(t, f)
-			r := &replayer{t: t, ctx: ctx, rc: rc, prefix: fmt.Sprintf("specreplay:%d:%d", time.Now().UnixNano(), traces),
+			rp := &replayer{t: t, ctx: ctx, rc: rc, prefix: fmt.Sprintf("specreplay:%d:%d", time.Now().UnixNano(), traces),
 				owners: map[int64]string{}, tokens: map[int64]int64{}}
 			for j := 1; j < len(tr); j++ {
 				st := stepOf(tr[j])
-				if err := r.play(st, tr[j]); err != nil {
+				if err := rp.play(st, tr[j]); err != nil {
 					t.Fatalf("trace %s (seed %s), step %d (%s): %v\n%s", filepath.Base(f), seed, j, st, err, formatTrace(tr[:j+1]))
 				}
-				if err := r.compare(tr[j]); err != nil {
+				if err := rp.compare(tr[j]); err != nil {
 					t.Fatalf("trace %s (seed %s), after step %d (%s), Redis differs from the spec: %v\n%s", filepath.Base(f), seed, j, st, err, formatTrace(tr[:j+1]))
 				}
 				steps[st.kind]++
@@ -72,7 +68,7 @@ func TestSpecReplay(t *testing.T) {
 					steps["expiry"]++
 				}
 			}
-			r.clear()
+			rp.clear()
 			traces++
 		}
 	}
@@ -99,13 +95,6 @@ func missingSteps(steps map[string]int) []string {
 		}
 	}
 	return out
-}
-
-func runCommand(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = "spec"
-	b, err := cmd.CombinedOutput()
-	return string(b), err
 }
 
 // The arguments the replay calls the scripts with: leases and waiter
