@@ -20,10 +20,11 @@ import (
 // says: owner, holds, the order of tokens and counters, the queue and its
 // entries; and every key has a TTL. A divergence fails with the trace.
 //
-// Left out (the module replay's REPLAYABLE switch): a re-entry, or a
-// Group member re-entering, onto a lock that is free or someone else's.
-// The fixed protocol refuses it; today's acquire.lua and group_acquire.lua
-// take the free lock, or queue the re-entry. And failovers, which one
+// Left out: a re-entry, or a Group member re-entering, onto a lock that is
+// free or someone else's (the spec's switch SKIP_REENTRY_NOT_HELD, set in
+// its module replay). The protocol refuses it; today's acquire.lua and
+// group_acquire.lua take the free lock, or queue the re-entry. Clear the
+// switch once the scripts refuse it. And failovers (REPLAYABLE), which one
 // server cannot play.
 func TestSpecReplay(t *testing.T) {
 	n := soak(60, 600)
