@@ -1,7 +1,8 @@
 .PHONY: deps test demo soak bench
 
 # deps installs redis-server and redis-cli, and node and npm, from Debian packages
-# when missing, and the pinned packages of the Redisson interop driver.
+# when missing, the pinned packages of the Redisson interop driver, and the
+# pinned Quint model checker that runs the protocol specification (spec/).
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
 		sudo=; if [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then sudo=sudo; fi; \
@@ -18,6 +19,10 @@ deps:
 	@if [ ! -f testdata/redisson-node/node_modules/node-redisson/package.json ]; then \
 		echo "installing the Redisson interop driver's packages with npm ci"; \
 		cd testdata/redisson-node && npm ci --no-audit --no-fund; \
+	fi
+	@if [ ! -f spec/node_modules/@informalsystems/quint/package.json ]; then \
+		echo "installing the Quint model checker of the protocol specification (spec/) with npm ci"; \
+		cd spec && npm ci --no-audit --no-fund; \
 	fi
 
 # Modules of their own (kept out of the library's dependencies) are tested too,
