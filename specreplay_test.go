@@ -166,18 +166,25 @@ func (r *replayer) play(st specStep, after itfState) error {
 		return nil
 	case "acquire": // a new owner, its first attempt (mutex.go newAcquisition, attempt)
 		o := r.owner(st.client, st.owner)
-		args := acquireArgs(o, hold(st.hold), time.Minute, o, time.Minute, "first", time.Minute)
+		args := acquireArgs(o, hold(st.hold), time.Minute, o, time.Minute, "first", time.Minute, nil)
 		args[firstArg], args[reserveArg] = "1", reserve(st.n)
 		err = r.run(acquireScript, lockKeys3, args)
 	case "look": // the waiter's next attempt, with a place in the queue
 		o := r.ownerOf(st.owner)
-		args := acquireArgs(o, hold(st.hold), time.Minute, o, time.Minute, "queued", time.Minute)
+		args := acquireArgs(o, hold(st.hold), time.Minute, o, time.Minute, "queued", time.Minute, nil)
 		args[firstArg], args[reserveArg] = "1", reserve(st.n)
 		err = r.run(acquireScript, lockKeys3, args)
 	case "reenter": // the parent's owner id, a waiter id of its own
 		o := r.ownerOf(st.owner)
-		args := acquireArgs(o, hold(st.hold), time.Minute, fmt.Sprintf("c%d:r%d", st.client, st.hold), time.Minute, "first", 0)
+		args := acquireArgs(o, hold(st.hold), time.Minute, fmt.Sprintf("c%d:r%d", st.client, st.hold), time.Minute, "first", 0, nil)
 		args[firstArg] = "1"
+		// The parent's token, as Redis has it: the replay plays re-entries
+		// only onto a lock their parent's owner holds (SKIP_REENTRY_NOT_HELD).
+		token, terr := r.rc.Do(r.ctx, r.rc.B().Hget().Key(k.lock).Field("token").Build()).ToString()
+		if terr != nil {
+			return fmt.Errorf("reading the re-entered lock's token: %w", terr)
+		}
+		args[len(args)-1] = token
 		err = r.run(acquireScript, lockKeys3, args)
 	case "release":
 		err = r.run(releaseScript, lockKeys3, []string{r.ownerOf(st.owner), hold(st.hold), replayRetention, k.channel})
