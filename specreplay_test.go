@@ -20,12 +20,7 @@ import (
 // says: owner, holds, the order of tokens and counters, the queue and its
 // entries; and every key has a TTL. A divergence fails with the trace.
 //
-// Left out: a re-entry, or a Group member re-entering, onto a lock that is
-// free or someone else's (the spec's switch SKIP_REENTRY_NOT_HELD, set in
-// its module replay). The protocol refuses it; today's acquire.lua and
-// group_acquire.lua take the free lock, or queue the re-entry. Clear the
-// switch once the scripts refuse it. And failovers (REPLAYABLE), which one
-// server cannot play.
+// Left out: failovers (REPLAYABLE), which one server cannot play.
 func TestSpecReplay(t *testing.T) {
 	n := soak(60, 600)
 	ctx := withTimeout(t, 5*time.Minute)
@@ -49,7 +44,7 @@ func TestSpecReplay(t *testing.T) {
 		for _, f := range files {
 			tr := readITF(t, f)
 			rp := &replayer{t: t, ctx: ctx, rc: rc, prefix: fmt.Sprintf("specreplay:%d:%d", time.Now().UnixNano(), traces),
-				owners: map[int64]string{}, tokens: map[int64]int64{}}
+				owners: map[int64]string{}, tokens: map[int64]int64{}, ownTokens: map[string]string{}}
 			for j := 1; j < len(tr); j++ {
 				st := stepOf(tr[j])
 				if err := rp.play(st, tr[j]); err != nil {
@@ -118,6 +113,9 @@ type replayer struct {
 	// tokens maps the spec's tokens and counters to the server's: both
 	// count from clocks of their own, so only their order must agree.
 	tokens map[int64]int64
+	// ownTokens is the server's token of each owner id's ownership, as
+	// the keys showed it: what a re-entry of it claims.
+	ownTokens map[string]string
 }
 
 func (r *replayer) keys(lock string) lockKeys {
@@ -178,11 +176,10 @@ func (r *replayer) play(st specStep, after itfState) error {
 		o := r.ownerOf(st.owner)
 		args := acquireArgs(o, hold(st.hold), time.Minute, fmt.Sprintf("c%d:r%d", st.client, st.hold), time.Minute, "first", 0, nil)
 		args[firstArg] = "1"
-		// The parent's token, as Redis has it: the replay plays re-entries
-		// only onto a lock their parent's owner holds (SKIP_REENTRY_NOT_HELD).
-		token, terr := r.rc.Do(r.ctx, r.rc.B().Hget().Key(k.lock).Field("token").Build()).ToString()
-		if terr != nil {
-			return fmt.Errorf("reading the re-entered lock's token: %w", terr)
+		// The parent's token: its ownership's, as the keys showed it.
+		token, ok := r.ownTokens[o]
+		if !ok {
+			return fmt.Errorf("a re-entry of owner %s, whose token the keys never showed", o)
 		}
 		args[len(args)-1] = token
 		err = r.run(acquireScript, lockKeys3, args)
@@ -203,14 +200,17 @@ func (r *replayer) play(st specStep, after itfState) error {
 	case "force":
 		err = r.run(forceScript, lockKeys3, []string{k.channel, replayRetention})
 	case "groupAcquire": // a single attempt (group.go newAtomic)
-		var keys []string
+		var keys, parents []string
 		args := []string{"try"}
 		for _, l := range sortedLocks(st.members) {
 			lk := r.keys(l)
 			keys = append(keys, lk.lock, lk.queue, lk.waiters)
-			args = append(args, r.owner(st.client, st.members[l]), hold(st.holds[l]), replayLease)
+			o := r.owner(st.client, st.members[l])
+			args = append(args, o, hold(st.holds[l]), replayLease)
+			// A member whose owner had an ownership before re-enters it.
+			parents = append(parents, r.ownTokens[o])
 		}
-		err = r.run(groupAcquireScript, keys, args)
+		err = r.run(groupAcquireScript, keys, append(args, parents...))
 	case "groupRelease": // members.go: one hold of each member
 		var keys []string
 		args := []string{replayRetention}
@@ -275,6 +275,11 @@ func (r *replayer) compare(s itfState) error {
 			}
 			if h["owner"] != owner {
 				return fmt.Errorf("%s: owner %q, the spec's %q", l, h["owner"], owner)
+			}
+			if owner != "" {
+				// The latest: an owner id that waited in the queue takes
+				// the lock again under the same id after losing it.
+				r.ownTokens[owner] = h["token"]
 			}
 			var holds []string
 			for _, x := range want.holds {
