@@ -253,41 +253,48 @@ func (a *acquisition) abandon(ctx context.Context) {
 
 // cleanup runs f, a release or a leave that the library sends on its own
 // when an acquisition ends without the lease, with a detached context
-// (bounded by cleanupTimeout). Once ctx ended, the caller waits for it
-// inflightGrace at most, so that what it undoes is undone when it returns
-// while Redis answers, and returns at once while Redis cannot be reached:
-// f then goes on in the background, and Close waits for it before it
-// closes the connection. A closing Client runs it to its end.
+// (bounded by cleanupTimeout). The caller waits for it until the grace of
+// its call passed at most (graceOver: inflightGrace after ctx ended, also
+// when ctx ends while f runs), so that what it undoes is undone when it
+// returns while Redis answers, and returns at once while Redis cannot be
+// reached: f then goes on in the background, and Close waits for it
+// before it closes the connection. A closing Client runs it to its end.
 func (c *Client) cleanup(ctx context.Context, f func(context.Context)) {
 	run := func() {
 		dctx, cancel := detached(ctx)
 		defer cancel()
 		f(dctx)
 	}
-	if ctx.Err() == nil {
+	if ctx.Done() == nil || !c.background() {
 		run()
 		return
 	}
-	c.cleanupMu.Lock()
-	if c.isClosed() {
-		c.cleanupMu.Unlock()
-		run()
-		return
-	}
-	c.cleanups.Add(1)
-	c.cleanupMu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		defer c.cleanups.Done()
 		defer close(done)
 		run()
 	}()
-	timer := time.NewTimer(inflightGrace)
-	defer timer.Stop()
+	over, stop := graceOver(ctx)
+	defer stop()
 	select {
 	case <-done:
-	case <-timer.C:
+	case <-over:
 	}
+}
+
+// background counts work the library goes on with after its caller
+// returned (cleanups), which Close waits for, and reports whether it may
+// start: not once the Client is closed, when it runs to its end before
+// its caller returns instead. Call c.cleanups.Done when it ended.
+func (c *Client) background() bool {
+	c.cleanupMu.Lock()
+	defer c.cleanupMu.Unlock()
+	if c.isClosed() {
+		return false
+	}
+	c.cleanups.Add(1)
+	return true
 }
 
 // checkHandle checks what every method of a primitive's handle checks: the
@@ -334,11 +341,46 @@ func sleep[T any](ctx context.Context, c *Client, wake <-chan T, cancel func(), 
 // one.
 const inflightGrace = 500 * time.Millisecond
 
-// inflight returns the context for one call that takes nothing (a read, a
-// renewal). The caller's context ending does not abandon a call already on
-// its way: a connection being dialed for it would fail for every call
-// waiting for it. It is abandoned only inflightGrace after the context
-// ended. Call done when the call returned.
+// graceKey keys the grace of a blocking call, which withGrace puts in the
+// call's context (see graceOver).
+type graceKey struct{}
+
+// grace is the moment a blocking call must have returned by: over closes
+// inflightGrace after the call's context ended. done is that context's
+// Done channel: the grace is the call's own, not that of a context
+// derived from it (a Lease's Context, which a later call may be given).
+type grace struct {
+	done, over <-chan struct{}
+}
+
+// withGrace gives a call that waits (Lock, TryLock, Acquire, Wait) its
+// grace: it returns at most inflightGrace after ctx ends, whatever Redis
+// does. Its waits past ctx's end (for a script on its way, an undo, a
+// leave, a read) wait for the grace to pass (graceOver) rather than for a
+// grace of their own, so that the waits one after the other never add up
+// to more than one grace. Call done when the call returned.
+func withGrace(ctx context.Context) (gctx context.Context, done func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	actx, done := inflight(ctx)
+	return context.WithValue(ctx, graceKey{}, &grace{done: ctx.Done(), over: actx.Done()}), done
+}
+
+// graceOver returns a channel closed when the grace of the call that ctx
+// belongs to passed (see withGrace). For a context withGrace did not make,
+// the grace is inflightGrace after ctx ends, starting now if ctx ended
+// already. Call stop when done waiting.
+func graceOver(ctx context.Context) (over <-chan struct{}, stop func()) {
+	if g, ok := ctx.Value(graceKey{}).(*grace); ok && g.done == ctx.Done() {
+		return g.over, func() {}
+	}
+	actx, done := inflight(ctx)
+	return actx.Done(), done
+}
+
+// inflight returns a context that ends inflightGrace after ctx ended: the
+// grace of a call (see withGrace). Call done when the call returned.
 func inflight(ctx context.Context) (actx context.Context, done func()) {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(inflightGrace, cancel) })
@@ -346,37 +388,58 @@ func inflight(ctx context.Context) (actx context.Context, done func()) {
 }
 
 // execTaking runs s once on keys with args: a script that may take a lock
-// or permits. The caller's context ending does not abandon a script on its
-// way, which would leave its outcome unknown: the caller gets its reply,
-// or ctx's error inflightGrace after ctx ended. The script then goes on in
-// the background, and undo runs once it returned (or cleanupTimeout later,
-// if it never does), so that what it took is given back after it was
-// taken. An undo sent at
-// once could overtake the script, on another connection of the
-// multiplexed client or past a connection held up, and leave the lock held
-// by nobody until its lease ran out. Close waits for it.
+// or permits, undone by undo when its caller gave up on it (see
+// takeInFlight). The caller gets its reply, or ctx's error.
 func (c *Client) execTaking(ctx context.Context, s script, keys, args []string, undo func(context.Context)) rueidis.RedisResult {
 	if ctx.Done() == nil {
 		return s.exec(ctx, c.rc, keys, args)
 	}
 	// The caller may change its slices once it got its answer.
 	keys, args = slices.Clone(keys), slices.Clone(args)
+	r, ok := takeInFlight(c, ctx, func(actx context.Context) rueidis.RedisResult { return s.exec(actx, c.rc, keys, args) }, undo)
+	if !ok {
+		return rueidis.NewErrorResult(ctx.Err())
+	}
+	return r
+}
+
+// takeInFlight runs call, which sends to Redis what may take a lock or
+// permits (a script, and the WAIT after it), and returns its result, true.
+// The caller's context ending does not abandon a call on its way, which
+// would leave its outcome unknown: the caller gets its result, or false
+// once the grace of its call passed (graceOver: inflightGrace after ctx
+// ended), whatever rueidis does (it waits for a connection being opened
+// deaf to a cancellation). The call then goes on in the background, and
+// undo runs once it returned (or cleanupTimeout later, if it never does),
+// so that what it took is given back after it was taken. An undo sent at
+// once could overtake the call, on another connection of the multiplexed
+// client or past a connection held up, and leave the lock held by nobody
+// until its lease ran out. Close waits for it. A nil undo is for a call
+// whose outcome needs no undo (a read, a renewal): it is cancelled once
+// given up on.
+func takeInFlight[T any](c *Client, ctx context.Context, call func(context.Context) T, undo func(context.Context)) (T, bool) {
+	if ctx.Done() == nil {
+		return call(ctx), true
+	}
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	reply := make(chan rueidis.RedisResult, 1)
-	go func() { reply <- s.exec(actx, c.rc, keys, args) }()
+	reply := make(chan T, 1)
+	go func() { reply <- call(actx) }()
 	select {
 	case r := <-reply:
 		cancel()
-		return r
+		return r, true
 	case <-ctx.Done():
 	}
-	grace := time.NewTimer(inflightGrace)
-	defer grace.Stop()
+	over, stop := graceOver(ctx)
+	defer stop()
 	select {
 	case r := <-reply:
 		cancel()
-		return r
-	case <-grace.C:
+		return r, true
+	case <-over:
+	}
+	if undo == nil {
+		cancel()
 	}
 	settle := func() {
 		// A call that never answers (rueidis may not hear the cancel) is
@@ -388,23 +451,43 @@ func (c *Client) execTaking(ctx context.Context, s script, keys, args []string, 
 		}
 		wait.Stop()
 		cancel()
-		dctx, dcancel := detached(ctx)
-		undo(dctx)
-		dcancel()
+		if undo != nil {
+			dctx, dcancel := detached(ctx)
+			undo(dctx)
+			dcancel()
+		}
 	}
-	c.cleanupMu.Lock()
-	if c.isClosed() {
-		c.cleanupMu.Unlock()
+	var zero T
+	if !c.background() {
 		settle()
-		return rueidis.NewErrorResult(ctx.Err())
+		return zero, false
 	}
-	c.cleanups.Add(1)
-	c.cleanupMu.Unlock()
 	go func() {
 		defer c.cleanups.Done()
 		settle()
 	}()
-	return rueidis.NewErrorResult(ctx.Err())
+	return zero, false
+}
+
+// callInFlight runs call, one call to Redis that takes nothing (a read, a
+// renewal) or whose outcome is not undone, and returns what it returns, or
+// ctx's error once the grace of the caller's call passed, whatever rueidis
+// does (see takeInFlight). ctx ending does not cancel the call before:
+// a connection being dialed for it would fail for every call waiting for
+// it.
+func callInFlight[T any](c *Client, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	type reply struct {
+		v   T
+		err error
+	}
+	r, ok := takeInFlight(c, ctx, func(actx context.Context) reply {
+		v, err := call(actx)
+		return reply{v, err}
+	}, nil)
+	if !ok {
+		return r.v, ctx.Err()
+	}
+	return r.v, r.err
 }
 
 // unclaimedWarn is how long a Lease Acquire delivered may wait on its

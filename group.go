@@ -422,17 +422,17 @@ func (a *atomicAcquisition) undoLate(ctx context.Context) {
 }
 
 // release releases ms, members of an acquisition that ends without the
-// lease, and logs a failure.
+// lease, and logs a failure (see Client.cleanup).
 func (a *atomicAcquisition) release(ctx context.Context, ms []*member) {
-	dctx, cancel := detached(ctx)
-	defer cancel()
-	releaseMembers(dctx, ms, 0)
-	for _, mb := range ms {
-		if mb.err != nil {
-			a.g.clients[0].log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", a.g.name, "err", mb.err)
-			break
+	a.g.clients[0].cleanup(ctx, func(ctx context.Context) {
+		releaseMembers(ctx, ms, 0)
+		for _, mb := range ms {
+			if mb.err != nil {
+				a.g.clients[0].log.Error("redisync: release of an abandoned group acquisition failed; it expires with its lease", "group", a.g.name, "err", mb.err)
+				break
+			}
 		}
-	}
+	})
 }
 
 // groupReply is the group acquire script's reply: the tokens of a group
@@ -506,10 +506,10 @@ func (g *Group) acquireOrdered(ctx context.Context, try bool) (*Lease, error) {
 		if err == nil && actx.Err() == nil {
 			return newGroupLease(ctx, groupPrimitive, g.clients[0], g.name, ms, len(ms), token, 0, time.Time{}), nil
 		}
-		dctx, cancel := detached(ctx)
-		releaseMembers(dctx, ms, 0)
-		cancel()
-		logReleaseErr(g.clients[0], g.name, ms, "release of an abandoned group acquisition failed; it expires with its lease")
+		g.clients[0].cleanup(ctx, func(ctx context.Context) {
+			releaseMembers(ctx, ms, 0)
+			logReleaseErr(g.clients[0], g.name, ms, "release of an abandoned group acquisition failed; it expires with its lease")
+		})
 		switch {
 		case ctx.Err() != nil:
 			if err == nil || !errors.Is(err, ctx.Err()) {

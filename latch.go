@@ -137,6 +137,12 @@ func (l *Latch) Count(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// latchRead is what get reads.
+type latchRead struct {
+	n   int
+	gen string
+}
+
 // get reads the count and the generation.
 func (l *Latch) get(ctx context.Context) (int, string, error) {
 	res, err := latchGetScript.exec(ctx, l.c.rc, []string{l.key}, nil).ToArray()
@@ -170,6 +176,8 @@ func (l *Latch) Wait(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
+	ctx, done := withGrace(ctx)
+	defer done()
 	var gen string
 	first := true
 	open := failedLease(errLatchOpen)
@@ -178,9 +186,11 @@ func (l *Latch) Wait(ctx context.Context) error {
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			// Not cut short by ctx: a connection being dialed for this read
 			// would fail for everyone waiting for it.
-			actx, done := inflight(ctx)
-			defer done()
-			n, g, err := l.get(actx)
+			r, err := callInFlight(l.c, ctx, func(actx context.Context) (latchRead, error) {
+				n, g, err := l.get(actx)
+				return latchRead{n, g}, err
+			})
+			n, g := r.n, r.gen
 			if err != nil {
 				return nil, 0, err
 			}

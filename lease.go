@@ -56,9 +56,9 @@ var errLostBeforeDelivery = errors.New("redisync: the lock was lost before its l
 // lock found not held (expired, taken) is errLostBeforeDelivery.
 func (c *Client) confirm(ctx context.Context, g *grant) error {
 	sent := time.Now()
-	actx, done := inflight(ctx)
-	states, err := g.kind.renew.exec(actx, c.rc, []string{g.key}, []string{g.owner, strconv.FormatInt(g.lease.Milliseconds(), 10)}).AsIntSlice()
-	done()
+	states, err := callInFlight(c, ctx, func(actx context.Context) ([]int64, error) {
+		return g.kind.renew.exec(actx, c.rc, []string{g.key}, []string{g.owner, strconv.FormatInt(g.lease.Milliseconds(), 10)}).AsIntSlice()
+	})
 	switch {
 	case err != nil:
 		return redisErr("renew", err)

@@ -399,8 +399,12 @@ func releaseMembers(ctx context.Context, ms []*member, timeout time.Duration) {
 		if m.state == memberFreed || m.state == memberGone {
 			return false
 		}
-		if m.c.isClosed() {
+		if m.state != memberNone && m.c.isClosed() {
 			// Close released what its watchdog held; nothing can be sent.
+			// A member never granted (the undo of an attempt whose reply
+			// came late, which Close waits for) is released by owner id
+			// all the same: the connection stays open until the undos are
+			// done.
 			m.state, m.reason = memberGone, ErrClosed
 			return false
 		}

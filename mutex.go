@@ -615,43 +615,29 @@ func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, h
 }
 
 // attempt runs the acquire script once, and the WAIT that WithReplicaAck
-// asks for.
+// asks for. An attempt whose reply comes after its caller gave up leaves
+// the place it may have taken, and gives back the lock it may have taken;
+// one that fewer replicas acknowledged releases the lock it took.
 func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
 	c := q.c
-	keys := []string{q.keys.lock, q.keys.queue, q.keys.waiters}
-	if c.cfg.ackReplicas == 0 {
-		// An attempt whose reply comes after its caller gave up leaves the
-		// place it may have taken, and gives back the lock it may have
-		// taken.
-		owner, hold, waiter := args[0], args[1], args[3]
-		res, err := c.execTaking(ctx, q.script, keys, args, func(ctx context.Context) {
-			c.leaveQueueOrRetry(ctx, q.keys, waiter, owner, hold)
-		}).ToArray()
-		if err != nil {
-			return nil, redisErr("acquire", err)
-		}
-		return res, nil
-	}
-	actx, done := inflight(ctx)
-	defer done()
-	res, acked, err := q.script.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
-	if err != nil {
-		return nil, redisErr("acquire", err)
-	}
-	if ok, _, _ := parseAcquire(res); ok && acked < int64(c.cfg.ackReplicas) {
-		q.releaseAbandoned(ctx, args[0], args[1])
-		return nil, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, c.cfg.ackReplicas, c.cfg.ackTimeout)
-	}
-	return res, nil
+	owner, hold, waiter := args[0], args[1], args[3]
+	return c.runAcquire(ctx, q.script, "acquire", []string{q.keys.lock, q.keys.queue, q.keys.waiters}, args,
+		func(res []rueidis.RedisMessage) bool {
+			ok, _, _ := parseAcquire(res)
+			return ok
+		},
+		func(ctx context.Context) { q.releaseAbandoned(ctx, owner, hold) },
+		func(ctx context.Context) { c.leaveQueueOrRetry(ctx, q.keys, waiter, owner, hold) })
 }
 
-// releaseAbandoned releases a hold the caller will not get.
+// releaseAbandoned releases a hold the caller will not get (see
+// Client.cleanup).
 func (q *queuedLock) releaseAbandoned(ctx context.Context, owner, hold string) {
-	dctx, cancel := detached(ctx)
-	defer cancel()
-	if _, err := q.c.release(dctx, q.keys, owner, hold); err != nil {
-		q.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", q.keys.lock, "err", err)
-	}
+	q.c.cleanup(ctx, func(ctx context.Context) {
+		if _, err := q.c.release(ctx, q.keys, owner, hold); err != nil {
+			q.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", q.keys.lock, "err", err)
+		}
+	})
 }
 
 // parseAcquire reads the acquire script's reply: {1, token, holds} or

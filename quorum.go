@@ -367,9 +367,7 @@ func (q *Quorum) attempt(ctx context.Context, since time.Time) (*Lease, roundOut
 	if out.err == nil {
 		out.err = q.roundErr(out.granted, failures)
 	}
-	dctx, release := detached(ctx)
-	releaseMembers(dctx, r.members, q.timeout)
-	release()
+	q.clients[0].cleanup(ctx, func(ctx context.Context) { releaseMembers(ctx, r.members, q.timeout) })
 	return nil, out
 }
 

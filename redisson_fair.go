@@ -209,9 +209,7 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 	gl, err := w.run(ctx, try)
 	if err != nil && queued {
 		// Given up: leave the queue, as Java's acquireFailed does.
-		dctx, cancel := detached(ctx)
-		l.leave(dctx, owner, how, waitMs)
-		cancel()
+		c.cleanup(ctx, func(ctx context.Context) { l.leave(ctx, owner, how, waitMs) })
 	}
 	return gl, err
 }

@@ -131,18 +131,28 @@ func (l *RedissonCountDownLatch) Wait(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
+	ctx, done := withGrace(ctx)
+	defer done()
+	_, err := l.wait(ctx)
+	return err
+}
+
+// wait is Wait, once its input is checked: a Lease that reports the latch
+// open, or an error.
+func (l *RedissonCountDownLatch) wait(ctx context.Context) (*Lease, error) {
 	_, classic, sharded, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	open := failedLease(errLatchOpen)
 	w := redissonWait{
 		c: l.c, channel: l.channel(), classic: classic, sharded: sharded,
 		probe: redissonCountProbe(l.name), primitive: "redisson_countdownlatch", name: l.name,
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
-			actx, done := inflight(ctx)
-			defer done()
-			_, n, err := redissonCount(actx, l.c.rc, l.name, "count-down latch")
+			n, err := callInFlight(l.c, ctx, func(actx context.Context) (int64, error) {
+				_, n, err := redissonCount(actx, l.c.rc, l.name, "count-down latch")
+				return n, err
+			})
 			switch {
 			case err != nil:
 				return nil, 0, err
@@ -152,8 +162,7 @@ func (l *RedissonCountDownLatch) Wait(ctx context.Context) error {
 			return nil, -1, nil
 		},
 	}
-	_, err = w.run(ctx, false)
-	return err
+	return w.run(ctx, false)
 }
 
 // redissonCountProbe reads the count of the Redisson count-down latch

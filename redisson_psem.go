@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -209,19 +210,35 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 	keys := redissonPSemKeys(s.name)
 	ms := strconv.FormatInt(lease.Milliseconds(), 10)
 	// The ids of attempts whose reply never came: they may hold permits,
-	// which are given back once the acquisition ends.
-	var unsure []string
+	// which are given back once the acquisition ends, or in the background
+	// once its context ended (unsureMu).
+	var (
+		unsureMu sync.Mutex
+		unsure   []string
+	)
+	noteUnsure := func(ids []string) {
+		unsureMu.Lock()
+		unsure = append(unsure, ids...)
+		unsureMu.Unlock()
+	}
 	release := func(ctx context.Context, ids []string) {
 		if _, _, err := redissonPSemRelease(ctx, c.rc, s.name, how, "each", ids); err != nil {
 			c.log.Warn("redisync: could not give back the permits of a Redisson permit expirable semaphore acquisition whose outcome is unknown; if it took some, they come back when their lease ends", "key", s.name, "err", err)
 		}
 	}
 	giveBack := func(ctx context.Context) {
-		if len(unsure) == 0 {
-			return
-		}
-		release(ctx, unsure)
+		unsureMu.Lock()
+		ids := unsure
 		unsure = nil
+		unsureMu.Unlock()
+		if len(ids) > 0 {
+			release(ctx, ids)
+		}
+	}
+	hasUnsure := func() bool {
+		unsureMu.Lock()
+		defer unsureMu.Unlock()
+		return len(unsure) > 0
 	}
 	w := redissonWait{
 		c: c, channel: keys[2], classic: classic, sharded: sharded,
@@ -240,7 +257,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 			}).AsIntSlice()
 			if err != nil {
 				if !isRedisReply(err) {
-					unsure = append(unsure, ids...)
+					noteUnsure(ids)
 				}
 				return nil, 0, redisErr("acquire from Redisson permit expirable semaphore "+s.name, err)
 			}
@@ -254,10 +271,8 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 				}
 				return nil, -1, nil
 			}
-			if len(unsure) > 0 {
-				dctx, cancel := detached(ctx)
-				giveBack(dctx)
-				cancel()
+			if hasUnsure() {
+				c.cleanup(ctx, giveBack)
 			}
 			k := lockKeys{lock: keys[1], channel: keys[2]}
 			gl, err := c.grant(ctx, grant{kind: kind, name: s.name, keys: k, key: keys[1], owner: strings.Join(ids, ","), lease: lease, watchdog: watchdog, sent: sent})
@@ -265,18 +280,16 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 				// The permits were found expired, or could not be checked
 				// after a late reply: whatever of them is still held goes
 				// back.
-				unsure = append(unsure, ids...)
+				noteUnsure(ids)
 			}
 			return gl, 0, err
 		},
 		undo: giveBack,
 	}
 	l, err := w.run(ctx, try)
-	if err != nil && len(unsure) > 0 {
+	if err != nil && hasUnsure() {
 		// A Redis error ended it (undo ran if ctx did).
-		dctx, cancel := detached(ctx)
-		defer cancel()
-		giveBack(dctx)
+		c.cleanup(ctx, giveBack)
 	}
 	return l, err
 }

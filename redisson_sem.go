@@ -151,9 +151,9 @@ func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) {
 		busy: errorf("%w: Redisson semaphore %s", ErrNoPermits, s.name),
 		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
 			sent := time.Now()
-			actx, done := inflight(ctx)
-			res, err := redissonSemAcquireScript.exec(actx, c.rc, []string{s.name}, []string{n}).ToArray()
-			done()
+			res, err := callInFlight(c, ctx, func(actx context.Context) ([]rueidis.RedisMessage, error) {
+				return redissonSemAcquireScript.exec(actx, c.rc, []string{s.name}, []string{n}).ToArray()
+			})
 			if err != nil {
 				return nil, 0, redisErr("acquire from Redisson semaphore "+s.name, err)
 			}

@@ -189,12 +189,10 @@ func (w *redissonWait) sleep(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// abandon runs undo with a detached context.
+// abandon runs undo with a detached context (see Client.cleanup).
 func (w *redissonWait) abandon(ctx context.Context) {
 	if w.undo == nil {
 		return
 	}
-	dctx, cancel := detached(ctx)
-	defer cancel()
-	w.undo(dctx)
+	w.c.cleanup(ctx, w.undo)
 }

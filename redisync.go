@@ -339,8 +339,11 @@ type Client struct {
 // was made from, it is DetectOnChange: about a round trip. Dial and DialURL
 // give DetectOnChange without it.
 //
-// rc ends a call at its context's deadline, and at an earlier cancellation
-// only when it pipelines the call (see Dial for when rueidis does not).
+// A call that waits (Lock, TryLock and Acquire of every lock and
+// semaphore, Wait of the latches) returns at most half a second after its
+// context ends, as with Dial, whatever rc does. rc ends any other call at
+// its context's deadline, and at an earlier cancellation only when it
+// pipelines the call (see Dial for when rueidis does not).
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis.Client", ErrInvalidArgument)
@@ -366,15 +369,24 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // URL) Dial sets opt.DisableCache, and with opt.DisableCache the Client's
 // LossDetection is DetectOnRenewal.
 //
-// A call to Redis ends at its context's deadline, and at an earlier
-// cancellation when rueidis pipelines it. A connection pipelines from the
-// start with client-side caching; without, once calls overlapped on it or
-// one came with a context that can be cancelled and has no deadline. So
-// rueidis waits for the reply or the deadline, deaf to a cancellation, of
-// a call that opens a connection (the first on it, or after it broke: the
-// handshake waits up to opt.Dialer.Timeout, 5 s by default), of a call
-// alone on a connection that never pipelined, and of every call with
-// opt.DisableAutoPipelining (a connection per call, from a pool).
+// A call that waits (Lock, TryLock and Acquire of every lock, read-write
+// lock, semaphore, Group and Quorum, Wait of the latches) returns at most
+// half a second after its context ends, by its deadline or a
+// cancellation, whatever Redis does meanwhile: a server that stalls, a
+// connection held up or being opened, a WAIT (WithReplicaAck). What it
+// sent goes on in the background, and what that took is given back once
+// Redis answers; Close waits for it, a few seconds at most.
+//
+// Any other call to Redis (Unlock, Extend, Inspect, a count) ends at its
+// context's deadline, and at an earlier cancellation when rueidis
+// pipelines it. A connection pipelines from the start with client-side
+// caching; without, once calls overlapped on it or one came with a
+// context that can be cancelled and has no deadline. So rueidis waits for
+// the reply or the deadline, deaf to a cancellation, of a call that opens
+// a connection (the first on it, or after it broke: the handshake waits up
+// to opt.Dialer.Timeout, 5 s by default), of a call alone on a connection
+// that never pipelined, and of every call with opt.DisableAutoPipelining
+// (a connection per call, from a pool).
 //
 // Options rueidis refuses (ClientOption.DisableCache must be true for a
 // server without RESP3, conflicting replica settings, no InitAddress...)
@@ -557,11 +569,13 @@ func (c *Client) ID() string {
 // started. Every live Lease reports loss with ErrClosed, and its lock is
 // released in Redis at once (one pipelined batch, bounded by a few seconds)
 // so other clients do not wait for the lease to expire. Acquisitions in
-// progress return ErrClosed. Close also waits, a few seconds at most, for
-// the undoing of acquisitions that ended while their script was still on
-// its way, so that what such a script took is given back after it ran.
-// Close is idempotent and returns nil; later calls
-// on the Client and its primitives return ErrClosed. A Client not made by
+// progress return ErrClosed. Close also waits for the calls that returned
+// at their context's end while Redis did not answer, and for the undoing
+// of what they sent, so that what a script took is given back after it
+// ran: until Redis answers, 5 s at most for an undo, and for a call as
+// long as rueidis waits for a reply (opt.ConnWriteTimeout, 10 s by
+// default, for a connection that stalls). Close is idempotent and returns
+// nil; later calls on the Client and its primitives return ErrClosed. A Client not made by
 // New or Dial (a zero Client) has nothing to close: ErrInvalidArgument.
 func (c *Client) Close() error {
 	if c == nil {

@@ -443,19 +443,19 @@ func parseRW(res []rueidis.RedisMessage) (code, val int64, err error) {
 }
 
 // releaseAbandoned releases what an acquisition the caller will not get
-// may hold, and its place among the waiters.
+// may hold, and its place among the waiters (see Client.cleanup).
 func (m *RWMutex) releaseAbandoned(ctx context.Context, side, owner, hold string) {
-	dctx, cancel := detached(ctx)
-	defer cancel()
-	var err error
-	if side == "read" {
-		_, err = m.c.rwReleaseRead(dctx, m.keys, owner)
-	} else {
-		_, err = m.c.rwReleaseWrite(dctx, m.keys, owner, hold)
-	}
-	if err != nil && !m.c.isClosed() {
-		m.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", m.keys.lock, "side", side, "err", err)
-	}
+	m.c.cleanup(ctx, func(ctx context.Context) {
+		var err error
+		if side == "read" {
+			_, err = m.c.rwReleaseRead(ctx, m.keys, owner)
+		} else {
+			_, err = m.c.rwReleaseWrite(ctx, m.keys, owner, hold)
+		}
+		if err != nil && !m.c.isClosed() {
+			m.c.log.Warn("redisync: could not undo an acquisition whose outcome is unknown; if it took anything, that expires with its lease", "key", m.keys.lock, "side", side, "err", err)
+		}
+	})
 }
 
 // rwReleaseRead runs the read release script for one share.

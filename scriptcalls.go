@@ -3,6 +3,7 @@ package redisync
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/redis/rueidis"
 )
@@ -27,9 +28,23 @@ func (c *Client) runAcquire(ctx context.Context, s script, op string, keys, args
 		}
 		return res, nil
 	}
-	actx, done := inflight(ctx)
-	defer done()
-	res, acked, err := s.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
+	// The WAIT lasts up to the acknowledgement timeout on a dedicated
+	// connection, deaf to a cancellation: it runs as the script alone does,
+	// in flight beside a caller that gives up, and undone after it.
+	type reply struct {
+		res   []rueidis.RedisMessage
+		acked int64
+		err   error
+	}
+	keys, args = slices.Clone(keys), slices.Clone(args)
+	r, ok := takeInFlight(c, ctx, func(actx context.Context) (r reply) {
+		r.res, r.acked, r.err = s.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
+		return r
+	}, late)
+	if !ok {
+		r.err = ctx.Err()
+	}
+	res, acked, err := r.res, r.acked, r.err
 	if err != nil {
 		return nil, redisErr(op, err)
 	}

@@ -383,11 +383,9 @@ func parseSemAcquire(res []rueidis.RedisMessage) (code, val int64, err error) {
 }
 
 // releaseAbandoned gives back what member may hold or wait for, for an
-// acquisition the caller will not get.
+// acquisition the caller will not get (see Client.cleanup).
 func (s *Semaphore) releaseAbandoned(ctx context.Context, member string) {
-	dctx, cancel := detached(ctx)
-	defer cancel()
-	s.release(dctx, member)
+	s.c.cleanup(ctx, func(ctx context.Context) { s.release(ctx, member) })
 }
 
 // release gives back what member may hold or wait for, with ctx as it is.
