@@ -215,6 +215,18 @@ var mutexKind = &leaseKind{
 
 // holder is one ownership in Redis: what the watchdog renews and what is
 // lost as a whole. Re-entering a lock adds Leases to the same holder.
+//
+// The Client's memory of an ownership may narrow what Redis says, never
+// widen it: its leases, its holds and "the parent still holds" stand for
+// facts only Redis knows, and each is checked where it is used. A re-entry
+// claims the ownership as Redis has it (the script that adds the hold
+// checks owner and token, and refuses a lock that is free or another's:
+// the holder is then lost); a release of every hold counts the re-entries
+// on their way (Redisson's layouts, where the Client picks what to
+// release); Redis may count more holds than the holder has leases (a
+// re-entry whose reply is not back), never fewer, so the cohort never
+// passes on an ownership that was re-entered; and a reply that comes after
+// its lease ended changes nothing the Client believes (see cohort.keep).
 type holder struct {
 	c        *Client
 	kind     *leaseKind
