@@ -48,41 +48,50 @@ func TestUnlockAfterLocalPassLeavesTheSuccessorHolding(t *testing.T) {
 // TestLateGrantIsConfirmed: a lock granted by a script whose reply came
 // back after the key's lease had run out, while another Client took the
 // lock, is not delivered: the late grant is confirmed by a renewal first,
-// which finds the lock gone, and the acquisition goes on waiting.
+// which finds the lock gone, and the acquisition goes on waiting. So with a
+// watchdog lease and with a fixed one, which no watchdog renews.
 func TestLateGrantIsConfirmed(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		const lease = 600 * time.Millisecond
-		c, rf := e.faultyClient(t, WithWatchdogLease(lease))
-		m := c.Mutex(t.Name(), WithLocalPasses(0, 0))
-		other := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
-		ctx := withTimeout(t, 30*time.Second)
+	const lease = 600 * time.Millisecond
+	for _, fixed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "watchdog", true: "fixed"}[fixed], func(t *testing.T) {
+			eachEnv(t, func(t *testing.T, e *env) {
+				c, rf := e.faultyClient(t, WithWatchdogLease(lease))
+				opts := []LockOption{WithLocalPasses(0, 0)}
+				if fixed {
+					opts = append(opts, WithFixedLease(lease))
+				}
+				m := c.Mutex(t.Name(), opts...)
+				other := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
+				ctx := withTimeout(t, 30*time.Second)
 
-		r := rf.hold(runs(acquireScript), 1, 3*lease)
-		got := make(chan *Lease, 1)
-		go func() {
-			lctx, cancel := context.WithTimeout(ctx, 6*lease)
-			defer cancel()
-			l, err := m.Lock(lctx)
-			if err != nil {
-				l = nil
-			}
-			got <- l
-		}()
-		<-r.Ran()
-		// The grant's key expires while its reply is held back; the other
-		// Client takes the lock and keeps it.
-		ol := mustLock(t, ctx, other.Lock)
-		st := requireHeldBy(t, other, ol)
-		l := <-got
-		if l != nil {
-			now, err := other.Inspect(ctx)
-			require.NoError(t, err)
-			require.Failf(t, "a late grant was delivered", "lease of %s delivered (Err %v) while %s holds the lock (token %d, then %d)",
-				l.h.owner, l.Err(), now.Owner, st.Token, now.Token)
-		}
-		require.NoError(t, ol.Err())
-		require.NoError(t, ol.Unlock(ctx))
-	})
+				r := rf.hold(runs(acquireScript), 1, 3*lease)
+				got := make(chan *Lease, 1)
+				go func() {
+					lctx, cancel := context.WithTimeout(ctx, 6*lease)
+					defer cancel()
+					l, err := m.Lock(lctx)
+					if err != nil {
+						l = nil
+					}
+					got <- l
+				}()
+				<-r.Ran()
+				// The grant's key expires while its reply is held back; the
+				// other Client takes the lock and keeps it.
+				ol := mustLock(t, ctx, other.Lock)
+				st := requireHeldBy(t, other, ol)
+				l := <-got
+				if l != nil {
+					now, err := other.Inspect(ctx)
+					require.NoError(t, err)
+					require.Failf(t, "a late grant was delivered", "lease of %s delivered (Err %v) while %s holds the lock (token %d, then %d)",
+						l.h.owner, l.Err(), now.Owner, st.Token, now.Token)
+				}
+				require.NoError(t, ol.Err())
+				require.NoError(t, ol.Unlock(ctx))
+			})
+		})
+	}
 }
 
 // TestNoRenewalAfterLoss: once the watchdog reported a lease lost because

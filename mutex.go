@@ -102,7 +102,11 @@ func (cfg lockConfig) lease(c *Client) time.Duration {
 // WithFixedLease gives every acquisition of the lock a lease of d that the
 // watchdog does not renew: the lock expires d after it was acquired unless
 // released first (or pushed further out by Lease.Extend), and the lease
-// reports ErrExpired a tenth of d before that. Re-entering a held lock
+// reports ErrExpired a tenth of d before that. An acquisition whose reply
+// comes a third of d or more after it was sent renews the lease to d
+// before it delivers it, and delivers nothing when the lock is no longer
+// its own: a fixed lease too is delivered only with most of d ahead.
+// Re-entering a held lock
 // keeps the lease mode of the first acquisition and never shortens its
 // remaining lease. d must be at least a millisecond, and WithRenewedLease
 // cannot be given with it (ErrInvalidArgument).
