@@ -97,6 +97,14 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 				return nil, ctxErr(ctx, lastErr)
 			}
 			if once || !transient(err) {
+				if transient(err) {
+					// A single attempt that failed on the connection may
+					// have taken the lock before its reply was lost: its
+					// outcome is unknown, and nothing retries it to learn
+					// it. Take back what it may have taken, so that it is
+					// not left held, by nobody, until its lease ends.
+					a.c.cleanupBounded(ctx, a.undo)
+				}
 				return nil, err
 			}
 			failures.failed("key", a.key, "err", err)
@@ -259,14 +267,23 @@ func (a *acquisition) abandon(ctx context.Context) {
 // f then goes on in the background, and Close waits for it before it
 // closes the connection. A closing Client runs it to its end.
 func (c *Client) cleanup(ctx context.Context, f func(context.Context)) {
+	if ctx.Err() == nil {
+		dctx, cancel := detached(ctx)
+		defer cancel()
+		f(dctx)
+		return
+	}
+	c.cleanupBounded(ctx, f)
+}
+
+// cleanupBounded is cleanup as it runs once ctx ended, whether or not it
+// did: the caller waits for f inflightGrace at most, and f goes on in the
+// background, with a detached context, while Redis cannot be reached.
+func (c *Client) cleanupBounded(ctx context.Context, f func(context.Context)) {
 	run := func() {
 		dctx, cancel := detached(ctx)
 		defer cancel()
 		f(dctx)
-	}
-	if ctx.Err() == nil {
-		run()
-		return
 	}
 	c.cleanupMu.Lock()
 	if c.isClosed() {

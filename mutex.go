@@ -293,7 +293,10 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, false) }
 
 // TryLock makes a single attempt. It returns ErrLocked when another owner
-// holds the mutex, and any error from Redis or the connection at once.
+// holds the mutex, and any error from Redis or the connection at once;
+// after a connection error, whose attempt may have taken the lock before
+// its reply was lost, it first gives back what the attempt may have taken
+// (waiting for that half a second at most while Redis cannot be reached).
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, true) }
 
 // Acquire acquires the mutex in the background and delivers one Lease on
