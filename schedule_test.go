@@ -130,6 +130,7 @@ type rec struct {
 	permits int
 	dur     time.Duration // its lease: fixed, or its Client's watchdog lease
 	at      time.Time     // when its delivery was seen
+	call    time.Time     // when its acquisition was called
 	fixed   bool
 
 	occupied bool          // counted as occupying its names (liveness); guarded by world.mu
@@ -195,13 +196,16 @@ type world struct {
 	// found after Close.
 	leftToExpire sync.Map
 
-	mu     sync.Mutex // the model
-	held   map[string][]*rec
-	last   map[string]uint64 // highest token delivered per exclusive resource
-	names  map[string]*nameState
-	faults []fault
-	sizes  map[string]int // semaphore sizes
-	unsure []*rec         // leases whose Unlock failed in this schedule
+	mu   sync.Mutex // the model
+	held map[string][]*rec
+	last map[string]uint64 // highest token delivered per exclusive resource
+	// forcing: the ForceUnlocks of each name, called at [0] and returned
+	// at [1] (zero while on their way).
+	forcing map[string][]*[2]time.Time
+	names   map[string]*nameState
+	faults  []fault
+	sizes   map[string]int // semaphore sizes
+	unsure  []*rec         // leases whose Unlock failed in this schedule
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -229,7 +233,7 @@ func newWorld(t *testing.T, e *env, seed uint64) *world {
 	}
 	w := &world{
 		t: t, e: e, seed: seed, observer: obs, begin: time.Now(),
-		held: map[string][]*rec{}, last: map[string]uint64{}, names: map[string]*nameState{},
+		held: map[string][]*rec{}, last: map[string]uint64{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
 		sizes:      map[string]int{"s:0": 3, "s:1": 2},
 		violations: map[string][]string{}, acquired: map[string]int64{}, attempts: map[string]int64{},
 		failures: map[string]int64{}, faultCount: map[string]int{}, lostBy: map[string]int{},
@@ -346,6 +350,19 @@ func (w *world) delivered(r *rec) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, res := range r.res {
+		forced := w.forcedSinceLocked(res, r.call)
+		if forced {
+			// A ForceUnlock of res may have run after the script that
+			// granted r and before its reply came (held back): r was
+			// force-unlocked before its delivery, and its Client learns
+			// of that as of any forced unlock, at its next renewal or
+			// about a round trip later (ForceUnlock breaks mutual
+			// exclusion by design). An ownership taken since may hold,
+			// with a higher token, when r is delivered: r counts as
+			// forced, and the lock model (which lets the force come
+			// between r's grant and its delivery) checks the order.
+			r.forced = true
+		}
 		live := w.held[res][:0]
 		for _, o := range w.held[res] {
 			// A lease past its Deadline may have expired in Redis before
@@ -358,6 +375,9 @@ func (w *world) delivered(r *rec) {
 		kind, name, _ := strings.Cut(res, ":")
 		permits := r.permits
 		for _, o := range live {
+			if forced {
+				break
+			}
 			switch kind {
 			case "sem":
 				permits += o.permits
@@ -378,10 +398,10 @@ func (w *world) delivered(r *rec) {
 		}
 		w.held[res] = append(live, r)
 		if kind != "sem" && r.prim != "rw-read" {
-			if prev := w.last[res]; r.token <= prev {
+			if prev := w.last[res]; r.token <= prev && !forced {
 				w.violation("token-order", "%s %q: %s of c%d delivered at %s with token %d, not above %d delivered before",
 					kind, name, r.prim, r.client, w.rel(r.at), r.token, prev)
-			} else {
+			} else if r.token > prev {
 				w.last[res] = r.token
 			}
 		}
@@ -1160,7 +1180,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	r := &rec{
 		id: w.nextID.Add(1), prim: t.prim, res: t.res, client: sc.i, lease: l, token: l.Token(),
-		permits: t.permits, dur: t.lease, at: at, fixed: t.fixed, done: make(chan struct{}),
+		permits: t.permits, dur: t.lease, at: at, call: callAt, fixed: t.fixed, done: make(chan struct{}),
 	}
 	w.vmu.Lock()
 	w.acquired[t.prim]++
@@ -1380,7 +1400,7 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	others := slices.DeleteFunc(slices.Clone(g.res), func(res string) bool { return res == t.res[0] })
 	gr := &rec{
 		id: w.nextID.Add(1), prim: "group", res: others, client: sc.i, lease: gl, token: gl.Token(),
-		dur: g.lease, at: at, fixed: g.fixed, done: make(chan struct{}),
+		dur: g.lease, at: at, call: gcall, fixed: g.fixed, done: make(chan struct{}),
 	}
 	w.delivered(gr)
 	gr.life = w.reentered(r, gl, sc.i, gcall, []string{t.res[0]}, others)
@@ -1400,18 +1420,35 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	close(gr.done)
 }
 
+// forcedSinceLocked reports whether a ForceUnlock of res may have run
+// after call: one on its way, or one that returned after call.
+func (w *world) forcedSinceLocked(res string, call time.Time) bool {
+	for _, f := range w.forcing[res] {
+		if f[1].IsZero() || f[1].After(call) {
+			return true
+		}
+	}
+	return false
+}
+
 // forceUnlock force-unlocks t's lock from sc: every lease the model has
 // holding it is marked forced (it may lose its lock without a fault).
 func (w *world) forceUnlock(t *target, sc *schedClient) {
+	span := &[2]time.Time{time.Now()}
 	w.mu.Lock()
 	for _, o := range w.held[t.res[0]] {
 		o.forced = true
 	}
+	w.forcing[t.res[0]] = append(w.forcing[t.res[0]], span)
 	w.mu.Unlock()
 	fctx, fcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	call := time.Now()
 	_, err := t.force(fctx)
-	w.lh.forced(t.res[0], sc.i, call, time.Now())
+	ret := time.Now()
+	w.mu.Lock()
+	span[1] = ret
+	w.mu.Unlock()
+	w.lh.forced(t.res[0], sc.i, call, ret)
 	fcancel()
 	w.count(w.attempts, t.prim+" force unlock")
 	if err != nil {
