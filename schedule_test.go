@@ -347,10 +347,11 @@ func (w *world) name(res string) *nameState {
 // delivered checks a lease just delivered as held against the model and
 // adds it: mutual exclusion, semaphore size, token order.
 func (w *world) delivered(r *rec) {
+	granted := grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, res := range r.res {
-		forced := w.forcedSinceLocked(res, r.call)
+		forced := w.forcedSinceLocked(res, granted)
 		if forced {
 			// A ForceUnlock of res may have run after the script that
 			// granted r and before its reply came (held back): r was
@@ -1418,6 +1419,20 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 		w.vacate(gr, 0)
 	}
 	close(gr.done)
+}
+
+// grantSent returns a moment before the script that granted r's lease ran:
+// when the command that set its key's lease was sent, as its holder has
+// it, or, for a Group's lease (whose holder spans its members), when its
+// acquisition was called.
+func grantSent(r *rec) time.Time {
+	h := r.lease.h
+	if h == nil || h.kind.deadline != nil {
+		return r.call
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return later(r.call, h.lastOK)
 }
 
 // forcedSinceLocked reports whether a ForceUnlock of res may have run
