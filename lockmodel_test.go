@@ -36,7 +36,11 @@ import (
 // interval, and the end op's call and return are its bounds:
 //
 //   - it is not before the acquisition returned (a Lease is delivered only
-//     when it is held for most of its lease ahead), nor before a moment
+//     when it is held for most of its lease ahead), unless a ForceUnlock
+//     of the name may have run between the grant and the delivery (a reply
+//     held back, a local pass delivered within its budget's time, which
+//     WithLocalPasses allows after a ForceUnlock): then it is not before
+//     the acquisition's call; nor before a moment
 //     the lease was seen held: Deadline ok and in the future, with no
 //     Unlock or Detach called yet (Deadline errs early: Redis expires the
 //     key later);
@@ -121,6 +125,11 @@ type ownership struct {
 	client    int
 	call, ret time.Time
 	lives     []*leaseLife // its lease and its re-entries
+	// endFromCall: a ForceUnlock may have ended it before its lease was
+	// delivered (its reply, or a local pass within its budget's time,
+	// came after the ForceUnlock): its end is not after its delivery but
+	// after its call.
+	endFromCall bool
 }
 
 type reentryOp struct {
@@ -168,6 +177,21 @@ func (h *lockHistory) acquired(client int, token uint64, fixed bool, call, ret t
 		lf.owns[res] = o
 	}
 	return lf
+}
+
+// lostBeforeDelivery records that a ForceUnlock may have ended the
+// ownerships lf began before lf was delivered.
+func (h *lockHistory) lostBeforeDelivery(lf *leaseLife) {
+	if lf == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, o := range lf.owns {
+		if len(o.lives) > 0 && o.lives[0] == lf {
+			o.endFromCall = true
+		}
+	}
 }
 
 // ownerOf returns the ownership of res that lf belongs to, or nil.
@@ -332,6 +356,9 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 			} else {
 				hi = later(hi, hh)
 			}
+		}
+		if o.endFromCall {
+			lo = o.call
 		}
 		if r, ok := restartAfter(e); ok && (!known || hi.After(r)) {
 			known = false
@@ -525,6 +552,26 @@ func TestLockModel(t *testing.T) {
 	h.lost(c.lf, at(120), ErrForceUnlocked)
 	if k := kinds(h); len(k) != 0 {
 		t.Fatalf("a legal history: %v", k)
+	}
+
+	// A lock passed on locally (token 2, reserved when the lock was taken
+	// with token 1) and delivered after a ForceUnlock and another Client's
+	// acquisition with token 3, within the pass's budget: legal when the
+	// pass is known to have maybe lost its hold before its delivery, not
+	// otherwise.
+	for _, lostBefore := range []bool{true, false} {
+		h := newLockHistory(t0)
+		a := acquire(h, 1, 0, 10)
+		pass := acquire(h, 2, 5, 60)
+		h.forced("mutex:x", 1, at(40), at(41))
+		acquire(h, 3, 42, 45)
+		unlock(a, 55, 56)
+		if lostBefore {
+			h.lostBeforeDelivery(pass.lf)
+		}
+		if k := kinds(h); (len(k) == 0) != lostBefore {
+			t.Errorf("a pass delivered after a ForceUnlock (lost before delivery %v): %v", lostBefore, k)
+		}
 	}
 
 	reenter := func(h *lockHistory, of lease, token uint64, call, ret int) {

@@ -345,14 +345,17 @@ func (w *world) name(res string) *nameState {
 }
 
 // delivered checks a lease just delivered as held against the model and
-// adds it: mutual exclusion, semaphore size, token order.
-func (w *world) delivered(r *rec) {
+// adds it: mutual exclusion, semaphore size, token order. It reports
+// whether a ForceUnlock of one of its names may have run between its grant
+// and its delivery.
+func (w *world) delivered(r *rec) (forcedBefore bool) {
 	granted := grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, res := range r.res {
 		forced := w.forcedSinceLocked(res, granted)
 		if forced {
+			forcedBefore = true
 			// A ForceUnlock of res may have run after the script that
 			// granted r and before its reply came (held back): r was
 			// force-unlocked before its delivery, and its Client learns
@@ -413,6 +416,7 @@ func (w *world) delivered(r *rec) {
 		}
 	}
 	r.occupied = true
+	return forcedBefore
 }
 
 func (w *world) faultsAroundLocked(from, to time.Time) string {
@@ -1187,10 +1191,13 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.acquired[t.prim]++
 	w.totalAcq++
 	w.vmu.Unlock()
-	w.delivered(r)
+	forcedBefore := w.delivered(r)
 	w.trackOwner(l, 1)
 	if modeled(t.prim) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
+		if forcedBefore {
+			w.lh.lostBeforeDelivery(r.life)
+		}
 	}
 	go w.watchLoss(r)
 
@@ -1369,10 +1376,20 @@ func (w *world) reenterOnce(t *target, r *rec, sc *schedClient, cancellable bool
 		w.count(w.failures, t.prim+" re-entry: "+errClass(err))
 		return
 	}
-	life := w.reentered(r, child, sc.i, rcall, r.res, nil)
+	names, fresh := r.res, []string(nil)
 	if child.Token() != r.token {
-		w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
+		if r.lease.Err() == nil {
+			w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
+		} else {
+			// The outer lease ended (unlocked, passed on, lost) by the time
+			// the call returned, and the call made a new acquisition with
+			// a token of its own: a Context whose lease ended carries no
+			// parent (leaseFrom), and a re-entry shares its parent's token.
+			// The lock model checks it as a fresh ownership.
+			names, fresh = nil, r.res
+		}
 	}
+	life := w.reentered(r, child, sc.i, rcall, names, fresh)
 	time.Sleep(hold)
 	w.lh.witness(life, child)
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -1424,11 +1441,20 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 // grantSent returns a moment before the script that granted r's lease ran:
 // when the command that set its key's lease was sent, as its holder has
 // it, or, for a Group's lease (whose holder spans its members), when its
-// acquisition was called.
+// acquisition was called. For a lease passed on locally, it is the start
+// of the time within which a pass may be delivered after the command that
+// vouched for the hold was sent (WithLocalPasses): a pass may be delivered
+// after a ForceUnlock within it.
 func grantSent(r *rec) time.Time {
-	h := r.lease.h
+	l := r.lease
+	h := l.h
 	if h == nil || h.kind.deadline != nil {
 		return r.call
+	}
+	if co := l.co; co != nil && l.token != 0 {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		return r.at.Add(-co.within)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
