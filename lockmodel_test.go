@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,6 +178,26 @@ func (h *lockHistory) acquired(client int, token uint64, fixed bool, call, ret t
 		lf.owns[res] = o
 	}
 	return lf
+}
+
+// seen describes, for a violation's report, what the test saw of the end
+// of each lease of o, with times given by rel.
+func (o *ownership) seen(rel func(time.Time) string) string {
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return rel(t)
+	}
+	var out []string
+	for _, lf := range o.lives {
+		out = append(out, fmt.Sprintf("[fixed %v, delivered %s, seen held %s, Unlock or Detach called %s, released %s, known gone %s]",
+			lf.fixed, at(lf.delivered), at(lf.witness), at(lf.stopCall), at(lf.released), at(lf.gone)))
+	}
+	if o.endFromCall {
+		out = append(out, "a ForceUnlock may have ended it before its delivery")
+	}
+	return strings.Join(out, " ")
 }
 
 // lostBeforeDelivery records that a ForceUnlock may have ended the
@@ -435,13 +456,15 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 				}
 				if i < j && !a.forced && !b.forced && a.acqRe.Before(b.lo) && b.acqRe.Before(a.lo) {
 					found = true
-					out = append(out, lockViolation{"lock-two-holders", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s, held until %s at least) and o%d (token %d, c%d, acquired %s..%s, held until %s at least) held it at once",
-						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe), relS(b.lo))})
+					out = append(out, lockViolation{"lock-two-holders", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s, held until %s at least) and o%d (token %d, c%d, acquired %s..%s, held until %s at least) held it at once; what was seen of their ends: o%d %s; o%d %s",
+						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe), relS(b.lo),
+						a.o.id, a.o.seen(relS), b.o.id, b.o.seen(relS))})
 				}
 				if !a.forced && a.o.token < b.o.token && b.acqRe.Before(a.lo) && !(a.acqRe.Before(b.lo) && !b.forced) {
 					found = true
-					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s) was still held at %s, after o%d with the higher token %d (c%d, acquired %s..%s) was delivered",
-						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe))})
+					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s) was still held at %s, after o%d with the higher token %d (c%d, acquired %s..%s) was delivered; what was seen of o%d's end: %s",
+						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe),
+						a.o.id, a.o.seen(relS))})
 				}
 				// a came first when it was delivered before b began, or
 				// while b surely held (it cannot come after b then).

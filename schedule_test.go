@@ -403,8 +403,8 @@ func (w *world) delivered(r *rec) (forcedBefore bool) {
 		w.held[res] = append(live, r)
 		if kind != "sem" && r.prim != "rw-read" {
 			if prev := w.last[res]; r.token <= prev && !forced {
-				w.violation("token-order", "%s %q: %s of c%d delivered at %s with token %d, not above %d delivered before",
-					kind, name, r.prim, r.client, w.rel(r.at), r.token, prev)
+				w.violation("token-order", "%s %q: %s of c%d (lease %v fixed=%v, called %s) delivered at %s with token %d, not above %d delivered before; faults: %s",
+					kind, name, r.prim, r.client, r.dur, r.fixed, w.rel(r.call), w.rel(r.at), r.token, prev, w.faultsAroundLocked(r.call, r.at))
 			} else if r.token > prev {
 				w.last[res] = r.token
 			}
