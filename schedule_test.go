@@ -121,9 +121,12 @@ func testSeed(t *testing.T, name string) uint64 {
 
 // rec is one ownership the model knows of: a delivered lease.
 type rec struct {
-	id      int64
-	prim    string   // "mutex", "fair", "group", "rw-write", "rw-read", "semaphore"
-	res     []string // the resources it holds: "mutex:NAME", "fair:NAME", "rw:NAME", "sem:NAME"
+	id   int64
+	prim string   // "mutex", "fair", "group", "rw-write", "rw-read", "semaphore"
+	res  []string // the resources it holds: "mutex:NAME", "fair:NAME", "rw:NAME", "sem:NAME"
+	// via: the resources it holds through a re-entry of another rec's
+	// ownership (a Group taken with a Mutex lease's Context), not in res.
+	via     []string
 	client  int
 	lease   *Lease
 	token   uint64
@@ -352,6 +355,11 @@ func (w *world) delivered(r *rec) (forcedBefore bool) {
 	granted := grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for _, res := range r.via {
+		if w.forcedSinceLocked(res, granted) {
+			r.forced, forcedBefore = true, true
+		}
+	}
 	for _, res := range r.res {
 		forced := w.forcedSinceLocked(res, granted)
 		if forced {
@@ -1417,7 +1425,7 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	at := time.Now()
 	others := slices.DeleteFunc(slices.Clone(g.res), func(res string) bool { return res == t.res[0] })
 	gr := &rec{
-		id: w.nextID.Add(1), prim: "group", res: others, client: sc.i, lease: gl, token: gl.Token(),
+		id: w.nextID.Add(1), prim: "group", res: others, via: []string{t.res[0]}, client: sc.i, lease: gl, token: gl.Token(),
 		dur: g.lease, at: at, call: gcall, fixed: g.fixed, done: make(chan struct{}),
 	}
 	w.delivered(gr)
@@ -1479,6 +1487,15 @@ func (w *world) forceUnlock(t *target, sc *schedClient) {
 	w.mu.Lock()
 	for _, o := range w.held[t.res[0]] {
 		o.forced = true
+	}
+	// A Group that re-entered the lock through a lease's Context holds it
+	// too: it loses that member.
+	for _, os := range w.held {
+		for _, o := range os {
+			if slices.Contains(o.via, t.res[0]) {
+				o.forced = true
+			}
+		}
 	}
 	w.forcing[t.res[0]] = append(w.forcing[t.res[0]], span)
 	w.mu.Unlock()
