@@ -134,3 +134,34 @@ func TestNoRenewalAfterLoss(t *testing.T) {
 		require.NoError(t, keeper.Unlock(ctx))
 	})
 }
+
+// TestLateConfirmationIsRepeated: a late grant's confirmation whose own
+// reply comes late (a third of the lease or more after it was sent) does
+// not deliver the lease with little of it left: the lease is confirmed
+// again, and delivered with most of its lease ahead. So with a watchdog
+// lease and with a fixed one.
+func TestLateConfirmationIsRepeated(t *testing.T) {
+	const lease = 900 * time.Millisecond
+	for _, fixed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "watchdog", true: "fixed"}[fixed], func(t *testing.T) {
+			eachEnv(t, func(t *testing.T, e *env) {
+				c, rf := e.faultyClient(t, WithWatchdogLease(lease))
+				opts := []LockOption{WithLocalPasses(0, 0)}
+				if fixed {
+					opts = append(opts, WithFixedLease(lease))
+				}
+				m := c.Mutex(t.Name(), opts...)
+				ctx := withTimeout(t, 30*time.Second)
+				rf.hold(runs(acquireScript), 1, lease/2)
+				rf.hold(runs(renewScript), 1, lease/2)
+				l, err := m.Lock(ctx)
+				require.NoError(t, err)
+				dl, ok := l.Deadline()
+				require.True(t, ok, "delivered lost: %v", l.Err())
+				require.Greater(t, time.Until(dl), lease/2, "delivered with %v of its lease left", time.Until(dl))
+				requireHeldBy(t, m, l)
+				require.NoError(t, l.Unlock(ctx))
+			})
+		})
+	}
+}

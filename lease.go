@@ -55,7 +55,8 @@ var errLostBeforeDelivery = errors.New("redisync: the lock was lost before its l
 // Lease is delivered only when it is held for most of its lease ahead. A
 // fixed lease is renewed to its full length too: no watchdog renews it, so
 // its acquisition is counted as done at the renewal. A lock found not held
-// (expired, taken) is errLostBeforeDelivery.
+// (expired, taken) is errLostBeforeDelivery. The caller confirms again
+// when this renewal's own reply came late.
 func (c *Client) confirm(ctx context.Context, g *grant) error {
 	sent := time.Now()
 	actx, done := inflight(ctx)
@@ -82,7 +83,10 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 	// renewal that finds it still held tells. A fixed lease is no
 	// exception: its Deadline would be near or past at delivery, and the
 	// lease delivered while another owner, with a higher token, holds.
-	if parent == nil && time.Since(g.sent) > g.first()/3 {
+	// A confirmation whose own reply came late leaves as little of the
+	// lease ahead: it is confirmed again, until a renewal answers in time
+	// (or ctx ends, or the lock is found lost).
+	for parent == nil && time.Since(g.sent) > g.first()/3 {
 		if err := c.confirm(ctx, &g); err != nil {
 			return nil, err
 		}
