@@ -52,6 +52,42 @@ func TestUnlockAfterLocalPassLeavesTheSuccessorHolding(t *testing.T) {
 // watchdog lease and with a fixed one, which no watchdog renews.
 func TestLateGrantIsConfirmed(t *testing.T) {
 	const lease = 600 * time.Millisecond
+	eachLeaseMode(t, lease, func(t *testing.T, e *env, rf *replyFaults, m *Mutex) {
+		other := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
+		ctx := withTimeout(t, 30*time.Second)
+
+		r := rf.hold(runs(acquireScript), 1, 3*lease)
+		got := make(chan *Lease, 1)
+		go func() {
+			lctx, cancel := context.WithTimeout(ctx, 6*lease)
+			defer cancel()
+			l, err := m.Lock(lctx)
+			if err != nil {
+				l = nil
+			}
+			got <- l
+		}()
+		<-r.Ran()
+		// The grant's key expires while its reply is held back; the
+		// other Client takes the lock and keeps it.
+		ol := mustLock(t, ctx, other.Lock)
+		st := requireHeldBy(t, other, ol)
+		l := <-got
+		if l != nil {
+			now, err := other.Inspect(ctx)
+			require.NoError(t, err)
+			require.Failf(t, "a late grant was delivered", "lease of %s delivered (Err %v) while %s holds the lock (token %d, then %d)",
+				l.h.owner, l.Err(), now.Owner, st.Token, now.Token)
+		}
+		require.NoError(t, ol.Err())
+		require.NoError(t, ol.Unlock(ctx))
+	})
+}
+
+// eachLeaseMode runs f, on standalone and on Cluster, with a Mutex of a
+// Client made by faultyClient: once with the watchdog lease lease, once
+// with the fixed lease lease.
+func eachLeaseMode(t *testing.T, lease time.Duration, f func(t *testing.T, e *env, rf *replyFaults, m *Mutex)) {
 	for _, fixed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "watchdog", true: "fixed"}[fixed], func(t *testing.T) {
 			eachEnv(t, func(t *testing.T, e *env) {
@@ -60,35 +96,7 @@ func TestLateGrantIsConfirmed(t *testing.T) {
 				if fixed {
 					opts = append(opts, WithFixedLease(lease))
 				}
-				m := c.Mutex(t.Name(), opts...)
-				other := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
-				ctx := withTimeout(t, 30*time.Second)
-
-				r := rf.hold(runs(acquireScript), 1, 3*lease)
-				got := make(chan *Lease, 1)
-				go func() {
-					lctx, cancel := context.WithTimeout(ctx, 6*lease)
-					defer cancel()
-					l, err := m.Lock(lctx)
-					if err != nil {
-						l = nil
-					}
-					got <- l
-				}()
-				<-r.Ran()
-				// The grant's key expires while its reply is held back; the
-				// other Client takes the lock and keeps it.
-				ol := mustLock(t, ctx, other.Lock)
-				st := requireHeldBy(t, other, ol)
-				l := <-got
-				if l != nil {
-					now, err := other.Inspect(ctx)
-					require.NoError(t, err)
-					require.Failf(t, "a late grant was delivered", "lease of %s delivered (Err %v) while %s holds the lock (token %d, then %d)",
-						l.h.owner, l.Err(), now.Owner, st.Token, now.Token)
-				}
-				require.NoError(t, ol.Err())
-				require.NoError(t, ol.Unlock(ctx))
+				f(t, e, rf, c.Mutex(t.Name(), opts...))
 			})
 		})
 	}
@@ -142,26 +150,16 @@ func TestNoRenewalAfterLoss(t *testing.T) {
 // lease and with a fixed one.
 func TestLateConfirmationIsRepeated(t *testing.T) {
 	const lease = 900 * time.Millisecond
-	for _, fixed := range []bool{false, true} {
-		t.Run(map[bool]string{false: "watchdog", true: "fixed"}[fixed], func(t *testing.T) {
-			eachEnv(t, func(t *testing.T, e *env) {
-				c, rf := e.faultyClient(t, WithWatchdogLease(lease))
-				opts := []LockOption{WithLocalPasses(0, 0)}
-				if fixed {
-					opts = append(opts, WithFixedLease(lease))
-				}
-				m := c.Mutex(t.Name(), opts...)
-				ctx := withTimeout(t, 30*time.Second)
-				rf.hold(runs(acquireScript), 1, lease/2)
-				rf.hold(runs(renewScript), 1, lease/2)
-				l, err := m.Lock(ctx)
-				require.NoError(t, err)
-				dl, ok := l.Deadline()
-				require.True(t, ok, "delivered lost: %v", l.Err())
-				require.Greater(t, time.Until(dl), lease/2, "delivered with %v of its lease left", time.Until(dl))
-				requireHeldBy(t, m, l)
-				require.NoError(t, l.Unlock(ctx))
-			})
-		})
-	}
+	eachLeaseMode(t, lease, func(t *testing.T, e *env, rf *replyFaults, m *Mutex) {
+		ctx := withTimeout(t, 30*time.Second)
+		rf.hold(runs(acquireScript), 1, lease/2)
+		rf.hold(runs(renewScript), 1, lease/2)
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		dl, ok := l.Deadline()
+		require.True(t, ok, "delivered lost: %v", l.Err())
+		require.Greater(t, time.Until(dl), lease/2, "delivered with %v of its lease left", time.Until(dl))
+		requireHeldBy(t, m, l)
+		require.NoError(t, l.Unlock(ctx))
+	})
 }
