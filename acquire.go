@@ -97,6 +97,14 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 				return nil, ctxErr(ctx, lastErr)
 			}
 			if once || !transient(err) {
+				if transient(err) {
+					// A single attempt that failed on the connection may
+					// have taken the lock before its reply was lost: its
+					// outcome is unknown, and nothing retries it to learn
+					// it. Take back what it may have taken, so that it is
+					// not left held, by nobody, until its lease ends.
+					a.c.cleanupBounded(ctx, a.undo)
+				}
 				return nil, err
 			}
 			failures.failed("key", a.key, "err", err)
@@ -260,27 +268,57 @@ func (a *acquisition) abandon(ctx context.Context) {
 // reached: f then goes on in the background, and Close waits for it
 // before it closes the connection. A closing Client runs it to its end.
 func (c *Client) cleanup(ctx context.Context, f func(context.Context)) {
-	run := func() {
-		dctx, cancel := detached(ctx)
-		defer cancel()
-		f(dctx)
+	if ctx.Done() == nil {
+		c.detachedRun(ctx, f)
+		return
 	}
-	if ctx.Done() == nil || !c.background() {
-		run()
+	over, stop := graceOver(ctx)
+	defer stop()
+	c.cleanupUntil(ctx, f, over, nil)
+}
+
+// cleanupBounded is cleanup for an attempt whose outcome is unknown while
+// its caller's ctx may still be live (a single attempt whose reply was
+// lost): the caller waits for f inflightGrace at most, less once its
+// call's grace passed, and f goes on in the background meanwhile.
+func (c *Client) cleanupBounded(ctx context.Context, f func(context.Context)) {
+	timer := time.NewTimer(inflightGrace)
+	defer timer.Stop()
+	var over <-chan struct{}
+	if ctx.Done() != nil {
+		o, stop := graceOver(ctx)
+		defer stop()
+		over = o
+	}
+	c.cleanupUntil(ctx, f, over, timer.C)
+}
+
+// cleanupUntil runs f in the background (counted for Close) and waits for
+// it until over closes or timeout fires (either may be nil); a closing
+// Client runs it to its end.
+func (c *Client) cleanupUntil(ctx context.Context, f func(context.Context), over <-chan struct{}, timeout <-chan time.Time) {
+	if !c.background() {
+		c.detachedRun(ctx, f)
 		return
 	}
 	done := make(chan struct{})
 	go func() {
 		defer c.cleanups.Done()
 		defer close(done)
-		run()
+		c.detachedRun(ctx, f)
 	}()
-	over, stop := graceOver(ctx)
-	defer stop()
 	select {
 	case <-done:
 	case <-over:
+	case <-timeout:
 	}
+}
+
+// detachedRun runs f with a context detached from ctx's cancellation.
+func (c *Client) detachedRun(ctx context.Context, f func(context.Context)) {
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	f(dctx)
 }
 
 // background counts work the library goes on with after its caller

@@ -334,6 +334,12 @@ func (a *atomicAcquisition) retry(ctx context.Context, err error) error {
 		return ctxErr(ctx, a.lastErr)
 	}
 	if a.try || !transient(err) {
+		if transient(err) {
+			// A single attempt that failed on the connection may have
+			// taken the locks before its reply was lost: take back what
+			// it may have taken (see acquisition.run).
+			a.g.clients[0].cleanupBounded(ctx, a.undo)
+		}
 		return err
 	}
 	a.g.clients[0].log.Warn("redisync: group acquire failed; retrying", "group", a.g.name, "err", err)

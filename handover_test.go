@@ -48,12 +48,11 @@ func TestUnlockAfterLocalPassLeavesTheSuccessorHolding(t *testing.T) {
 // TestLateGrantIsConfirmed: a lock granted by a script whose reply came
 // back after the key's lease had run out, while another Client took the
 // lock, is not delivered: the late grant is confirmed by a renewal first,
-// which finds the lock gone, and the acquisition goes on waiting.
+// which finds the lock gone, and the acquisition goes on waiting. So with a
+// watchdog lease and with a fixed one, which no watchdog renews.
 func TestLateGrantIsConfirmed(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		const lease = 600 * time.Millisecond
-		c, rf := e.faultyClient(t, WithWatchdogLease(lease))
-		m := c.Mutex(t.Name(), WithLocalPasses(0, 0))
+	const lease = 600 * time.Millisecond
+	eachLeaseMode(t, lease, func(t *testing.T, e *env, rf *replyFaults, m *Mutex) {
 		other := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
 		ctx := withTimeout(t, 30*time.Second)
 
@@ -69,8 +68,8 @@ func TestLateGrantIsConfirmed(t *testing.T) {
 			got <- l
 		}()
 		<-r.Ran()
-		// The grant's key expires while its reply is held back; the other
-		// Client takes the lock and keeps it.
+		// The grant's key expires while its reply is held back; the
+		// other Client takes the lock and keeps it.
 		ol := mustLock(t, ctx, other.Lock)
 		st := requireHeldBy(t, other, ol)
 		l := <-got
@@ -83,6 +82,24 @@ func TestLateGrantIsConfirmed(t *testing.T) {
 		require.NoError(t, ol.Err())
 		require.NoError(t, ol.Unlock(ctx))
 	})
+}
+
+// eachLeaseMode runs f, on standalone and on Cluster, with a Mutex of a
+// Client made by faultyClient: once with the watchdog lease lease, once
+// with the fixed lease lease.
+func eachLeaseMode(t *testing.T, lease time.Duration, f func(t *testing.T, e *env, rf *replyFaults, m *Mutex)) {
+	for _, fixed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "watchdog", true: "fixed"}[fixed], func(t *testing.T) {
+			eachEnv(t, func(t *testing.T, e *env) {
+				c, rf := e.faultyClient(t, WithWatchdogLease(lease))
+				opts := []LockOption{WithLocalPasses(0, 0)}
+				if fixed {
+					opts = append(opts, WithFixedLease(lease))
+				}
+				f(t, e, rf, c.Mutex(t.Name(), opts...))
+			})
+		})
+	}
 }
 
 // TestNoRenewalAfterLoss: once the watchdog reported a lease lost because
@@ -123,5 +140,26 @@ func TestNoRenewalAfterLoss(t *testing.T) {
 		require.NoError(t, other.Unlock(ctx))
 		require.NoError(t, keeper.Err())
 		require.NoError(t, keeper.Unlock(ctx))
+	})
+}
+
+// TestLateConfirmationIsRepeated: a late grant's confirmation whose own
+// reply comes late (a third of the lease or more after it was sent) does
+// not deliver the lease with little of it left: the lease is confirmed
+// again, and delivered with most of its lease ahead. So with a watchdog
+// lease and with a fixed one.
+func TestLateConfirmationIsRepeated(t *testing.T) {
+	const lease = 900 * time.Millisecond
+	eachLeaseMode(t, lease, func(t *testing.T, e *env, rf *replyFaults, m *Mutex) {
+		ctx := withTimeout(t, 30*time.Second)
+		rf.hold(runs(acquireScript), 1, lease/2)
+		rf.hold(runs(renewScript), 1, lease/2)
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		dl, ok := l.Deadline()
+		require.True(t, ok, "delivered lost: %v", l.Err())
+		require.Greater(t, time.Until(dl), lease/2, "delivered with %v of its lease left", time.Until(dl))
+		requireHeldBy(t, m, l)
+		require.NoError(t, l.Unlock(ctx))
 	})
 }

@@ -53,7 +53,10 @@ var errLostBeforeDelivery = errors.New("redisync: the lock was lost before its l
 // first lease or more after the command that set it was sent (the watchdog
 // would have renewed it by then), and counts the grant from the renewal: a
 // Lease is delivered only when it is held for most of its lease ahead. A
-// lock found not held (expired, taken) is errLostBeforeDelivery.
+// fixed lease is renewed to its full length too: no watchdog renews it, so
+// its acquisition is counted as done at the renewal. A lock found not held
+// (expired, taken) is errLostBeforeDelivery. The caller confirms again
+// when this renewal's own reply came late.
 func (c *Client) confirm(ctx context.Context, g *grant) error {
 	sent := time.Now()
 	states, err := callInFlight(c, ctx, func(actx context.Context) ([]int64, error) {
@@ -75,7 +78,15 @@ func (c *Client) confirm(ctx context.Context, g *grant) error {
 // ownership ended meanwhile; the caller then releases the hold.
 func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 	kind, key, parent, owner, hold := g.kind, g.key, g.parent, g.owner, g.hold
-	if parent == nil && g.watchdog && time.Since(g.sent) > g.first()/3 {
+	// A grant that came late, with a watchdog lease or a fixed one, may
+	// have expired meanwhile and the lock be another owner's: only a
+	// renewal that finds it still held tells. A fixed lease is no
+	// exception: its Deadline would be near or past at delivery, and the
+	// lease delivered while another owner, with a higher token, holds.
+	// A confirmation whose own reply came late leaves as little of the
+	// lease ahead: it is confirmed again, until a renewal answers in time
+	// (or ctx ends, or the lock is found lost).
+	for parent == nil && time.Since(g.sent) > g.first()/3 {
 		if err := c.confirm(ctx, &g); err != nil {
 			return nil, err
 		}

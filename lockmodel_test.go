@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,7 +37,11 @@ import (
 // interval, and the end op's call and return are its bounds:
 //
 //   - it is not before the acquisition returned (a Lease is delivered only
-//     when it is held for most of its lease ahead), nor before a moment
+//     when it is held for most of its lease ahead), unless a ForceUnlock
+//     of the name may have run between the grant and the delivery (a reply
+//     held back, a local pass delivered within its budget's time, which
+//     WithLocalPasses allows after a ForceUnlock): then it is not before
+//     the acquisition's call; nor before a moment
 //     the lease was seen held: Deadline ok and in the future, with no
 //     Unlock or Detach called yet (Deadline errs early: Redis expires the
 //     key later);
@@ -121,6 +126,11 @@ type ownership struct {
 	client    int
 	call, ret time.Time
 	lives     []*leaseLife // its lease and its re-entries
+	// endFromCall: a ForceUnlock may have ended it before its lease was
+	// delivered (its reply, or a local pass within its budget's time,
+	// came after the ForceUnlock): its end is not after its delivery but
+	// after its call.
+	endFromCall bool
 }
 
 type reentryOp struct {
@@ -168,6 +178,41 @@ func (h *lockHistory) acquired(client int, token uint64, fixed bool, call, ret t
 		lf.owns[res] = o
 	}
 	return lf
+}
+
+// seen describes, for a violation's report, what the test saw of the end
+// of each lease of o, with times given by rel.
+func (o *ownership) seen(rel func(time.Time) string) string {
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return rel(t)
+	}
+	var out []string
+	for _, lf := range o.lives {
+		out = append(out, fmt.Sprintf("[fixed %v, delivered %s, seen held %s, Unlock or Detach called %s, released %s, known gone %s]",
+			lf.fixed, at(lf.delivered), at(lf.witness), at(lf.stopCall), at(lf.released), at(lf.gone)))
+	}
+	if o.endFromCall {
+		out = append(out, "a ForceUnlock may have ended it before its delivery")
+	}
+	return strings.Join(out, " ")
+}
+
+// lostBeforeDelivery records that a ForceUnlock may have ended the
+// ownerships lf began before lf was delivered.
+func (h *lockHistory) lostBeforeDelivery(lf *leaseLife) {
+	if lf == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, o := range lf.owns {
+		if len(o.lives) > 0 && o.lives[0] == lf {
+			o.endFromCall = true
+		}
+	}
 }
 
 // ownerOf returns the ownership of res that lf belongs to, or nil.
@@ -333,6 +378,9 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 				hi = later(hi, hh)
 			}
 		}
+		if o.endFromCall {
+			lo = o.call
+		}
 		if r, ok := restartAfter(e); ok && (!known || hi.After(r)) {
 			known = false
 			if r.Before(lo) {
@@ -408,13 +456,15 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 				}
 				if i < j && !a.forced && !b.forced && a.acqRe.Before(b.lo) && b.acqRe.Before(a.lo) {
 					found = true
-					out = append(out, lockViolation{"lock-two-holders", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s, held until %s at least) and o%d (token %d, c%d, acquired %s..%s, held until %s at least) held it at once",
-						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe), relS(b.lo))})
+					out = append(out, lockViolation{"lock-two-holders", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s, held until %s at least) and o%d (token %d, c%d, acquired %s..%s, held until %s at least) held it at once; what was seen of their ends: o%d %s; o%d %s",
+						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe), relS(b.lo),
+						a.o.id, a.o.seen(relS), b.o.id, b.o.seen(relS))})
 				}
 				if !a.forced && a.o.token < b.o.token && b.acqRe.Before(a.lo) && !(a.acqRe.Before(b.lo) && !b.forced) {
 					found = true
-					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s) was still held at %s, after o%d with the higher token %d (c%d, acquired %s..%s) was delivered",
-						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe))})
+					out = append(out, lockViolation{"lock-token-order", fmt.Sprintf("%s: o%d (token %d, c%d, acquired %s..%s) was still held at %s, after o%d with the higher token %d (c%d, acquired %s..%s) was delivered; what was seen of o%d's end: %s",
+						p.res, a.o.id, a.o.token, a.o.client, relS(a.acqCall), relS(a.acqRe), relS(a.lo), b.o.id, b.o.token, b.o.client, relS(b.acqCall), relS(b.acqRe),
+						a.o.id, a.o.seen(relS))})
 				}
 				// a came first when it was delivered before b began, or
 				// while b surely held (it cannot come after b then).
@@ -525,6 +575,26 @@ func TestLockModel(t *testing.T) {
 	h.lost(c.lf, at(120), ErrForceUnlocked)
 	if k := kinds(h); len(k) != 0 {
 		t.Fatalf("a legal history: %v", k)
+	}
+
+	// A lock passed on locally (token 2, reserved when the lock was taken
+	// with token 1) and delivered after a ForceUnlock and another Client's
+	// acquisition with token 3, within the pass's budget: legal when the
+	// pass is known to have maybe lost its hold before its delivery, not
+	// otherwise.
+	for _, lostBefore := range []bool{true, false} {
+		h := newLockHistory(t0)
+		a := acquire(h, 1, 0, 10)
+		pass := acquire(h, 2, 5, 60)
+		h.forced("mutex:x", 1, at(40), at(41))
+		acquire(h, 3, 42, 45)
+		unlock(a, 55, 56)
+		if lostBefore {
+			h.lostBeforeDelivery(pass.lf)
+		}
+		if k := kinds(h); (len(k) == 0) != lostBefore {
+			t.Errorf("a pass delivered after a ForceUnlock (lost before delivery %v): %v", lostBefore, k)
+		}
 	}
 
 	reenter := func(h *lockHistory, of lease, token uint64, call, ret int) {

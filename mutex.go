@@ -102,7 +102,11 @@ func (cfg lockConfig) lease(c *Client) time.Duration {
 // WithFixedLease gives every acquisition of the lock a lease of d that the
 // watchdog does not renew: the lock expires d after it was acquired unless
 // released first (or pushed further out by Lease.Extend), and the lease
-// reports ErrExpired a tenth of d before that. Re-entering a held lock
+// reports ErrExpired a tenth of d before that. An acquisition whose reply
+// comes a third of d or more after it was sent renews the lease to d
+// before it delivers it, and delivers nothing when the lock is no longer
+// its own: a fixed lease too is delivered only with most of d ahead.
+// Re-entering a held lock
 // keeps the lease mode of the first acquisition and never shortens its
 // remaining lease. d must be at least a millisecond, and WithRenewedLease
 // cannot be given with it (ErrInvalidArgument).
@@ -289,7 +293,10 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, false) }
 
 // TryLock makes a single attempt. It returns ErrLocked when another owner
-// holds the mutex, and any error from Redis or the connection at once.
+// holds the mutex, and any error from Redis or the connection at once;
+// after a connection error, whose attempt may have taken the lock before
+// its reply was lost, it first gives back what the attempt may have taken
+// (waiting for that half a second at most while Redis cannot be reached).
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return lockHandle(ctx, m, true) }
 
 // Acquire acquires the mutex in the background and delivers one Lease on

@@ -49,3 +49,53 @@ func TestWaiterWarnsOnceWhileRedisIsDown(t *testing.T) {
 	require.Len(t, matching(lines(), "WARN redisync: acquire failed; retrying"), 1, "%v", lines())
 	require.Len(t, matching(lines(), "INFO redisync: acquire failed before; recovered"), 1, "%v", lines())
 }
+
+// TestTryLockWithLostReplyTakesNothing: a TryLock (of a Mutex, a FairMutex,
+// a Group) whose script took the lock but whose reply was lost on the
+// connection returns the connection's error, and leaves nothing held: the
+// outcome is unknown and no attempt follows to learn it, so what the
+// script may have taken is given back, and another Client takes the lock
+// at once rather than when the lease of nobody's hold runs out.
+func TestTryLockWithLostReplyTakesNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		c, rf := e.faultyClient(t, WithWatchdogLease(20*time.Second))
+		other := e.client(t)
+		ctx := withTimeout(t, 30*time.Second)
+		name := t.Name()
+		for _, tc := range []struct {
+			what   string
+			script script
+			try    func() error
+			taken  func() error // another Client's TryLock
+		}{
+			{"mutex", acquireScript,
+				func() error { _, err := c.Mutex(name + "-m").TryLock(ctx); return err },
+				func() error { return tryUnlock(ctx, other.Mutex(name+"-m").TryLock) }},
+			{"fair mutex", fairAcquireScript,
+				func() error { _, err := c.FairMutex(name + "-f").TryLock(ctx); return err },
+				func() error { return tryUnlock(ctx, other.FairMutex(name+"-f").TryLock) }},
+			{"group", groupAcquireScript,
+				func() error {
+					_, err := NewGroup(c.Mutex("{"+name+"}a"), c.Mutex("{"+name+"}b")).TryLock(ctx)
+					return err
+				},
+				func() error {
+					return tryUnlock(ctx, NewGroup(other.Mutex("{"+name+"}a"), other.Mutex("{"+name+"}b")).TryLock)
+				}},
+		} {
+			r := rf.lose(runs(tc.script), 1, 0)
+			require.ErrorIs(t, tc.try(), errReplyLost, tc.what)
+			require.Equal(t, 1, r.Hits(), tc.what)
+			require.NoError(t, tc.taken(), "%s: the lock its lost reply took is still held", tc.what)
+		}
+	})
+}
+
+// tryUnlock takes a lock with try and releases it.
+func tryUnlock(ctx context.Context, try func(context.Context) (*Lease, error)) error {
+	l, err := try(ctx)
+	if err != nil {
+		return err
+	}
+	return l.Unlock(ctx)
+}

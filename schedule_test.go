@@ -121,15 +121,19 @@ func testSeed(t *testing.T, name string) uint64 {
 
 // rec is one ownership the model knows of: a delivered lease.
 type rec struct {
-	id      int64
-	prim    string   // "mutex", "fair", "group", "rw-write", "rw-read", "semaphore"
-	res     []string // the resources it holds: "mutex:NAME", "fair:NAME", "rw:NAME", "sem:NAME"
+	id   int64
+	prim string   // "mutex", "fair", "group", "rw-write", "rw-read", "semaphore"
+	res  []string // the resources it holds: "mutex:NAME", "fair:NAME", "rw:NAME", "sem:NAME"
+	// via: the resources it holds through a re-entry of another rec's
+	// ownership (a Group taken with a Mutex lease's Context), not in res.
+	via     []string
 	client  int
 	lease   *Lease
 	token   uint64
 	permits int
 	dur     time.Duration // its lease: fixed, or its Client's watchdog lease
 	at      time.Time     // when its delivery was seen
+	call    time.Time     // when its acquisition was called
 	fixed   bool
 
 	occupied bool          // counted as occupying its names (liveness); guarded by world.mu
@@ -195,13 +199,16 @@ type world struct {
 	// found after Close.
 	leftToExpire sync.Map
 
-	mu     sync.Mutex // the model
-	held   map[string][]*rec
-	last   map[string]uint64 // highest token delivered per exclusive resource
-	names  map[string]*nameState
-	faults []fault
-	sizes  map[string]int // semaphore sizes
-	unsure []*rec         // leases whose Unlock failed in this schedule
+	mu   sync.Mutex // the model
+	held map[string][]*rec
+	last map[string]uint64 // highest token delivered per exclusive resource
+	// forcing: the ForceUnlocks of each name, called at [0] and returned
+	// at [1] (zero while on their way).
+	forcing map[string][]*[2]time.Time
+	names   map[string]*nameState
+	faults  []fault
+	sizes   map[string]int // semaphore sizes
+	unsure  []*rec         // leases whose Unlock failed in this schedule
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -229,7 +236,7 @@ func newWorld(t *testing.T, e *env, seed uint64) *world {
 	}
 	w := &world{
 		t: t, e: e, seed: seed, observer: obs, begin: time.Now(),
-		held: map[string][]*rec{}, last: map[string]uint64{}, names: map[string]*nameState{},
+		held: map[string][]*rec{}, last: map[string]uint64{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
 		sizes:      map[string]int{"s:0": 3, "s:1": 2},
 		violations: map[string][]string{}, acquired: map[string]int64{}, attempts: map[string]int64{},
 		failures: map[string]int64{}, faultCount: map[string]int{}, lostBy: map[string]int{},
@@ -341,11 +348,33 @@ func (w *world) name(res string) *nameState {
 }
 
 // delivered checks a lease just delivered as held against the model and
-// adds it: mutual exclusion, semaphore size, token order.
-func (w *world) delivered(r *rec) {
+// adds it: mutual exclusion, semaphore size, token order. It reports
+// whether a ForceUnlock of one of its names may have run between its grant
+// and its delivery.
+func (w *world) delivered(r *rec) (forcedBefore bool) {
+	granted := grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for _, res := range r.via {
+		if w.forcedSinceLocked(res, granted) {
+			r.forced, forcedBefore = true, true
+		}
+	}
 	for _, res := range r.res {
+		forced := w.forcedSinceLocked(res, granted)
+		if forced {
+			forcedBefore = true
+			// A ForceUnlock of res may have run after the script that
+			// granted r and before its reply came (held back): r was
+			// force-unlocked before its delivery, and its Client learns
+			// of that as of any forced unlock, at its next renewal or
+			// about a round trip later (ForceUnlock breaks mutual
+			// exclusion by design). An ownership taken since may hold,
+			// with a higher token, when r is delivered: r counts as
+			// forced, and the lock model (which lets the force come
+			// between r's grant and its delivery) checks the order.
+			r.forced = true
+		}
 		live := w.held[res][:0]
 		for _, o := range w.held[res] {
 			// A lease past its Deadline may have expired in Redis before
@@ -358,6 +387,9 @@ func (w *world) delivered(r *rec) {
 		kind, name, _ := strings.Cut(res, ":")
 		permits := r.permits
 		for _, o := range live {
+			if forced {
+				break
+			}
 			switch kind {
 			case "sem":
 				permits += o.permits
@@ -378,10 +410,10 @@ func (w *world) delivered(r *rec) {
 		}
 		w.held[res] = append(live, r)
 		if kind != "sem" && r.prim != "rw-read" {
-			if prev := w.last[res]; r.token <= prev {
-				w.violation("token-order", "%s %q: %s of c%d delivered at %s with token %d, not above %d delivered before",
-					kind, name, r.prim, r.client, w.rel(r.at), r.token, prev)
-			} else {
+			if prev := w.last[res]; r.token <= prev && !forced {
+				w.violation("token-order", "%s %q: %s of c%d (lease %v fixed=%v, called %s) delivered at %s with token %d, not above %d delivered before; faults: %s",
+					kind, name, r.prim, r.client, r.dur, r.fixed, w.rel(r.call), w.rel(r.at), r.token, prev, w.faultsAroundLocked(r.call, r.at))
+			} else if r.token > prev {
 				w.last[res] = r.token
 			}
 		}
@@ -392,6 +424,7 @@ func (w *world) delivered(r *rec) {
 		}
 	}
 	r.occupied = true
+	return forcedBefore
 }
 
 func (w *world) faultsAroundLocked(from, to time.Time) string {
@@ -1160,16 +1193,19 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	r := &rec{
 		id: w.nextID.Add(1), prim: t.prim, res: t.res, client: sc.i, lease: l, token: l.Token(),
-		permits: t.permits, dur: t.lease, at: at, fixed: t.fixed, done: make(chan struct{}),
+		permits: t.permits, dur: t.lease, at: at, call: callAt, fixed: t.fixed, done: make(chan struct{}),
 	}
 	w.vmu.Lock()
 	w.acquired[t.prim]++
 	w.totalAcq++
 	w.vmu.Unlock()
-	w.delivered(r)
+	forcedBefore := w.delivered(r)
 	w.trackOwner(l, 1)
 	if modeled(t.prim) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
+		if forcedBefore {
+			w.lh.lostBeforeDelivery(r.life)
+		}
 	}
 	go w.watchLoss(r)
 
@@ -1348,10 +1384,20 @@ func (w *world) reenterOnce(t *target, r *rec, sc *schedClient, cancellable bool
 		w.count(w.failures, t.prim+" re-entry: "+errClass(err))
 		return
 	}
-	life := w.reentered(r, child, sc.i, rcall, r.res, nil)
+	names, fresh := r.res, []string(nil)
 	if child.Token() != r.token {
-		w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
+		if r.lease.Err() == nil {
+			w.violation("reentry-token", "%s %v of c%d: re-entry token %d, outer %d", t.prim, t.res, sc.i, child.Token(), r.token)
+		} else {
+			// The outer lease ended (unlocked, passed on, lost) by the time
+			// the call returned, and the call made a new acquisition with
+			// a token of its own: a Context whose lease ended carries no
+			// parent (leaseFrom), and a re-entry shares its parent's token.
+			// The lock model checks it as a fresh ownership.
+			names, fresh = nil, r.res
+		}
 	}
+	life := w.reentered(r, child, sc.i, rcall, names, fresh)
 	time.Sleep(hold)
 	w.lh.witness(life, child)
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -1379,8 +1425,8 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	at := time.Now()
 	others := slices.DeleteFunc(slices.Clone(g.res), func(res string) bool { return res == t.res[0] })
 	gr := &rec{
-		id: w.nextID.Add(1), prim: "group", res: others, client: sc.i, lease: gl, token: gl.Token(),
-		dur: g.lease, at: at, fixed: g.fixed, done: make(chan struct{}),
+		id: w.nextID.Add(1), prim: "group", res: others, via: []string{t.res[0]}, client: sc.i, lease: gl, token: gl.Token(),
+		dur: g.lease, at: at, call: gcall, fixed: g.fixed, done: make(chan struct{}),
 	}
 	w.delivered(gr)
 	gr.life = w.reentered(r, gl, sc.i, gcall, []string{t.res[0]}, others)
@@ -1400,18 +1446,67 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	close(gr.done)
 }
 
+// grantSent returns a moment before the script that granted r's lease ran:
+// when the command that set its key's lease was sent, as its holder has
+// it, or, for a Group's lease (whose holder spans its members), when its
+// acquisition was called. For a lease passed on locally, it is the start
+// of the time within which a pass may be delivered after the command that
+// vouched for the hold was sent (WithLocalPasses): a pass may be delivered
+// after a ForceUnlock within it.
+func grantSent(r *rec) time.Time {
+	l := r.lease
+	h := l.h
+	if h == nil || h.kind.deadline != nil {
+		return r.call
+	}
+	if co := l.co; co != nil && l.token != 0 {
+		co.mu.Lock()
+		defer co.mu.Unlock()
+		return r.at.Add(-co.within)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return later(r.call, h.lastOK)
+}
+
+// forcedSinceLocked reports whether a ForceUnlock of res may have run
+// after call: one on its way, or one that returned after call.
+func (w *world) forcedSinceLocked(res string, call time.Time) bool {
+	for _, f := range w.forcing[res] {
+		if f[1].IsZero() || f[1].After(call) {
+			return true
+		}
+	}
+	return false
+}
+
 // forceUnlock force-unlocks t's lock from sc: every lease the model has
 // holding it is marked forced (it may lose its lock without a fault).
 func (w *world) forceUnlock(t *target, sc *schedClient) {
+	span := &[2]time.Time{time.Now()}
 	w.mu.Lock()
 	for _, o := range w.held[t.res[0]] {
 		o.forced = true
 	}
+	// A Group that re-entered the lock through a lease's Context holds it
+	// too: it loses that member.
+	for _, os := range w.held {
+		for _, o := range os {
+			if slices.Contains(o.via, t.res[0]) {
+				o.forced = true
+			}
+		}
+	}
+	w.forcing[t.res[0]] = append(w.forcing[t.res[0]], span)
 	w.mu.Unlock()
 	fctx, fcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	call := time.Now()
 	_, err := t.force(fctx)
-	w.lh.forced(t.res[0], sc.i, call, time.Now())
+	ret := time.Now()
+	w.mu.Lock()
+	span[1] = ret
+	w.mu.Unlock()
+	w.lh.forced(t.res[0], sc.i, call, ret)
 	fcancel()
 	w.count(w.attempts, t.prim+" force unlock")
 	if err != nil {
