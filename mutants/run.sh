@@ -13,6 +13,13 @@
 #   SEEDS="1 2 3" mutants/run.sh     the seeds of the randomized tests
 #   LOGS=dir mutants/run.sh          where the test output goes (default: a
 #                                    new temp dir, named at the end)
+#   RANDOMIZED=0 mutants/run.sh      the targeted tests only (to check a new
+#                                    mutant's header)
+#
+# A randomized test that fails names what it found (TestSchedule's kinds of
+# violations) in the table's last column: a mutant that the randomized tests
+# cannot reach may still meet a failure that has nothing to do with it, so
+# read the log ("LOGS") of a kill that looks unrelated.
 #
 # It exits 1 when a mutant survived or did not build, so a survivor is seen.
 set -u
@@ -24,6 +31,7 @@ logs=${LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/redisync-mutants-logs.XXXXXX")}
 mkdir -p "$logs"
 timeout=${TEST_TIMEOUT:-600s}
 randomized="TestSchedule TestFencedLinearizable"
+[ "${RANDOMIZED:-1}" = 0 ] && randomized=""
 
 if [ -n "${MUTANT:-}" ]; then
 	names=$MUTANT
@@ -39,6 +47,15 @@ gotest() {
 	local dir=$1 log=$2 pattern=$3
 	shift 3
 	(cd "$dir" && env -u REDISYNC_SOAK GOWORK=off go test -race -count=1 -timeout "$timeout" -run "$pattern" . "$@") >"$log" 2>&1
+}
+
+# found LOG prints what a failed randomized test reports: TestSchedule's
+# kinds of violations, or the first line of another test's failure.
+found() {
+	local v
+	v=$(sed -n 's/^ *violations: //p' "$1" | head -n 1)
+	[ -z "$v" ] && v=$(grep -E '_test\.go:[0-9]+: ' "$1" | grep -v 'seed [0-9]*; replay' | head -n 1 | sed 's/^ *//' | cut -c1-100)
+	echo "$v"
 }
 
 # failed LOG prints the top-level tests a go test log reports failed.
@@ -61,7 +78,7 @@ for name in $names; do
 	for nm in testdata/redisson-node/node_modules spec/node_modules; do
 		[ -d "$nm" ] && ln -s "$root/$nm" "$tmp/$nm"
 	done
-	killer=""
+	killer="" what=""
 	if [ "$name" != none ]; then
 		if ! (cd "$tmp" && git apply -p1 "$root/$patch") >"$logs/$name.apply.log" 2>&1; then
 			killer="does not apply"
@@ -75,6 +92,7 @@ for name in $names; do
 				echo "$name: $t -seed $seed" >&2
 				if ! gotest "$tmp" "$logs/$name.$t.$seed.log" "^$t\$" -seed "$seed"; then
 					killer="$t (seed $seed)"
+					what=$(found "$logs/$name.$t.$seed.log")
 					break 2
 				fi
 			done
@@ -97,13 +115,13 @@ for name in $names; do
 	fi
 	case $killer in "does not"*) status=1 ;; esac
 	rm -rf "$tmp"
-	row=$(printf '%-36s %-60s %5ss' "$name" "$killer" "$(($(date +%s) - start))")
+	row=$(printf '%-34s %-46s %5ss  %s' "$name" "$killer" "$(($(date +%s) - start))" "$what")
 	echo "$row" >&2
 	rows+=("$row")
 done
 
 echo
-printf '%-36s %-60s %6s\n' mutant "killed by" time
+printf '%-34s %-46s %6s  %s\n' mutant "killed by" time "what it found"
 for r in "${rows[@]}"; do echo "$r"; done
 echo
 echo "test output: $logs"
