@@ -50,10 +50,12 @@ gotest() {
 }
 
 # found LOG prints what a failed randomized test reports: TestSchedule's
-# kinds of violations, or the first line of another test's failure.
+# kinds of violations, TestFencedLinearizable's first finding, or else the
+# first line the test logged.
 found() {
 	local v
 	v=$(sed -n 's/^ *violations: //p' "$1" | head -n 1)
+	[ -z "$v" ] && v=$(grep -E '_test\.go:[0-9]+: seed [0-9]+: ' "$1" | head -n 1 | sed 's/^ *//' | cut -c1-100)
 	[ -z "$v" ] && v=$(grep -E '_test\.go:[0-9]+: ' "$1" | grep -v 'seed [0-9]*; replay' | head -n 1 | sed 's/^ *//' | cut -c1-100)
 	echo "$v"
 }
