@@ -59,3 +59,12 @@ peers: deps
 # size; SEED=N replays one run.
 soak-schedule: deps
 	REDISYNC_SOAK=1 GOWORK=off go test -race -count=1 -timeout 90m -v -run '^(TestSchedule|TestFencedLinearizable)$$' . $(if $(SEED),-seed $(SEED))
+
+.PHONY: mutants
+
+# mutants applies each semantic mutant of mutants/ (a patch that plants one
+# plausible bug) to a copy of the committed tree and prints which test kills
+# it: the randomized tests with three seeds, then the mutant's targeted tests.
+# MUTANT=name runs one, SEEDS="1 2 3" sets the seeds. Not part of `make test`.
+mutants: deps
+	MUTANT="$(MUTANT)" SEEDS="$(SEEDS)" bash mutants/run.sh
