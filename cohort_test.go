@@ -227,43 +227,56 @@ func TestMutexLocalPassLoss(t *testing.T) {
 // a hold in Redis, and the lock is not passed on while the re-entry holds.
 func TestMutexLocalPassReentry(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := withTimeout(t, 30*time.Second)
-		c := e.client(t)
-		m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
-		warm(t, ctx, m)
-		l := mustLock(t, ctx, m.Lock)
-		_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 1)
-		require.NoError(t, l.Unlock(ctx))
-		nl := <-leases
-		inner := mustLock(t, nl.Context(), m.Lock)
-		require.Equal(t, nl.Token(), inner.Token())
-		require.Equal(t, 2, requireHeldBy(t, m, inner).Holds)
-
-		var wg sync.WaitGroup
-		got := make(chan *Lease, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if l, err := m.Lock(ctx); err == nil {
-				got <- l
-			}
-		}()
-		eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
-		require.NoError(t, nl.Unlock(ctx))
-		st, err := m.Inspect(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 1, st.Holds, "the re-entry still holds")
-		select {
-		case <-got:
-			t.Fatal("passed on while a re-entry held the lock")
-		case <-time.After(50 * time.Millisecond):
-		}
-		require.NoError(t, inner.Unlock(ctx))
-		wg.Wait()
-		last := <-got
-		require.Greater(t, last.Token(), inner.Token())
-		require.NoError(t, last.Unlock(ctx))
+		// Also on a Client that learns of changes only on renewal, given
+		// a budget: no invalidation of the re-entry's own write voids its
+		// block there, so only the re-entry itself keeps the pass back.
+		eachDetection(t, e, testMutexLocalPassReentry)
 	})
+}
+
+// eachDetection runs f with a Client of each LossDetection: from Dial,
+// and from New without DetectChanges.
+func eachDetection(t *testing.T, e *env, f func(t *testing.T, e *env, c *Client)) {
+	t.Run("on change", func(t *testing.T) { f(t, e, e.client(t)) })
+	t.Run("on renewal", func(t *testing.T) { f(t, e, e.renewalClient(t)) })
+}
+
+func testMutexLocalPassReentry(t *testing.T, e *env, c *Client) {
+	ctx := withTimeout(t, 30*time.Second)
+	m := c.Mutex(t.Name(), WithLocalPasses(DefaultLocalPasses, time.Minute))
+	warm(t, ctx, m)
+	l := mustLock(t, ctx, m.Lock)
+	_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 1)
+	require.NoError(t, l.Unlock(ctx))
+	nl := <-leases
+	inner := mustLock(t, nl.Context(), m.Lock)
+	require.Equal(t, nl.Token(), inner.Token())
+	require.Equal(t, 2, requireHeldBy(t, m, inner).Holds)
+
+	var wg sync.WaitGroup
+	got := make(chan *Lease, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if l, err := m.Lock(ctx); err == nil {
+			got <- l
+		}
+	}()
+	eventually(t, 10*time.Second, func() bool { return localWaiters(m) == 1 }, "the waiter did not queue in the Client")
+	require.NoError(t, nl.Unlock(ctx))
+	st, err := m.Inspect(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Holds, "the re-entry still holds")
+	select {
+	case <-got:
+		t.Fatal("passed on while a re-entry held the lock")
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, inner.Unlock(ctx))
+	wg.Wait()
+	last := <-got
+	require.Greater(t, last.Token(), inner.Token())
+	require.NoError(t, last.Unlock(ctx))
 }
 
 // A spent budget goes to another Client's waiter in Redis; a lock that a

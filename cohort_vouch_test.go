@@ -103,29 +103,32 @@ func then(t *testing.T, l *Lease, ch <-chan *Lease, what string) *Lease {
 // group taken lock by lock (its tokens raised after).
 func TestMutexLocalPassAfterGroupReentry(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		for _, atomic := range []bool{true, false} {
-			t.Run(map[bool]string{true: "atomic", false: "ordered"}[atomic], func(t *testing.T) {
-				ctx := withTimeout(t, 30*time.Second)
-				c := e.client(t)
-				name := "{" + t.Name() + "}"
-				other := c.Mutex(name + ":other")
-				if !atomic {
-					other = e.client(t).Mutex(name + ":other") // a Group over two Clients
-				}
-				m, nl, leases := passedOnWithBlock(t, ctx, c, name, 2)
-				g := NewGroup(m, other)
-				require.Equal(t, atomic, g.atomic)
-				gl := mustLock(t, nl.Context(), g.Lock)
-				require.NoError(t, gl.Unlock(ctx))
-				require.NoError(t, nl.Unlock(ctx))
-				last := recv(t, leases, 10*time.Second, "the next local waiter")
-				unlockAfter(t, ctx, last, gl, "the lock's token went back below the group's")
-
-				ol := mustLock(t, ctx, e.client(t).Mutex(name).Lock)
-				unlockAfter(t, ctx, ol, last)
-			})
-		}
+		eachDetection(t, e, testMutexLocalPassAfterGroupReentry)
 	})
+}
+
+func testMutexLocalPassAfterGroupReentry(t *testing.T, e *env, c *Client) {
+	for _, atomic := range []bool{true, false} {
+		t.Run(map[bool]string{true: "atomic", false: "ordered"}[atomic], func(t *testing.T) {
+			ctx := withTimeout(t, 30*time.Second)
+			name := "{" + t.Name() + "}"
+			other := c.Mutex(name + ":other")
+			if !atomic {
+				other = e.client(t).Mutex(name + ":other") // a Group over two Clients
+			}
+			m, nl, leases := passedOnWithBlock(t, ctx, c, name, 2)
+			g := NewGroup(m, other)
+			require.Equal(t, atomic, g.atomic)
+			gl := mustLock(t, nl.Context(), g.Lock)
+			require.NoError(t, gl.Unlock(ctx))
+			require.NoError(t, nl.Unlock(ctx))
+			last := recv(t, leases, 10*time.Second, "the next local waiter")
+			unlockAfter(t, ctx, last, gl, "the lock's token went back below the group's")
+
+			ol := mustLock(t, ctx, e.client(t).Mutex(name).Lock)
+			unlockAfter(t, ctx, ol, last)
+		})
+	}
 }
 
 // A re-entry whose hold is in Redis but whose reply has not come back is a
