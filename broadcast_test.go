@@ -195,37 +195,49 @@ func TestLatchOpeningsReachEveryLocalWaiter(t *testing.T) {
 		setter := e.client(t).Latch(t.Name())
 		_, err := setter.Reset(ctx, 1)
 		require.NoError(t, err)
-		l := e.client(t, fallbacks(&fell)).Latch(t.Name())
-		// began[i] is when waiter i began its current Wait (UnixNano).
+		t.Cleanup(func() { _, _ = setter.Reset(context.Background(), 0) })
+		c, rf := e.faultyClient(t, fallbacks(&fell))
+		l := c.Latch(t.Name())
+		// began[i] is when waiter i began its current Wait, read[i] when a
+		// read of the latch by waiter i last came back (UnixNano).
 		began := make([]atomic.Int64, waiters)
+		read := make([]atomic.Int64, waiters)
+		type waiterKey struct{}
+		rf.watch(runs(latchGetScript), func(ctx context.Context) {
+			if i, ok := ctx.Value(waiterKey{}).(int); ok {
+				read[i].Store(time.Now().UnixNano())
+			}
+		})
 		wctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		for i := range waiters {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				ctx := context.WithValue(wctx, waiterKey{}, i)
 				for wctx.Err() == nil {
 					began[i].Store(time.Now().UnixNano())
-					if err := l.Wait(wctx); err != nil && wctx.Err() == nil {
+					if err := l.Wait(ctx); err != nil && wctx.Err() == nil {
 						t.Errorf("Wait: %v", err)
 					}
 				}
 			}()
 		}
 		for cycle := range cycles {
-			// Every Wait has read the latch closed (a Wait whose first read
-			// comes after the latch opened and closed again cannot know of
-			// that opening; TestLatchWakeUpOwedToAWaiterInFlight covers a
-			// read on its way back).
+			// Every Wait has read the latch closed: a read of its own came
+			// back since it began (a Wait whose first read comes after the
+			// latch opened and closed again cannot know of that opening;
+			// TestLatchWakeUpOwedToAWaiterInFlight covers a read on its way
+			// back). A few cycles let the waiters settle a little longer.
 			eventually(t, 5*time.Second, func() bool {
-				settled := time.Now().Add(-time.Duration(20+cycle%4) * time.Millisecond).UnixNano()
 				for i := range began {
-					if began[i].Load() > settled {
+					if read[i].Load() <= began[i].Load() {
 						return false
 					}
 				}
 				return true
 			}, "cycle %d: the waiters did not settle", cycle)
+			time.Sleep(time.Duration(cycle%4) * time.Millisecond)
 			opened := time.Now()
 			_, err := setter.CountDown(ctx)
 			require.NoError(t, err)

@@ -37,6 +37,9 @@ type replyRule struct {
 	delay time.Duration // how long the reply is held back, when not gated
 	gated bool          // the reply is held until the gate opens
 	lose  bool          // the caller is told errReplyLost once the hold is over
+	// replied, when set, is called with the caller's context as each reply
+	// the rule acted on is handed back (not for a lost one).
+	replied func(ctx context.Context)
 	gate  chan struct{} // closed by open or clear: every hold ends
 
 	mu   sync.Mutex
@@ -124,6 +127,12 @@ func (rf *replyFaults) hold(match func([]string) bool, times int, d time.Duratio
 // lose loses the replies of the next times matching calls, after d.
 func (rf *replyFaults) lose(match func([]string) bool, times int, d time.Duration) *replyRule {
 	return rf.add(&replyRule{match: match, times: times, delay: d, lose: true})
+}
+
+// watch calls replied with the caller's context as the reply of each
+// matching call is handed back, at once.
+func (rf *replyFaults) watch(match func([]string) bool, replied func(ctx context.Context)) *replyRule {
+	return rf.add(&replyRule{match: match, times: -1, replied: replied})
 }
 
 // gate holds the replies of the next times matching calls until open is
@@ -224,6 +233,9 @@ func (rf *replyFaults) after(ctx context.Context, r *replyRule, res rueidis.Redi
 	}
 	if r.lose {
 		return rueidis.NewErrorResult(errReplyLost)
+	}
+	if r.replied != nil {
+		r.replied(ctx)
 	}
 	return res
 }
