@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -140,4 +141,70 @@ func TestLeaseExtendRejectsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrReleased)
 	var none *Lease
 	require.ErrorIs(t, none.Extend(ctx, time.Minute), ErrNotHeld)
+}
+
+// TestLeaseExtendReplyLost: an Extend whose reply is lost, or held back
+// past its ctx, after its script ran may have set the lock's new end. A
+// shorter one brings the end closer in Redis: the lease's Deadline comes
+// as close, and the lease is reported expired then, before another Client
+// can take the lock. A longer one leaves the lease's end where it was.
+func TestLeaseExtendReplyLost(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c, rf := e.faultyClient(t)
+		other := e.client(t)
+		const lease, shorter = 5 * time.Second, 300 * time.Millisecond
+		// The extension's call: a renewal script given the extension's
+		// length (no watchdog renews a fixed lease).
+		extension := func(d time.Duration) func([]string) bool {
+			ms := strconv.FormatInt(d.Milliseconds(), 10)
+			return func(cmd []string) bool {
+				a := scriptArgs(cmd)
+				return len(a) == 2 && a[1] == ms
+			}
+		}
+		for _, fault := range []string{"lost", "held"} {
+			t.Run(fault, func(t *testing.T) {
+				m := c.Mutex(t.Name(), WithFixedLease(lease))
+				l := mustLock(t, ctx, m.Lock)
+				before, _ := l.Deadline()
+
+				// Longer: the lease keeps its end.
+				if fault == "lost" {
+					rf.lose(extension(2*lease), 1, 0)
+				} else {
+					rf.hold(extension(2*lease), 1, time.Second)
+				}
+				ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				require.Error(t, l.Extend(ectx, 2*lease))
+				cancel()
+				after, _ := l.Deadline()
+				require.Equal(t, before, after, "a longer extension whose reply did not come moved Deadline")
+
+				// Shorter: the end comes closer.
+				if fault == "lost" {
+					rf.lose(extension(shorter), 1, 0)
+				} else {
+					rf.hold(extension(shorter), 1, time.Second)
+				}
+				sent := time.Now()
+				ectx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+				require.Error(t, l.Extend(ectx, shorter))
+				cancel()
+				dl, ok := l.Deadline()
+				require.True(t, ok)
+				require.False(t, dl.After(sent.Add(shorter)), "Deadline %v after the shorter end the script may have set", dl.Sub(sent))
+				select {
+				case <-l.Lost():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the lease was not reported expired")
+				}
+				require.ErrorIs(t, l.Err(), ErrExpired)
+				// The lock expired in Redis with the shorter end.
+				l2 := mustLock(t, ctx, other.Mutex(t.Name(), WithFixedLease(lease)).Lock)
+				require.NoError(t, l2.Unlock(ctx))
+				require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+			})
+		}
+	})
 }

@@ -40,7 +40,7 @@ type replyRule struct {
 	// replied, when set, is called with the caller's context as each reply
 	// the rule acted on is handed back (not for a lost one).
 	replied func(ctx context.Context)
-	gate  chan struct{} // closed by open or clear: every hold ends
+	gate    chan struct{} // closed by open or clear: every hold ends
 
 	mu   sync.Mutex
 	ran  chan struct{} // closed once a call it acted on ran in Redis
