@@ -206,5 +206,28 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 				require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 			})
 		}
+		// While the shorter extension's reply is on its way, the lock may
+		// end with it already: the lease ends then, not at its old end.
+		t.Run("in flight", func(t *testing.T) {
+			m := c.Mutex(t.Name(), WithFixedLease(lease))
+			l := mustLock(t, ctx, m.Lock)
+			r, open := rf.gate(extension(shorter), 1, false)
+			defer open()
+			sent := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- l.Extend(ctx, shorter) }()
+			<-r.Ran()
+			dl, _ := l.Deadline()
+			require.False(t, dl.After(sent.Add(shorter)), "Deadline %v after the end the script set", dl.Sub(sent))
+			select {
+			case <-l.Lost():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lease was not reported expired while its extension's reply was held")
+			}
+			l2 := mustLock(t, ctx, other.Mutex(t.Name(), WithFixedLease(lease)).Lock)
+			open()
+			require.ErrorIs(t, <-done, ErrNotHeld, "the extension's reply came after the lease ran out")
+			require.NoError(t, l2.Unlock(ctx))
+		})
 	})
 }
