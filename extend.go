@@ -28,9 +28,9 @@ import (
 // needs no extension: Extend returns ErrInvalidArgument, as it does for a
 // Group or Quorum lease, a nil ctx and a d under a millisecond. An error
 // from Redis or ctx is returned as is, the lease unchanged: Extend may be
-// retried. When the error came after the script may have run (a reply
-// lost or late), a d shorter than what was left may have brought the end
-// closer: Deadline, and the lease's expiry, come as close.
+// retried. A d shorter than what is left brings Deadline, and the lease's
+// expiry, that close as soon as Extend is called: the script may run, and
+// the lock end that soon, whether or not its reply comes back.
 func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	switch {
 	case ctx == nil:
@@ -52,27 +52,27 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: the watchdog renews this lease; Extend is for a fixed lease (WithFixedLease)", ErrInvalidArgument)
 	}
 	sent := time.Now()
+	// From the moment the script may run, the lock may end d after it
+	// runs, so d after sent at the soonest: sooner than the lease's end
+	// when d is shorter than what is left. The lease takes the sooner end
+	// now, whatever becomes of the reply; never the later one, which only
+	// the reply can vouch for.
+	h.mu.Lock()
+	if !h.done && sent.Add(d-d/10).Before(h.deadline()) {
+		h.lastOK, h.extended = sent, d
+		by := h.deadline()
+		h.mu.Unlock()
+		h.c.watchdog.lookBy(by)
+	} else {
+		h.mu.Unlock()
+	}
 	// The renewal script of the lock's kind: it sets the expiry of what
 	// the owner holds, and only if it still holds it.
 	states, err := h.kind.renew.exec(ctx, h.c.rc, []string{h.key}, []string{h.owner, strconv.FormatInt(d.Milliseconds(), 10)}).AsIntSlice()
 	switch {
 	case err != nil:
 		// The script may have run, its reply lost or come too late: the
-		// lock may now end d after sent, which is sooner than the lease's
-		// end when d is shorter than what was left. The lease takes the
-		// sooner of the two ends; never the later, which only the reply
-		// could vouch for.
-		h.mu.Lock()
-		if !h.done {
-			if was := h.deadline(); sent.Add(d - d/10).Before(was) {
-				h.lastOK, h.extended = sent, d
-				by := h.deadline()
-				h.mu.Unlock()
-				h.c.watchdog.lookBy(by)
-				return redisErr("extend", err)
-			}
-		}
-		h.mu.Unlock()
+		// lease keeps the sooner end it took when the call was sent.
 		return redisErr("extend", err)
 	case len(states) != 1:
 		return errors.New("redisync: extend: unexpected reply")
