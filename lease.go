@@ -762,6 +762,12 @@ func (l *Lease) Err() error {
 // re-entered so, by a Mutex, Group or Quorum acquisition,
 // is no longer passed on locally (WithLocalPasses): its Unlocks go to
 // Redis.
+//
+// Once the lease has ended (Unlock, a reported loss, or the lock passed on
+// locally) its context re-enters nothing: an acquisition with it is a new
+// one, which waits for the lock as any other would, and returns at once
+// only because the context is done (a context derived from it with
+// context.WithoutCancel waits).
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return failedLease(ErrNotHeld).Context()
