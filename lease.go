@@ -764,10 +764,9 @@ func (l *Lease) Err() error {
 // Redis.
 //
 // Once the lease has ended (Unlock, a reported loss, or the lock passed on
-// locally) its context re-enters nothing: an acquisition with it is a new
-// one, which waits for the lock as any other would, and returns at once
-// only because the context is done (a context derived from it with
-// context.WithoutCancel waits).
+// locally) its context re-enters nothing: an acquisition with it, or with
+// a context derived from it by context.WithoutCancel, is a new one under
+// an owner id of its own, as if the context carried no lease.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return failedLease(ErrNotHeld).Context()
