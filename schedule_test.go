@@ -20,10 +20,13 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisync/redisync/internal/faultproxy"
+	"github.com/redisync/redisync/internal/redistest"
 )
 
 // TestSchedule runs random schedules of every primitive on several Clients,
-// some of them behind fault proxies, with random lease settings, deadlines
+// on a standalone server or, one schedule in four, on a 3-master Cluster
+// (started once, by the first schedule that needs it; no fault proxies
+// there), some of them behind fault proxies, with random lease settings, deadlines
 // (a tenth of them long), cancels and re-entries (nested, or outliving the
 // lease they re-enter, with a Context that carries its cancellation or
 // not), Groups taken with a Mutex lease's Context, local passes with and
@@ -57,7 +60,7 @@ import (
 // least 100 000 acquisitions were made.
 func TestSchedule(t *testing.T) {
 	seed := testSeed(t, "TestSchedule")
-	e := ownServer(t, "--appendonly", "yes", "--appendfsync", "no")
+	e := ownServer(t, keptData...)
 	noLeak := leakCheck(t)
 	w := newWorld(t, e, seed)
 	rnd := rand.New(rand.NewPCG(seed, 0x5c4ed))
@@ -89,7 +92,9 @@ func TestSchedule(t *testing.T) {
 		}
 		w.runSchedule(n, s, d)
 	}
-	w.observer.Close()
+	for _, se := range w.envs {
+		se.observer.Close()
+	}
 	noLeak(nil, restartedServer)
 	w.report(time.Since(start))
 }
@@ -178,12 +183,30 @@ func (f fault) name() string {
 	return f.kind
 }
 
+// keptData are the redis-server arguments of the servers TestSchedule
+// restarts: their data outlives a restart (a second of writes aside).
+var keptData = []string{"--appendonly", "yes", "--appendfsync", "no"}
+
+// schedEnv is a deployment schedules run on, a Client of it that inspects
+// the locks, and the highest token delivered per exclusive resource on it
+// (tokens rise per deployment).
+type schedEnv struct {
+	e        *env
+	observer *Client
+	last     map[string]uint64
+}
+
 // world is the model and the counters of TestSchedule.
 type world struct {
-	t        *testing.T
+	t    *testing.T
+	seed uint64
+	// e is the deployment of the current schedule, observer a Client of
+	// it (direct, for Inspect); envs are the deployments made so far, by
+	// kind: the standalone server, and the Cluster once a schedule needs
+	// it.
 	e        *env
-	seed     uint64
-	observer *Client // direct, for Inspect
+	observer *Client
+	envs     map[string]*schedEnv
 	begin    time.Time
 	nextID   atomic.Int64
 
@@ -201,7 +224,7 @@ type world struct {
 
 	mu   sync.Mutex // the model
 	held map[string][]*rec
-	last map[string]uint64 // highest token delivered per exclusive resource
+	last map[string]uint64 // highest token delivered per exclusive resource on the current deployment
 	// forcing: the ForceUnlocks of each name, called at [0] and returned
 	// at [1] (zero while on their way).
 	forcing map[string][]*[2]time.Time
@@ -226,21 +249,32 @@ type world struct {
 	modelChecked [3]int // ownerships, re-entries, ForceUnlocks the lock model checked
 	modelTook    time.Duration
 	schedules    int
+	onEnv        map[string]int64 // schedules by the kind of deployment they ran on
 	totalAcq     int64
 }
 
+// newWorld returns the world of TestSchedule, whose standalone schedules
+// run on e.
 func newWorld(t *testing.T, e *env, seed uint64) *world {
-	obs, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix("sched"), WithLogger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &world{
-		t: t, e: e, seed: seed, observer: obs, begin: time.Now(),
-		held: map[string][]*rec{}, last: map[string]uint64{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
+		t: t, seed: seed, envs: map[string]*schedEnv{}, begin: time.Now(),
+		held: map[string][]*rec{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
 		sizes:      map[string]int{"s:0": 3, "s:1": 2},
 		violations: map[string][]string{}, acquired: map[string]int64{}, attempts: map[string]int64{},
 		failures: map[string]int64{}, faultCount: map[string]int{}, lostBy: map[string]int{},
-		passedOn: map[string]int64{}, logged: map[string]int64{},
+		passedOn: map[string]int64{}, logged: map[string]int64{}, onEnv: map[string]int64{},
+	}
+	w.envs["standalone"] = w.prepare(e)
+	return w
+}
+
+// prepare returns e as a deployment of the schedules: with a Client that
+// inspects its locks, and the semaphores sized.
+func (w *world) prepare(e *env) *schedEnv {
+	t := w.t
+	obs, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix("sched"), WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx := withTimeout(t, 10*time.Second)
 	for name, size := range w.sizes {
@@ -248,7 +282,35 @@ func newWorld(t *testing.T, e *env, seed uint64) *world {
 			t.Fatal(err)
 		}
 	}
-	return w
+	return &schedEnv{e: e, observer: obs, last: map[string]uint64{}}
+}
+
+// scheduleEnv picks the deployment of the schedule of seed: the 3-master
+// Cluster one time in four, otherwise the standalone server. It draws from
+// a stream of its own, so that a schedule on the standalone server makes
+// the same choices as it did before schedules ran elsewhere.
+func scheduleEnv(seed uint64) string {
+	if rand.New(rand.NewPCG(seed, 3)).IntN(4) == 0 {
+		return "cluster"
+	}
+	return "standalone"
+}
+
+// useEnv makes the deployment of kind the current one, making it first if
+// no schedule used it yet: the Cluster is started once, by the first
+// schedule that runs on it, with its data kept across restarts as the
+// standalone server's is.
+func (w *world) useEnv(kind string) {
+	se := w.envs[kind]
+	if se == nil {
+		c := redistest.NewCluster(w.t, 3, 0, keptData...)
+		se = w.prepare(&env{name: kind, addrs: c.Addrs(), cluster: c})
+		w.envs[kind] = se
+	}
+	w.e, w.observer = se.e, se.observer
+	w.mu.Lock()
+	w.last = se.last
+	w.mu.Unlock()
 }
 
 // rel formats a time as milliseconds since the test began.
@@ -799,6 +861,8 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 // then closes everything and checks that nothing is left.
 func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	t := w.t
+	kind := scheduleEnv(seed)
+	w.useEnv(kind)
 	scheduleBegan := time.Now()
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	const nClients, perClient = 5, 4
@@ -806,6 +870,13 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	// faults only (dropped, delayed messages, cut subscriptions), a quarter
 	// with replies held back or lost only, a quarter with every kind.
 	mode := []string{"quiet", "pubsub", "replies", "all"}[rnd.IntN(4)]
+	// No fault proxy stands in front of the Cluster's nodes (its Clients
+	// learn the nodes' own addresses from the Cluster), so no pub/sub fault
+	// acts there: its pub/sub schedules take every fault it has instead.
+	proxies := w.e.cluster == nil
+	if !proxies && mode == "pubsub" {
+		mode = "all"
+	}
 	var clients []*schedClient
 	var settings []string
 	for i := range nClients {
@@ -834,13 +905,13 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			},
 		}
 		opts := []Option{WithPrefix("sched"), WithLogger(slog.New(countingHandler{w})), WithWatchdogLease(sc.watchdog), WithMetrics(metrics)}
-		addr := w.e.server.Addr
-		if i >= 2 { // three of five behind proxies
-			p, err := faultproxy.New(addr)
+		addrs := w.e.addrs
+		if i >= 2 && proxies { // three of five behind proxies
+			p, err := faultproxy.New(addrs[0])
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc.p, addr = p, p.Addr()
+			sc.p, addrs = p, []string{p.Addr()}
 		}
 		// Three ways to make a Client: Dial without client-side caching
 		// (loss found on renewal, calls pipelined once they overlap), Dial
@@ -855,7 +926,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		}
 		switch made {
 		case "new":
-			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}}); err == nil {
+			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs}); err == nil {
 				rc := sc.rc
 				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
@@ -864,7 +935,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 				c, err = New(rc, opts...)
 			}
 		default:
-			c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: made == "dial"}, opts...)
+			c, err = Dial(rueidis.ClientOption{InitAddress: addrs, DisableCache: made == "dial"}, opts...)
 		}
 		if err != nil {
 			t.Fatalf("schedule %d: making c%d (%s): %v", n, i, made, err)
@@ -877,7 +948,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	for _, sc := range clients {
 		targets = append(targets, w.targets(rnd, sc, clients))
 	}
-	t.Logf("schedule %d (seed %d) at %s for %v, faults %s: %s", n, seed, w.rel(time.Now()), d, mode, strings.Join(settings, "; "))
+	t.Logf("schedule %d (seed %d) at %s for %v on %s, faults %s: %s", n, seed, w.rel(time.Now()), d, kind, mode, strings.Join(settings, "; "))
 	w.lh = newLockHistory(w.begin)
 
 	stop := make(chan struct{})
@@ -948,6 +1019,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	}
 	w.vmu.Lock()
 	w.schedules++
+	w.onEnv[kind]++
 	w.vmu.Unlock()
 }
 
@@ -955,14 +1027,14 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 // a semaphore's size and a latch's count, which are kept until changed)
 // and, once the Clients are closed, nobody subscribes.
 func (w *world) checkNothingLeft(n int) {
-	srv := w.e.server
 	keys, err := w.eachKey(`local kind = string.match(k, '^[^:]*:([^:]*):')
 if redis.call('PTTL', k) == -1 and kind ~= 'sem' and kind ~= 'latch' then out[#out + 1] = k end`)
 	if err != nil {
 		w.t.Errorf("schedule %d: scanning keys: %v", n, err)
-	} else if keys != "" {
+	} else if len(keys) > 0 {
 		var shown []string
-		for _, k := range strings.Split(keys, "\n") {
+		for _, kl := range keys {
+			srv, k := kl.srv, kl.line
 			typ, _ := srv.Do("TYPE", k)
 			val := ""
 			if typ == "hash" {
@@ -988,10 +1060,21 @@ if redis.call('PTTL', k) == -1 and kind ~= 'sem' and kind ~= 'latch' then out[#o
 	}
 }
 
+// keyLine is a line of eachKey's output, and the server it came from.
+type keyLine struct {
+	srv  *redistest.Server
+	line string
+}
+
 // eachKey runs body, a Lua block, for each key k of the schedules, in one
-// script on the server, and returns the list out that body appends to.
-func (w *world) eachKey(body string) (string, error) {
-	return w.e.server.Do("EVAL", `local out = {}
+// script on each server that holds data (each master of a Cluster: a script
+// that declares no keys runs on the node it is sent to, over the keys of
+// its own slots), and returns the lines of the lists out that body appends
+// to.
+func (w *world) eachKey(body string) ([]keyLine, error) {
+	var out []keyLine
+	for _, srv := range w.e.masters() {
+		r, err := srv.Do("EVAL", `local out = {}
 local cursor = '0'
 repeat
   local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
@@ -1001,6 +1084,16 @@ repeat
   end
 until cursor == '0'
 return out`, "0", "sched:*")
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", srv.Addr, err)
+		}
+		for _, l := range strings.Split(r, "\n") {
+			if l != "" {
+				out = append(out, keyLine{srv, l})
+			}
+		}
+	}
+	return out, nil
 }
 
 // checkNothingHeld reports the Mutex and FairMutex locks still held once
@@ -1022,11 +1115,9 @@ end`)
 		w.t.Errorf("schedule %d: scanning held locks: %v", n, err)
 		return
 	}
-	if held == "" {
-		return
-	}
 	var shown []string
-	for _, line := range strings.Split(held, "\n") {
+	for _, kl := range held {
+		line := kl.line
 		f := strings.Fields(line)
 		if len(f) != 3 {
 			shown = append(shown, line)
@@ -1586,9 +1677,16 @@ func (w *world) watchLoss(r *rec) {
 // injectFaults injects random faults until stop: on average one every
 // 0.8s, each one of the kinds below (a restart at most once a schedule)
 // in mode "all", only pub/sub faults in mode "pubsub", only replies held
-// back or lost in mode "replies".
+// back or lost in mode "replies". Where no Client is behind a fault proxy
+// (the Cluster), the faults that act through one are left out: a presence
+// pass stalled, replies held back or lost, and a restart (of one master)
+// remain.
 func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, mode string) {
 	proxied := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.p == nil })
+	pool := proxied
+	if len(pool) == 0 {
+		pool = clients
+	}
 	wrapped := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.rf == nil })
 	restarted := false
 	var wg sync.WaitGroup
@@ -1605,7 +1703,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			return
 		case <-time.After(min(gap, 5*time.Second)):
 		}
-		sc := proxied[rnd.IntN(len(proxied))]
+		sc := pool[rnd.IntN(len(pool))]
 		d := time.Duration(50+rnd.IntN(2450)) * time.Millisecond
 		kinds := []string{"pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence",
 			"hold-reply", "lose-reply", "restart"}
@@ -1618,6 +1716,9 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			kind = []string{"drop-push", "drop-push", "delay-push", "cut-subscriber"}[rnd.IntN(4)]
 		case "replies":
 			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
+		}
+		if len(proxied) == 0 && proxyFault(kind) {
+			kind = []string{"stall-presence", "hold-reply", "lose-reply"}[rnd.IntN(3)]
 		}
 		inBurst := len(together) > 0
 		switch {
@@ -1632,12 +1733,18 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			if rnd.IntN(2) == 0 {
 				together = append(together, "drop-push")
 			}
+			if len(proxied) == 0 {
+				kind, together = "hold-reply", together[:1]
+			}
 			w.vmu.Lock()
 			w.faultCount["correlated: "+kind+"+"+strings.Join(together, "+")]++
 			w.vmu.Unlock()
 		}
 		if (kind == "hold-reply" || kind == "lose-reply") && (len(wrapped) == 0 || inBurst && sc.rf == nil) {
 			kind = "latency"
+			if len(proxied) == 0 {
+				kind = "stall-presence"
+			}
 		}
 		start := time.Now()
 		end := start
@@ -1696,7 +1803,12 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			time.AfterFunc(d, func() { defer wg.Done(); sc.rf.drop(r) })
 		case "restart":
 			restarted = true
-			if err := w.e.server.Restart(); err != nil {
+			srvs := w.e.masters()
+			srv := srvs[0]
+			if len(srvs) > 1 {
+				srv = srvs[rnd.IntN(len(srvs))]
+			}
+			if err := srv.Restart(); err != nil {
 				w.t.Errorf("restarting Redis: %v", err)
 			}
 			end = time.Now()
@@ -1710,6 +1822,15 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 	}
 }
 
+// proxyFault reports whether a fault of kind acts through a fault proxy.
+func proxyFault(kind string) bool {
+	switch kind {
+	case "pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber":
+		return true
+	}
+	return false
+}
+
 // report logs the counts and fails the test with every violation found.
 func (w *world) report(took time.Duration) {
 	t := w.t
@@ -1717,6 +1838,7 @@ func (w *world) report(took time.Duration) {
 	defer w.vmu.Unlock()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%d schedules in %v, %d acquisitions\n", w.schedules, took.Round(time.Millisecond), w.totalAcq)
+	writeCounts(&sb, "schedules on", w.onEnv)
 	writeCounts(&sb, "acquired", w.acquired)
 	writeCounts(&sb, "attempts", w.attempts)
 	writeCounts(&sb, "failed", w.failures)
