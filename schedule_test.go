@@ -145,6 +145,10 @@ type rec struct {
 	done     chan struct{} // closed once Unlock returned
 	life     *leaseLife    // for the lock model; nil for a lease it does not check
 	forced   bool          // a ForceUnlock of one of its names was called; guarded by world.mu
+	// lapse: a failover may take its hold from then on, unless its
+	// Client renews it on the new primary (schedule_failover_test.go);
+	// guarded by world.mu.
+	lapse time.Time
 }
 
 // waiter is an acquisition that waits (Lock or Acquire of a Mutex or a
@@ -207,8 +211,11 @@ type world struct {
 	e        *env
 	observer *Client
 	envs     map[string]*schedEnv
-	begin    time.Time
-	nextID   atomic.Int64
+	// pair is the primary and replica of the current schedule, when it
+	// runs on one (made for it, stopped after it), or nil.
+	pair   *replicaPair
+	begin  time.Time
+	nextID atomic.Int64
 
 	lh *lockHistory // the lock model's history of the current schedule
 	// owners counts the live leases of each owner id, for the reply
@@ -232,6 +239,13 @@ type world struct {
 	faults  []fault
 	sizes   map[string]int // semaphore sizes
 	unsure  []*rec         // leases whose Unlock failed in this schedule
+	// fo is the current schedule's failover, or nil; unlocking: the
+	// Unlocks of each owner in this schedule, called at [0] and returned
+	// at [1] (zero while on their way); lapsedOverlaps: deliveries that
+	// overlapped a lease a failover may have taken.
+	fo             *failoverMark
+	unlocking      map[string][]*[2]time.Time
+	lapsedOverlaps []overlapAfterFailover
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -258,7 +272,7 @@ type world struct {
 func newWorld(t *testing.T, e *env, seed uint64) *world {
 	w := &world{
 		t: t, seed: seed, envs: map[string]*schedEnv{}, begin: time.Now(),
-		held: map[string][]*rec{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
+		held: map[string][]*rec{}, unlocking: map[string][]*[2]time.Time{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
 		sizes:      map[string]int{"s:0": 3, "s:1": 2},
 		violations: map[string][]string{}, acquired: map[string]int64{}, attempts: map[string]int64{},
 		failures: map[string]int64{}, faultCount: map[string]int{}, lostBy: map[string]int{},
@@ -286,12 +300,16 @@ func (w *world) prepare(e *env) *schedEnv {
 }
 
 // scheduleEnv picks the deployment of the schedule of seed: the 3-master
-// Cluster one time in four, otherwise the standalone server. It draws from
-// a stream of its own, so that a schedule on the standalone server makes
-// the same choices as it did before schedules ran elsewhere.
+// Cluster one time in four, a primary with a replica one time in six,
+// otherwise the standalone server. It draws from a stream of its own, so
+// that a schedule on the standalone server makes the same choices as it
+// did before schedules ran elsewhere.
 func scheduleEnv(seed uint64) string {
-	if rand.New(rand.NewPCG(seed, 3)).IntN(4) == 0 {
+	switch rand.New(rand.NewPCG(seed, 3)).IntN(12) {
+	case 0, 1, 2:
 		return "cluster"
+	case 3, 4:
+		return "replica"
 	}
 	return "standalone"
 }
@@ -300,9 +318,20 @@ func scheduleEnv(seed uint64) string {
 // no schedule used it yet: the Cluster is started once, by the first
 // schedule that runs on it, with its data kept across restarts as the
 // standalone server's is.
+//
+// A primary with a replica is made for each schedule that runs on one;
+// endEnv stops it.
 func (w *world) useEnv(kind string) {
 	se := w.envs[kind]
-	if se == nil {
+	if kind == "replica" {
+		pr, err := startPair()
+		if err != nil {
+			w.t.Fatalf("starting a primary and its replica: %v", err)
+		}
+		w.pair = pr
+		w.t.Cleanup(pr.close)
+		se = w.prepare(&env{name: kind, addrs: []string{pr.front.Addr()}, server: pr.primary})
+	} else if se == nil {
 		c := redistest.NewCluster(w.t, 3, 0, keptData...)
 		se = w.prepare(&env{name: kind, addrs: c.Addrs(), cluster: c})
 		w.envs[kind] = se
@@ -311,6 +340,19 @@ func (w *world) useEnv(kind string) {
 	w.mu.Lock()
 	w.last = se.last
 	w.mu.Unlock()
+}
+
+// endEnv ends the schedule's use of its deployment: a primary with a
+// replica, made for it, is stopped.
+func (w *world) endEnv() {
+	w.mu.Lock()
+	w.fo, w.unlocking = nil, map[string][]*[2]time.Time{}
+	w.mu.Unlock()
+	if w.pair != nil {
+		w.observer.Close()
+		w.pair.close()
+		w.pair = nil
+	}
 }
 
 // rel formats a time as milliseconds since the test began.
@@ -417,6 +459,10 @@ func (w *world) delivered(r *rec) (forcedBefore bool) {
 	granted := grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.fo != nil && w.fo.killed.IsZero() {
+		r.setLapse() // delivered while a failover goes on
+	}
+	now := time.Now()
 	for _, res := range r.via {
 		if w.forcedSinceLocked(res, granted) {
 			r.forced, forcedBefore = true, true
@@ -451,6 +497,16 @@ func (w *world) delivered(r *rec) (forcedBefore bool) {
 		for _, o := range live {
 			if forced {
 				break
+			}
+			if w.lapsedLocked(o, now) {
+				// A failover may have taken o's hold: checked again
+				// once the schedule ends.
+				if kind != "sem" && (r.prim != "rw-read" || o.prim != "rw-read") {
+					w.lapsedOverlaps = append(w.lapsedOverlaps, overlapAfterFailover{o, fmt.Sprintf("%s %q: %s (token %d, c%d) delivered at %s while %s (token %d, c%d, delivered %s, lapsed %s) holds it",
+						kind, name, r.prim, r.token, r.client, w.rel(r.at), o.prim, o.token, o.client, w.rel(o.at), w.rel(o.lapse))})
+				}
+				w.count(w.failures, "excused after a failover: overlap")
+				continue
 			}
 			switch kind {
 			case "sem":
@@ -905,6 +961,9 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			},
 		}
 		opts := []Option{WithPrefix("sched"), WithLogger(slog.New(countingHandler{w})), WithWatchdogLease(sc.watchdog), WithMetrics(metrics)}
+		if w.pair != nil {
+			opts = append(opts, WithReplicaAck(1, replicaAckTimeout))
+		}
 		addrs := w.e.addrs
 		if i >= 2 && proxies { // three of five behind proxies
 			p, err := faultproxy.New(addrs[0])
@@ -1005,7 +1064,9 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	closed := time.Now()
 	w.checkNothingLeft(n)
 	w.checkNothingHeld(n, clients, scheduleBegan)
+	w.checkLapsedOverlaps()
 	w.checkLocks(fmt.Sprintf("schedule %d", n), seed)
+	w.endEnv()
 	t.Logf("schedule %d ended: actors and faults %v after the stop, expiry checks %v, Close %v, final checks %v",
 		n, actorsDone.Sub(stopped).Round(time.Millisecond), bgDone.Sub(actorsDone).Round(time.Millisecond),
 		closed.Sub(bgDone).Round(time.Millisecond), time.Since(closed).Round(time.Millisecond))
@@ -1104,13 +1165,7 @@ return out`, "0", "sched:*")
 // schedule, whose model knows nothing of it, starts free.
 func (w *world) checkNothingHeld(n int, clients []*schedClient, began time.Time) {
 	defer w.leftToExpire.Clear()
-	held, err := w.eachKey(`if redis.call('TYPE', k).ok == 'hash' then
-  local owner = redis.call('HGET', k, 'owner')
-  if owner and owner ~= '' then
-    out[#out + 1] = k .. ' ' .. owner .. ' ' .. redis.call('PTTL', k)
-    redis.call('DEL', k)
-  end
-end`)
+	held, err := w.eachKey(heldLocksScript(true))
 	if err != nil {
 		w.t.Errorf("schedule %d: scanning held locks: %v", n, err)
 		return
@@ -1148,6 +1203,21 @@ end`)
 		return
 	}
 	w.violation("held-after-close", "%s", line)
+}
+
+// heldLocksScript is the body for eachKey that lists the lock hashes
+// (Mutex, FairMutex) with an owner, as "KEY OWNER PTTL", and deletes them
+// when del.
+func heldLocksScript(del bool) string {
+	body := `if redis.call('TYPE', k).ok == 'hash' then
+  local owner = redis.call('HGET', k, 'owner')
+  if owner and owner ~= '' then
+    out[#out + 1] = k .. ' ' .. owner .. ' ' .. redis.call('PTTL', k)
+`
+	if del {
+		body += "    redis.call('DEL', k)\n"
+	}
+	return body + "  end\nend"
 }
 
 // faulted reports whether a fault of one of kinds acted on Client i (any
@@ -1294,6 +1364,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.trackOwner(l, 1)
 	if modeled(t.prim) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
+		w.lh.track(r.life, l)
 		if forcedBefore {
 			w.lh.lostBeforeDelivery(r.life)
 		}
@@ -1307,7 +1378,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.mu.Lock()
 	forcedNow := r.forced
 	w.mu.Unlock()
-	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow {
+	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow && !w.excusedByFailover(r, time.Now(), "not held at delivery") {
 		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
 			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 	}
@@ -1442,7 +1513,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) {
+		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
 			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
 				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 		}
@@ -1693,6 +1764,12 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 	defer wg.Wait()
 	var together []string // kinds still to inject at once on burst's Client
 	var burst *schedClient
+	// On a primary with a replica, one of the first four faults is a
+	// failover (schedule_failover_test.go).
+	nth, failoverAt := 0, -1
+	if w.pair != nil {
+		failoverAt = 1 + rnd.IntN(4)
+	}
 	for {
 		gap := time.Duration(rnd.ExpFloat64() * float64(800*time.Millisecond))
 		if len(together) > 0 {
@@ -1720,11 +1797,19 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		if len(proxied) == 0 && proxyFault(kind) {
 			kind = []string{"stall-presence", "hold-reply", "lose-reply"}[rnd.IntN(3)]
 		}
+		if w.pair != nil && kind == "restart" {
+			// Its servers keep no data across a restart: the failover
+			// stands in for it.
+			kind = "stall-presence"
+		}
+		if nth++; nth == failoverAt && len(together) == 0 {
+			kind = "failover"
+		}
 		inBurst := len(together) > 0
 		switch {
 		case inBurst:
 			kind, together, sc = together[0], together[1:], burst
-		case mode == "all" && rnd.IntN(5) == 0:
+		case mode == "all" && kind != "failover" && rnd.IntN(5) == 0:
 			// Correlated faults on one Client: a message or a reply held
 			// up, or its connection, while its presence pass stalls.
 			burst, inBurst = sc, true
@@ -1801,6 +1886,24 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			}
 			wg.Add(1)
 			time.AfterFunc(d, func() { defer wg.Done(); sc.rf.drop(r) })
+		case "failover":
+			// Recorded as it begins: the checks that look for a fault
+			// near see it while it goes on.
+			w.mu.Lock()
+			i := len(w.faults)
+			w.faults = append(w.faults, fault{kind: kind, client: -1, start: start, end: start.Add(10 * time.Second)})
+			w.mu.Unlock()
+			began, ended, err := w.failover(rnd)
+			if err != nil {
+				w.t.Errorf("failing over: %v", err)
+			}
+			w.mu.Lock()
+			w.faults[i].start, w.faults[i].end = began, ended
+			w.mu.Unlock()
+			w.vmu.Lock()
+			w.faultCount[kind]++
+			w.vmu.Unlock()
+			continue
 		case "restart":
 			restarted = true
 			srvs := w.e.masters()
@@ -1936,6 +2039,7 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, name
 		}
 	}
 	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, fresh, owns)
+	w.lh.track(life, child)
 	w.lh.witness(life, child)
 	return life
 }
@@ -1943,9 +2047,22 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, name
 // unlockLease calls l.Unlock and tells the lock model what it did.
 func (w *world) unlockLease(l *Lease, life *leaseLife, ctx context.Context) error {
 	lostBefore := lostNow(l)
-	w.lh.stopping(life, time.Now())
+	span := &[2]time.Time{time.Now()}
+	if l.h != nil {
+		w.mu.Lock()
+		if w.unlocking == nil {
+			w.unlocking = map[string][]*[2]time.Time{}
+		}
+		w.unlocking[l.h.owner] = append(w.unlocking[l.h.owner], span)
+		w.mu.Unlock()
+	}
+	w.lh.stopping(life, span[0])
 	err := l.Unlock(ctx)
-	w.lh.unlocked(life, time.Now(), err, lostBefore)
+	ret := time.Now()
+	w.mu.Lock()
+	span[1] = ret
+	w.mu.Unlock()
+	w.lh.unlocked(life, ret, err, lostBefore)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		w.trackOwner(l, -1)
 	}
