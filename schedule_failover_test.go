@@ -181,15 +181,14 @@ func (w *world) failover(rnd *rand.Rand) (began, ended time.Time, err error) {
 	return began, time.Now(), err
 }
 
-// failingOver records that a failover begins: each lease live now lapses
-// at its Deadline now (see the top of this file).
+// failingOver records that a failover begins: each lease live now (held,
+// or with its Unlock on its way) lapses at its Deadline now (see the top
+// of this file).
 func (w *world) failingOver(at time.Time) {
 	w.mu.Lock()
 	w.fo = &failoverMark{barrier: at}
-	for _, os := range w.held {
-		for _, o := range os {
-			o.setLapse()
-		}
+	for _, o := range w.recs {
+		o.setLapse()
 	}
 	w.mu.Unlock()
 	w.lh.failingOver()

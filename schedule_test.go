@@ -24,9 +24,7 @@ import (
 )
 
 // TestSchedule runs random schedules of every primitive on several Clients,
-// on a standalone server or, one schedule in four, on a 3-master Cluster
-// (started once, by the first schedule that needs it; no fault proxies
-// there), some of them behind fault proxies, with random lease settings, deadlines
+// some of them behind fault proxies, with random lease settings, deadlines
 // (a tenth of them long), cancels and re-entries (nested, or outliving the
 // lease they re-enter, with a Context that carries its cancellation or
 // not), Groups taken with a Mutex lease's Context, local passes with and
@@ -39,6 +37,12 @@ import (
 // New over a wrapped rueidis client (replyfault_test.go), the replies of a
 // few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
 // renew, group) held back past the lease or lost after their script ran.
+// A schedule runs on a standalone server; or, one in four, on a 3-master
+// Cluster (started once, by the first schedule that needs it), where no
+// fault proxy stands in front of the nodes and a restart is one master's;
+// or, one in six, on a primary with one replica, every Client made
+// WithReplicaAck, where a failover to the replica replaces the restart
+// (schedule_failover_test.go says what the checks excuse around it).
 // The test's own model of who holds what checks, at every delivery, mutual
 // exclusion, the semaphore's size, that tokens only increase and that the
 // lease is held in Redis; a monitor checks that no waiter waits long for a
@@ -49,8 +53,8 @@ import (
 // included) must be linearizable for the lock model (lockmodel_test.go):
 // one owner at a time, with rising tokens, in real time. Every violation is
 // collected and reported at the end, one line per kind, with the seed that
-// replays the
-// schedule's choices (not its timing):
+// replays the schedule's choices (its deployment, its faults; not its
+// timing):
 //
 //	go test -race -run '^TestSchedule$' -seed N .
 //	REDISYNC_SEED=N go test -race -run '^TestSchedule$' .
@@ -246,6 +250,7 @@ type world struct {
 	fo             *failoverMark
 	unlocking      map[string][]*[2]time.Time
 	lapsedOverlaps []overlapAfterFailover
+	recs           []*rec // every lease delivered in this schedule, while one runs on a replica
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -346,7 +351,7 @@ func (w *world) useEnv(kind string) {
 // replica, made for it, is stopped.
 func (w *world) endEnv() {
 	w.mu.Lock()
-	w.fo, w.unlocking = nil, map[string][]*[2]time.Time{}
+	w.fo, w.unlocking, w.recs = nil, map[string][]*[2]time.Time{}, nil
 	w.mu.Unlock()
 	if w.pair != nil {
 		w.observer.Close()
@@ -461,6 +466,9 @@ func (w *world) delivered(r *rec) (forcedBefore bool) {
 	defer w.mu.Unlock()
 	if w.fo != nil && w.fo.killed.IsZero() {
 		r.setLapse() // delivered while a failover goes on
+	}
+	if w.pair != nil {
+		w.recs = append(w.recs, r)
 	}
 	now := time.Now()
 	for _, res := range r.via {
