@@ -251,10 +251,10 @@ func (h *lockHistory) failedOver(killed time.Time) {
 // hold throughout. A Group's lease (whose holds are its members') is never
 // said to be.
 func renewedAfter(l *Lease, at time.Time) bool {
-	h := l.h
-	if at.IsZero() || h == nil || h.kind.deadline != nil {
+	if l == nil || at.IsZero() || l.h == nil || l.h.kind.deadline != nil {
 		return false
 	}
+	h := l.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lastOK.After(at)
@@ -618,10 +618,11 @@ func later(a, b time.Time) time.Time {
 
 // TestLockModel checks the lock model on histories made by hand: one
 // ownership after another with rising tokens, a loss seen late while the
-// next owner already holds, and a ForceUnlock are linearizable; two
-// holders at once, a token that does not rise (also above the token a
-// Group's re-entry raised it to) and a re-entry after its
-// ownership ended and the next one began are not.
+// next owner already holds, a ForceUnlock, and a next owner after a
+// failover's lapse of a lease still seen held are linearizable; two
+// holders at once (also before the lapse), a token that does not rise
+// (also above the token a Group's re-entry raised it to) and a re-entry
+// after its ownership ended and the next one began are not.
 func TestLockModel(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -681,6 +682,30 @@ func TestLockModel(t *testing.T) {
 		}
 		if k := kinds(h); (len(k) == 0) != lostBefore {
 			t.Errorf("a pass delivered after a ForceUnlock (lost before delivery %v): %v", lostBefore, k)
+		}
+	}
+
+	// A lease a failover may have taken from its lapse on (its Deadline as
+	// the failover began): another owner may take the lock after the
+	// lapse while the lease is still seen held, as its Client renewed it
+	// on the old primary; not before the lapse, nor without one.
+	for _, c := range []struct {
+		lapse, next int // ms; lapse 0: no failover
+		legal       bool
+	}{{50, 60, true}, {85, 60, false}, {0, 60, false}} {
+		h := newLockHistory(t0)
+		a := acquire(h, 1, 0, 10)
+		if c.lapse > 0 {
+			h.failingOver()
+			h.mu.Lock()
+			a.lf.lapse = at(c.lapse)
+			h.mu.Unlock()
+			h.failedOver(at(40))
+		}
+		seen(a, 100)
+		acquire(h, 2, c.next, c.next+10)
+		if k := kinds(h); (len(k) == 0) != c.legal {
+			t.Errorf("an owner after a failover's lapse at %dms, taken at %dms: %v, want legal %v", c.lapse, c.next, k, c.legal)
 		}
 	}
 
