@@ -19,7 +19,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -38,8 +37,9 @@ import (
 // few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
 // renew, group) held back past the lease or lost after their script ran.
 // A schedule runs on a standalone server; or, one in four, on a 3-master
-// Cluster (started once, by the first schedule that needs it), where no
-// fault proxy stands in front of the nodes and a restart is one master's;
+// Cluster (started once, by the first schedule that needs it), where a
+// proxied Client has a proxy in front of each master, and a restart is one
+// master's;
 // or, one in six, on a primary with one replica, every Client made
 // WithReplicaAck, where a failover to the replica replaces the restart
 // (schedule_failover_test.go says what the checks excuse around it).
@@ -696,9 +696,9 @@ func (w *world) redisState(res string) string {
 type schedClient struct {
 	i        int
 	c        *Client
-	rc       rueidis.Client    // the rueidis client New was given, closed after c; nil for Dial
-	rf       *replyFaults      // the wrapper of rc New was given, or nil
-	p        *faultproxy.Proxy // nil for a direct Client
+	rc       rueidis.Client // the rueidis client New was given, closed after c; nil for Dial
+	rf       *replyFaults   // the wrapper of rc New was given, or nil
+	p        proxySet       // nil for a direct Client
 	watchdog time.Duration
 }
 
@@ -934,13 +934,6 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	// faults only (dropped, delayed messages, cut subscriptions), a quarter
 	// with replies held back or lost only, a quarter with every kind.
 	mode := []string{"quiet", "pubsub", "replies", "all"}[rnd.IntN(4)]
-	// No fault proxy stands in front of the Cluster's nodes (its Clients
-	// learn the nodes' own addresses from the Cluster), so no pub/sub fault
-	// acts there: its pub/sub schedules take every fault it has instead.
-	proxies := w.e.cluster == nil
-	if !proxies && mode == "pubsub" {
-		mode = "all"
-	}
 	var clients []*schedClient
 	var settings []string
 	for i := range nClients {
@@ -972,14 +965,14 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		if w.pair != nil {
 			opts = append(opts, WithReplicaAck(1, replicaAckTimeout))
 		}
-		addrs := w.e.addrs
-		if i >= 2 && proxies { // three of five behind proxies
-			p, err := faultproxy.New(addrs[0])
+		if i >= 2 { // three of five behind proxies, one per server
+			p, err := newProxySet(w.e.addrs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc.p, addrs = p, []string{p.Addr()}
+			sc.p = p
 		}
+		opt := sc.p.option(w.e.addrs)
 		// Three ways to make a Client: Dial without client-side caching
 		// (loss found on renewal, calls pipelined once they overlap), Dial
 		// with it (loss found on change), and New over a caching rueidis
@@ -993,7 +986,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		}
 		switch made {
 		case "new":
-			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs}); err == nil {
+			if sc.rc, err = rueidis.NewClient(opt); err == nil {
 				rc := sc.rc
 				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
@@ -1002,7 +995,8 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 				c, err = New(rc, opts...)
 			}
 		default:
-			c, err = Dial(rueidis.ClientOption{InitAddress: addrs, DisableCache: made == "dial"}, opts...)
+			opt.DisableCache = made == "dial"
+			c, err = Dial(opt, opts...)
 		}
 		if err != nil {
 			t.Fatalf("schedule %d: making c%d (%s): %v", n, i, made, err)
@@ -1756,16 +1750,11 @@ func (w *world) watchLoss(r *rec) {
 // injectFaults injects random faults until stop: on average one every
 // 0.8s, each one of the kinds below (a restart at most once a schedule)
 // in mode "all", only pub/sub faults in mode "pubsub", only replies held
-// back or lost in mode "replies". Where no Client is behind a fault proxy
-// (the Cluster), the faults that act through one are left out: a presence
-// pass stalled, replies held back or lost, and a restart (of one master)
-// remain.
+// back or lost in mode "replies". On the Cluster, a fault of a Client's
+// proxies acts on its connections to every master, and a restart is one
+// master's.
 func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, mode string) {
 	proxied := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.p == nil })
-	pool := proxied
-	if len(pool) == 0 {
-		pool = clients
-	}
 	wrapped := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.rf == nil })
 	restarted := false
 	var wg sync.WaitGroup
@@ -1788,7 +1777,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			return
 		case <-time.After(min(gap, 5*time.Second)):
 		}
-		sc := pool[rnd.IntN(len(pool))]
+		sc := proxied[rnd.IntN(len(proxied))]
 		d := time.Duration(50+rnd.IntN(2450)) * time.Millisecond
 		kinds := []string{"pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence",
 			"hold-reply", "lose-reply", "restart"}
@@ -1801,9 +1790,6 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			kind = []string{"drop-push", "drop-push", "delay-push", "cut-subscriber"}[rnd.IntN(4)]
 		case "replies":
 			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
-		}
-		if len(proxied) == 0 && proxyFault(kind) {
-			kind = []string{"stall-presence", "hold-reply", "lose-reply"}[rnd.IntN(3)]
 		}
 		if w.pair != nil && kind == "restart" {
 			// Its servers keep no data across a restart: the failover
@@ -1826,18 +1812,12 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			if rnd.IntN(2) == 0 {
 				together = append(together, "drop-push")
 			}
-			if len(proxied) == 0 {
-				kind, together = "hold-reply", together[:1]
-			}
 			w.vmu.Lock()
 			w.faultCount["correlated: "+kind+"+"+strings.Join(together, "+")]++
 			w.vmu.Unlock()
 		}
 		if (kind == "hold-reply" || kind == "lose-reply") && (len(wrapped) == 0 || inBurst && sc.rf == nil) {
 			kind = "latency"
-			if len(proxied) == 0 {
-				kind = "stall-presence"
-			}
 		}
 		start := time.Now()
 		end := start
@@ -1931,15 +1911,6 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		w.faultCount[counted]++
 		w.vmu.Unlock()
 	}
-}
-
-// proxyFault reports whether a fault of kind acts through a fault proxy.
-func proxyFault(kind string) bool {
-	switch kind {
-	case "pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber":
-		return true
-	}
-	return false
 }
 
 // report logs the counts and fails the test with every violation found.
