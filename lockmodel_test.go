@@ -121,8 +121,8 @@ var lockModel = porcupine.Model{
 type lockHistory struct {
 	begin time.Time
 	mu    sync.Mutex
-	// failing: a failover began and its replica is not promoted yet;
-	// killed: when the old primary was killed (zero before a failover).
+	// failing: a failover began and the old primary was not killed yet;
+	// killed: when it was (zero before a failover).
 	failing bool
 	killed  time.Time
 	nextID  int64
@@ -237,8 +237,7 @@ func (h *lockHistory) failingOver() {
 	}
 }
 
-// failedOver records that the old primary was killed at killed and its
-// replica promoted.
+// failedOver records that the old primary was killed at killed.
 func (h *lockHistory) failedOver(killed time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

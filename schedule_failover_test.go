@@ -166,6 +166,7 @@ func (w *world) failover(rnd *rand.Rand) (began, ended time.Time, err error) {
 		return began, time.Now(), err
 	}
 	killed := time.Now()
+	w.failedOver(killed)
 	pr.link.Close()
 	if _, err := pr.replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
 		return began, time.Now(), err
@@ -175,7 +176,6 @@ func (w *world) failover(rnd *rand.Rand) (began, ended time.Time, err error) {
 	pr.gone = append(pr.gone, pr.primary)
 	pr.primary, pr.replica = pr.replica, nil
 	w.e.server = pr.primary
-	w.failedOver(killed)
 	w.comeBack(began, killed)
 	err = pr.addReplica()
 	return began, time.Now(), err
@@ -194,8 +194,9 @@ func (w *world) failingOver(at time.Time) {
 	w.lh.failingOver()
 }
 
-// failedOver records that the old primary was killed at killed, and its
-// replica promoted.
+// failedOver records that the old primary was killed at killed: nothing
+// is delivered until its replica is promoted, and what is renewed after
+// that was renewed on the replica.
 func (w *world) failedOver(killed time.Time) {
 	w.mu.Lock()
 	w.fo.killed = killed
