@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -301,11 +302,41 @@ type overlapAfterFailover struct {
 // checkLapsedOverlaps reports each delivery that overlapped a lapsed lease
 // whose Client renewed it on the new primary after all: that lease held
 // its lock throughout.
+//
+// It counts, for the report, the leases live across the failover: those
+// renewed on the new primary, and how the others ended.
 func (w *world) checkLapsedOverlaps() {
 	w.mu.Lock()
 	pending, fo := w.lapsedOverlaps, w.fo
 	w.lapsedOverlaps = nil
+	var across []*rec
+	for _, o := range w.recs {
+		if !o.lapse.IsZero() {
+			across = append(across, o)
+		}
+	}
 	w.mu.Unlock()
+	for _, o := range across {
+		how := "ended before renewing on the new primary"
+		switch err := o.lease.Err(); {
+		case renewedAfter(o.lease, fo.killed):
+			how = "renewed on the new primary"
+		case err != nil && !errors.Is(err, ErrReleased) && !errors.Is(err, ErrClosed):
+			when := "after its lapse"
+			if h := o.lease.h; h != nil {
+				h.mu.Lock()
+				if h.lostAt.Before(o.lapse) {
+					when = "before its lapse"
+				}
+				h.mu.Unlock()
+			}
+			how = "then " + errClass(err) + " " + when
+			if o.forced {
+				how += " (force-unlocked)"
+			}
+		}
+		w.count(w.failures, o.prim+" live across a failover: "+how)
+	}
 	for _, p := range pending {
 		if fo != nil && renewedAfter(p.o.lease, fo.killed) {
 			w.violation("overlap", "%s (it was renewed on the new primary after a failover, which so held it throughout)", p.line)

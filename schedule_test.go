@@ -1420,6 +1420,11 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	hold := time.Duration(rnd.IntN(20)) * time.Millisecond
 	if rnd.IntN(20) == 0 {
 		hold = time.Duration(100+rnd.IntN(400)) * time.Millisecond
+		if w.pair != nil {
+			// Long enough to span a failover, which the lock must
+			// outlive (WithReplicaAck).
+			hold = 5 * hold
+		}
 	}
 	time.Sleep(hold / 2)
 	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
