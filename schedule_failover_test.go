@@ -51,7 +51,13 @@ import (
 //
 // Nothing else is excused: a lease delivered without its grant on the
 // replica (an acquisition that skipped the WAIT), a lease that lost its
-// hold before its lapse, or a renewed one that lost it, is a violation.
+// hold before its lapse, or a renewed one that lost it, is a violation;
+// and an exclusive lease live across the failover, not force-unlocked,
+// that reports its lock gone (ErrExpired, ErrTakenOver) before its lapse
+// while no other fault acted near is one too ("lost-across-failover").
+//
+// A Group's lease is never said to be renewed on the new primary (its
+// holds are its members'): its lapse stands once passed.
 
 // replicaAckTimeout is how long the Clients of a schedule with a replica
 // wait for its acknowledgement.
@@ -322,17 +328,29 @@ func (w *world) checkLapsedOverlaps() {
 		case renewedAfter(o.lease, fo.killed):
 			how = "renewed on the new primary"
 		case err != nil && !errors.Is(err, ErrReleased) && !errors.Is(err, ErrClosed):
-			when := "after its lapse"
+			when, lostAt := "after its lapse", time.Time{}
 			if h := o.lease.h; h != nil {
 				h.mu.Lock()
-				if h.lostAt.Before(o.lapse) {
+				lostAt = h.lostAt
+				h.mu.Unlock()
+				if lostAt.Before(o.lapse) {
 					when = "before its lapse"
 				}
-				h.mu.Unlock()
 			}
 			how = "then " + errClass(err) + " " + when
 			if o.forced {
 				how += " (force-unlocked)"
+			}
+			// Its grant is on the replica, which so holds it until its
+			// lapse: found gone before then, with nothing else to take
+			// it, the failover lost what WithReplicaAck waited for.
+			// (Shared holds, reads and permits, are counted, not judged,
+			// as watchLoss does with their losses.)
+			if when == "before its lapse" && !o.forced && modeled(o.prim) && (errors.Is(err, ErrExpired) || errors.Is(err, ErrTakenOver)) {
+				if near := w.faultsBesides(o.at.Add(-5*time.Second), lostAt, "failover"); near == "" {
+					w.violation("lost-across-failover", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s) lost at %s, before its lapse at %s, after a failover (killed %s): %v",
+						o.prim, o.res, o.client, o.token, o.dur, o.fixed, w.rel(o.at), w.rel(lostAt), w.rel(o.lapse), w.rel(fo.killed), err)
+				}
 			}
 		}
 		w.count(w.failures, o.prim+" live across a failover: "+how)
@@ -342,4 +360,18 @@ func (w *world) checkLapsedOverlaps() {
 			w.violation("overlap", "%s (it was renewed on the new primary after a failover, which so held it throughout)", p.line)
 		}
 	}
+}
+
+// faultsBesides describes the faults other than of kind that acted
+// between from and to, or ended within 3s before from; "" when none did.
+func (w *world) faultsBesides(from, to time.Time, kind string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, f := range w.faults {
+		if f.kind != kind && !f.start.After(to) && !f.end.Add(3*time.Second).Before(from) {
+			out = append(out, fmt.Sprintf("%s@c%d", f.name(), f.client))
+		}
+	}
+	return strings.Join(out, " ")
 }
