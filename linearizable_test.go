@@ -163,7 +163,7 @@ func TestFencedLinearizable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc.p, addr = p, p.Addr()
+			sc.p, addr = proxySet{p}, p.Addr()
 		}
 		opts := []Option{WithPrefix("lin"), WithLogger(quietLogger()), WithWatchdogLease(sc.watchdog),
 			WithMetrics(Metrics{PassedOn: func(string, string, time.Duration) { passedOn.Add(1) }})}

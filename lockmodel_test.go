@@ -62,6 +62,15 @@ import (
 // the history into epochs that are checked apart: an acquisition or
 // ForceUnlock across a restart is left out, an ownership that began before
 // one may end at any time after it began.
+//
+// A failover to a replica (see failover in schedule_failover_test.go) is
+// not a restart: every grant was acknowledged by the replica
+// (WithReplicaAck), so no ownership is left out; only what is not waited
+// for may be lost, renewals among them. A lease live when the failover
+// began (or delivered while it went on) is held on the promoted replica at
+// least until its lapse, its Deadline as it was then, and from then on only
+// if its Client renewed it, or released it, on the new primary: its end
+// may come as early as its lapse otherwise.
 type lockInput struct {
 	kind   int   // lockAcquire, lockReenter, lockEnd, lockForce
 	id     int64 // the ownership
@@ -110,12 +119,16 @@ var lockModel = porcupine.Model{
 // lockHistory collects the ownerships of one schedule (or one run of
 // TestFencedLinearizable) for the lock model.
 type lockHistory struct {
-	begin  time.Time
-	mu     sync.Mutex
-	nextID int64
-	owns   []*ownership
-	reents []*reentryOp
-	forces []forceOp
+	begin time.Time
+	mu    sync.Mutex
+	// failing: a failover began and the old primary was not killed yet;
+	// killed: when it was (zero before a failover).
+	failing bool
+	killed  time.Time
+	nextID  int64
+	owns    []*ownership
+	reents  []*reentryOp
+	forces  []forceOp
 }
 
 // ownership is one fresh acquisition of one lock name.
@@ -155,6 +168,12 @@ type leaseLife struct {
 	stopCall  time.Time // the first Unlock or Detach call
 	released  time.Time // the return of an Unlock that returned nil
 	gone      time.Time // a moment its hold was known gone
+	// lease is the delivered lease, and lapse, when a failover went on
+	// while it was live, its Deadline as the failover began (or as it was
+	// delivered during the failover): the promoted replica holds it at
+	// least until then (see failover).
+	lease *Lease
+	lapse time.Time
 }
 
 func newLockHistory(begin time.Time) *lockHistory { return &lockHistory{begin: begin} }
@@ -180,6 +199,66 @@ func (h *lockHistory) acquired(client int, token uint64, fixed bool, call, ret t
 	return lf
 }
 
+// track records l as the lease of lf, delivered just now: during a
+// failover its lapse is its Deadline now.
+func (h *lockHistory) track(lf *leaseLife, l *Lease) {
+	if lf == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lf.lease = l
+	if h.failing {
+		lf.setLapse()
+	}
+}
+
+// setLapse sets lf's lapse to its lease's Deadline now, if it has one.
+func (lf *leaseLife) setLapse() {
+	if lf.lease == nil || !lf.released.IsZero() || !lf.gone.IsZero() {
+		return
+	}
+	if dl, ok := lf.lease.Deadline(); ok {
+		lf.lapse = dl
+	}
+}
+
+// failingOver records that a failover began: everything Redis did before
+// is on the replica it promotes. Each live lease's lapse is its Deadline
+// now: the last renewal that replied before now is on the replica.
+func (h *lockHistory) failingOver() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing = true
+	for _, o := range h.owns {
+		for _, lf := range o.lives {
+			lf.setLapse()
+		}
+	}
+}
+
+// failedOver records that the old primary was killed at killed.
+func (h *lockHistory) failedOver(killed time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing, h.killed = false, killed
+}
+
+// renewedAfter reports whether the last renewal (or acquisition) of l that
+// succeeded was sent after at: by a Client that sent it after the old
+// primary was killed, it was made on the new primary, which so held l's
+// hold throughout. A Group's lease (whose holds are its members') is never
+// said to be.
+func renewedAfter(l *Lease, at time.Time) bool {
+	if l == nil || at.IsZero() || l.h == nil || l.h.kind.deadline != nil {
+		return false
+	}
+	h := l.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastOK.After(at)
+}
+
 // seen describes, for a violation's report, what the test saw of the end
 // of each lease of o, with times given by rel.
 func (o *ownership) seen(rel func(time.Time) string) string {
@@ -191,8 +270,8 @@ func (o *ownership) seen(rel func(time.Time) string) string {
 	}
 	var out []string
 	for _, lf := range o.lives {
-		out = append(out, fmt.Sprintf("[fixed %v, delivered %s, seen held %s, Unlock or Detach called %s, released %s, known gone %s]",
-			lf.fixed, at(lf.delivered), at(lf.witness), at(lf.stopCall), at(lf.released), at(lf.gone)))
+		out = append(out, fmt.Sprintf("[fixed %v, delivered %s, seen held %s, Unlock or Detach called %s, released %s, known gone %s, failover lapse %s]",
+			lf.fixed, at(lf.delivered), at(lf.witness), at(lf.stopCall), at(lf.released), at(lf.gone), at(lf.lapse)))
 	}
 	if o.endFromCall {
 		out = append(out, "a ForceUnlock may have ended it before its delivery")
@@ -300,8 +379,9 @@ func (h *lockHistory) forced(res string, client int, call, ret time.Time) {
 }
 
 // bounds returns what is known of the end of lf: not before lo, not after
-// hi (forever when !known).
-func (lf *leaseLife) bounds() (lo, hi time.Time, known bool) {
+// hi (forever when !known). killed is when a failover killed the old
+// primary (zero when none did).
+func (lf *leaseLife) bounds(killed time.Time) (lo, hi time.Time, known bool) {
 	if !lf.released.IsZero() {
 		lo = lf.stopCall
 		if lo.IsZero() || lo.After(lf.released) {
@@ -310,6 +390,12 @@ func (lf *leaseLife) bounds() (lo, hi time.Time, known bool) {
 		return later(lo, lf.delivered), lf.released, true
 	}
 	lo = later(lf.witness, lf.delivered)
+	if !lf.lapse.IsZero() && lf.lapse.Before(lo) && !renewedAfter(lf.lease, killed) {
+		// A failover may have taken its hold from its lapse on: what
+		// renewed it since went to the old primary, and was lost. (An
+		// Unlock that returned nil released it wherever it ran, above.)
+		lo = lf.lapse
+	}
 	if !lf.gone.IsZero() {
 		return lo, lf.gone, true
 	}
@@ -370,7 +456,7 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 		var lo, hi time.Time
 		known := true
 		for _, lf := range o.lives {
-			l, hh, k := lf.bounds()
+			l, hh, k := lf.bounds(h.killed)
 			lo = later(lo, l)
 			if !k {
 				known = false
@@ -531,10 +617,11 @@ func later(a, b time.Time) time.Time {
 
 // TestLockModel checks the lock model on histories made by hand: one
 // ownership after another with rising tokens, a loss seen late while the
-// next owner already holds, and a ForceUnlock are linearizable; two
-// holders at once, a token that does not rise (also above the token a
-// Group's re-entry raised it to) and a re-entry after its
-// ownership ended and the next one began are not.
+// next owner already holds, a ForceUnlock, and a next owner after a
+// failover's lapse of a lease still seen held are linearizable; two
+// holders at once (also before the lapse), a token that does not rise
+// (also above the token a Group's re-entry raised it to) and a re-entry
+// after its ownership ended and the next one began are not.
 func TestLockModel(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -594,6 +681,30 @@ func TestLockModel(t *testing.T) {
 		}
 		if k := kinds(h); (len(k) == 0) != lostBefore {
 			t.Errorf("a pass delivered after a ForceUnlock (lost before delivery %v): %v", lostBefore, k)
+		}
+	}
+
+	// A lease a failover may have taken from its lapse on (its Deadline as
+	// the failover began): another owner may take the lock after the
+	// lapse while the lease is still seen held, as its Client renewed it
+	// on the old primary; not before the lapse, nor without one.
+	for _, c := range []struct {
+		lapse, next int // ms; lapse 0: no failover
+		legal       bool
+	}{{50, 60, true}, {85, 60, false}, {0, 60, false}} {
+		h := newLockHistory(t0)
+		a := acquire(h, 1, 0, 10)
+		if c.lapse > 0 {
+			h.failingOver()
+			h.mu.Lock()
+			a.lf.lapse = at(c.lapse)
+			h.mu.Unlock()
+			h.failedOver(at(40))
+		}
+		seen(a, 100)
+		acquire(h, 2, c.next, c.next+10)
+		if k := kinds(h); (len(k) == 0) != c.legal {
+			t.Errorf("an owner after a failover's lapse at %dms, taken at %dms: %v, want legal %v", c.lapse, c.next, k, c.legal)
 		}
 	}
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/redisync/redisync/internal/faultproxy"
+	"github.com/redisync/redisync/internal/redistest"
 )
 
 // TestSchedule runs random schedules of every primitive on several Clients,
@@ -36,6 +36,13 @@ import (
 // New over a wrapped rueidis client (replyfault_test.go), the replies of a
 // few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
 // renew, group) held back past the lease or lost after their script ran.
+// A schedule runs on a standalone server; or, one in four, on a 3-master
+// Cluster (started once, by the first schedule that needs it), where a
+// proxied Client has a proxy in front of each master, and a restart is one
+// master's;
+// or, one in six, on a primary with one replica, every Client made
+// WithReplicaAck, where a failover to the replica replaces the restart
+// (schedule_failover_test.go says what the checks excuse around it).
 // The test's own model of who holds what checks, at every delivery, mutual
 // exclusion, the semaphore's size, that tokens only increase and that the
 // lease is held in Redis; a monitor checks that no waiter waits long for a
@@ -46,8 +53,8 @@ import (
 // included) must be linearizable for the lock model (lockmodel_test.go):
 // one owner at a time, with rising tokens, in real time. Every violation is
 // collected and reported at the end, one line per kind, with the seed that
-// replays the
-// schedule's choices (not its timing):
+// replays the schedule's choices (its deployment, its faults; not its
+// timing):
 //
 //	go test -race -run '^TestSchedule$' -seed N .
 //	REDISYNC_SEED=N go test -race -run '^TestSchedule$' .
@@ -57,7 +64,7 @@ import (
 // least 100 000 acquisitions were made.
 func TestSchedule(t *testing.T) {
 	seed := testSeed(t, "TestSchedule")
-	e := ownServer(t, "--appendonly", "yes", "--appendfsync", "no")
+	e := ownServer(t, keptData...)
 	noLeak := leakCheck(t)
 	w := newWorld(t, e, seed)
 	rnd := rand.New(rand.NewPCG(seed, 0x5c4ed))
@@ -89,7 +96,9 @@ func TestSchedule(t *testing.T) {
 		}
 		w.runSchedule(n, s, d)
 	}
-	w.observer.Close()
+	for _, se := range w.envs {
+		se.observer.Close()
+	}
 	noLeak(nil, restartedServer)
 	w.report(time.Since(start))
 }
@@ -140,6 +149,10 @@ type rec struct {
 	done     chan struct{} // closed once Unlock returned
 	life     *leaseLife    // for the lock model; nil for a lease it does not check
 	forced   bool          // a ForceUnlock of one of its names was called; guarded by world.mu
+	// lapse: a failover may take its hold from then on, unless its
+	// Client renews it on the new primary (schedule_failover_test.go);
+	// guarded by world.mu.
+	lapse time.Time
 }
 
 // waiter is an acquisition that waits (Lock or Acquire of a Mutex or a
@@ -178,14 +191,35 @@ func (f fault) name() string {
 	return f.kind
 }
 
+// keptData are the redis-server arguments of the servers TestSchedule
+// restarts: their data outlives a restart (a second of writes aside).
+var keptData = []string{"--appendonly", "yes", "--appendfsync", "no"}
+
+// schedEnv is a deployment schedules run on, a Client of it that inspects
+// the locks, and the highest token delivered per exclusive resource on it
+// (tokens rise per deployment).
+type schedEnv struct {
+	e        *env
+	observer *Client
+	last     map[string]uint64
+}
+
 // world is the model and the counters of TestSchedule.
 type world struct {
-	t        *testing.T
+	t    *testing.T
+	seed uint64
+	// e is the deployment of the current schedule, observer a Client of
+	// it (direct, for Inspect); envs are the deployments made so far, by
+	// kind: the standalone server, and the Cluster once a schedule needs
+	// it.
 	e        *env
-	seed     uint64
-	observer *Client // direct, for Inspect
-	begin    time.Time
-	nextID   atomic.Int64
+	observer *Client
+	envs     map[string]*schedEnv
+	// pair is the primary and replica of the current schedule, when it
+	// runs on one (made for it, stopped after it), or nil.
+	pair   *replicaPair
+	begin  time.Time
+	nextID atomic.Int64
 
 	lh *lockHistory // the lock model's history of the current schedule
 	// owners counts the live leases of each owner id, for the reply
@@ -201,7 +235,7 @@ type world struct {
 
 	mu   sync.Mutex // the model
 	held map[string][]*rec
-	last map[string]uint64 // highest token delivered per exclusive resource
+	last map[string]uint64 // highest token delivered per exclusive resource on the current deployment
 	// forcing: the ForceUnlocks of each name, called at [0] and returned
 	// at [1] (zero while on their way).
 	forcing map[string][]*[2]time.Time
@@ -209,6 +243,14 @@ type world struct {
 	faults  []fault
 	sizes   map[string]int // semaphore sizes
 	unsure  []*rec         // leases whose Unlock failed in this schedule
+	// fo is the current schedule's failover, or nil; unlocking: the
+	// Unlocks of each owner in this schedule, called at [0] and returned
+	// at [1] (zero while on their way); lapsedOverlaps: deliveries that
+	// overlapped a lease a failover may have taken.
+	fo             *failoverMark
+	unlocking      map[string][]*[2]time.Time
+	lapsedOverlaps []overlapAfterFailover
+	recs           []*rec // every lease delivered in this schedule, while one runs on a replica
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -226,21 +268,32 @@ type world struct {
 	modelChecked [3]int // ownerships, re-entries, ForceUnlocks the lock model checked
 	modelTook    time.Duration
 	schedules    int
+	onEnv        map[string]int64 // schedules by the kind of deployment they ran on
 	totalAcq     int64
 }
 
+// newWorld returns the world of TestSchedule, whose standalone schedules
+// run on e.
 func newWorld(t *testing.T, e *env, seed uint64) *world {
-	obs, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix("sched"), WithLogger(quietLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &world{
-		t: t, e: e, seed: seed, observer: obs, begin: time.Now(),
-		held: map[string][]*rec{}, last: map[string]uint64{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
+		t: t, seed: seed, envs: map[string]*schedEnv{}, begin: time.Now(),
+		held: map[string][]*rec{}, unlocking: map[string][]*[2]time.Time{}, forcing: map[string][]*[2]time.Time{}, names: map[string]*nameState{},
 		sizes:      map[string]int{"s:0": 3, "s:1": 2},
 		violations: map[string][]string{}, acquired: map[string]int64{}, attempts: map[string]int64{},
 		failures: map[string]int64{}, faultCount: map[string]int{}, lostBy: map[string]int{},
-		passedOn: map[string]int64{}, logged: map[string]int64{},
+		passedOn: map[string]int64{}, logged: map[string]int64{}, onEnv: map[string]int64{},
+	}
+	w.envs["standalone"] = w.prepare(e)
+	return w
+}
+
+// prepare returns e as a deployment of the schedules: with a Client that
+// inspects its locks, and the semaphores sized.
+func (w *world) prepare(e *env) *schedEnv {
+	t := w.t
+	obs, err := Dial(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true}, WithPrefix("sched"), WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx := withTimeout(t, 10*time.Second)
 	for name, size := range w.sizes {
@@ -248,7 +301,63 @@ func newWorld(t *testing.T, e *env, seed uint64) *world {
 			t.Fatal(err)
 		}
 	}
-	return w
+	return &schedEnv{e: e, observer: obs, last: map[string]uint64{}}
+}
+
+// scheduleEnv picks the deployment of the schedule of seed: the 3-master
+// Cluster one time in four, a primary with a replica one time in six,
+// otherwise the standalone server. It draws from a stream of its own, so
+// that a schedule on the standalone server makes the same choices as it
+// did before schedules ran elsewhere.
+func scheduleEnv(seed uint64) string {
+	switch rand.New(rand.NewPCG(seed, 3)).IntN(12) {
+	case 0, 1, 2:
+		return "cluster"
+	case 3, 4:
+		return "replica"
+	}
+	return "standalone"
+}
+
+// useEnv makes the deployment of kind the current one, making it first if
+// no schedule used it yet: the Cluster is started once, by the first
+// schedule that runs on it, with its data kept across restarts as the
+// standalone server's is.
+//
+// A primary with a replica is made for each schedule that runs on one;
+// endEnv stops it.
+func (w *world) useEnv(kind string) {
+	se := w.envs[kind]
+	if kind == "replica" {
+		pr, err := startPair()
+		if err != nil {
+			w.t.Fatalf("starting a primary and its replica: %v", err)
+		}
+		w.pair = pr
+		w.t.Cleanup(pr.close)
+		se = w.prepare(&env{name: kind, addrs: []string{pr.front.Addr()}, server: pr.primary})
+	} else if se == nil {
+		c := redistest.NewCluster(w.t, 3, 0, keptData...)
+		se = w.prepare(&env{name: kind, addrs: c.Addrs(), cluster: c})
+		w.envs[kind] = se
+	}
+	w.e, w.observer = se.e, se.observer
+	w.mu.Lock()
+	w.last = se.last
+	w.mu.Unlock()
+}
+
+// endEnv ends the schedule's use of its deployment: a primary with a
+// replica, made for it, is stopped.
+func (w *world) endEnv() {
+	w.mu.Lock()
+	w.fo, w.unlocking, w.recs = nil, map[string][]*[2]time.Time{}, nil
+	w.mu.Unlock()
+	if w.pair != nil {
+		w.observer.Close()
+		w.pair.close()
+		w.pair = nil
+	}
 }
 
 // rel formats a time as milliseconds since the test began.
@@ -355,6 +464,13 @@ func (w *world) delivered(r *rec) (forcedBefore bool) {
 	granted := grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.fo != nil && w.fo.killed.IsZero() {
+		r.setLapse() // delivered while a failover goes on
+	}
+	if w.pair != nil {
+		w.recs = append(w.recs, r)
+	}
+	now := time.Now()
 	for _, res := range r.via {
 		if w.forcedSinceLocked(res, granted) {
 			r.forced, forcedBefore = true, true
@@ -389,6 +505,16 @@ func (w *world) delivered(r *rec) (forcedBefore bool) {
 		for _, o := range live {
 			if forced {
 				break
+			}
+			if w.lapsedLocked(o, now) {
+				// A failover may have taken o's hold: checked again
+				// once the schedule ends.
+				if kind != "sem" && (r.prim != "rw-read" || o.prim != "rw-read") {
+					w.lapsedOverlaps = append(w.lapsedOverlaps, overlapAfterFailover{o, fmt.Sprintf("%s %q: %s (token %d, c%d) delivered at %s while %s (token %d, c%d, delivered %s, lapsed %s) holds it",
+						kind, name, r.prim, r.token, r.client, w.rel(r.at), o.prim, o.token, o.client, w.rel(o.at), w.rel(o.lapse))})
+				}
+				w.count(w.failures, "excused after a failover: overlap")
+				continue
 			}
 			switch kind {
 			case "sem":
@@ -570,9 +696,9 @@ func (w *world) redisState(res string) string {
 type schedClient struct {
 	i        int
 	c        *Client
-	rc       rueidis.Client    // the rueidis client New was given, closed after c; nil for Dial
-	rf       *replyFaults      // the wrapper of rc New was given, or nil
-	p        *faultproxy.Proxy // nil for a direct Client
+	rc       rueidis.Client // the rueidis client New was given, closed after c; nil for Dial
+	rf       *replyFaults   // the wrapper of rc New was given, or nil
+	p        proxySet       // nil for a direct Client
 	watchdog time.Duration
 }
 
@@ -799,6 +925,8 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 // then closes everything and checks that nothing is left.
 func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	t := w.t
+	kind := scheduleEnv(seed)
+	w.useEnv(kind)
 	scheduleBegan := time.Now()
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	const nClients, perClient = 5, 4
@@ -834,14 +962,17 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			},
 		}
 		opts := []Option{WithPrefix("sched"), WithLogger(slog.New(countingHandler{w})), WithWatchdogLease(sc.watchdog), WithMetrics(metrics)}
-		addr := w.e.server.Addr
-		if i >= 2 { // three of five behind proxies
-			p, err := faultproxy.New(addr)
+		if w.pair != nil {
+			opts = append(opts, WithReplicaAck(1, replicaAckTimeout))
+		}
+		if i >= 2 { // three of five behind proxies, one per server
+			p, err := newProxySet(w.e.addrs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc.p, addr = p, p.Addr()
+			sc.p = p
 		}
+		opt := sc.p.option(w.e.addrs)
 		// Three ways to make a Client: Dial without client-side caching
 		// (loss found on renewal, calls pipelined once they overlap), Dial
 		// with it (loss found on change), and New over a caching rueidis
@@ -855,7 +986,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		}
 		switch made {
 		case "new":
-			if sc.rc, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}}); err == nil {
+			if sc.rc, err = rueidis.NewClient(opt); err == nil {
 				rc := sc.rc
 				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
@@ -864,7 +995,8 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 				c, err = New(rc, opts...)
 			}
 		default:
-			c, err = Dial(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: made == "dial"}, opts...)
+			opt.DisableCache = made == "dial"
+			c, err = Dial(opt, opts...)
 		}
 		if err != nil {
 			t.Fatalf("schedule %d: making c%d (%s): %v", n, i, made, err)
@@ -877,7 +1009,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	for _, sc := range clients {
 		targets = append(targets, w.targets(rnd, sc, clients))
 	}
-	t.Logf("schedule %d (seed %d) at %s for %v, faults %s: %s", n, seed, w.rel(time.Now()), d, mode, strings.Join(settings, "; "))
+	t.Logf("schedule %d (seed %d) at %s for %v on %s, faults %s: %s", n, seed, w.rel(time.Now()), d, kind, mode, strings.Join(settings, "; "))
 	w.lh = newLockHistory(w.begin)
 
 	stop := make(chan struct{})
@@ -934,7 +1066,9 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	closed := time.Now()
 	w.checkNothingLeft(n)
 	w.checkNothingHeld(n, clients, scheduleBegan)
+	w.checkLapsedOverlaps()
 	w.checkLocks(fmt.Sprintf("schedule %d", n), seed)
+	w.endEnv()
 	t.Logf("schedule %d ended: actors and faults %v after the stop, expiry checks %v, Close %v, final checks %v",
 		n, actorsDone.Sub(stopped).Round(time.Millisecond), bgDone.Sub(actorsDone).Round(time.Millisecond),
 		closed.Sub(bgDone).Round(time.Millisecond), time.Since(closed).Round(time.Millisecond))
@@ -948,6 +1082,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	}
 	w.vmu.Lock()
 	w.schedules++
+	w.onEnv[kind]++
 	w.vmu.Unlock()
 }
 
@@ -955,14 +1090,14 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 // a semaphore's size and a latch's count, which are kept until changed)
 // and, once the Clients are closed, nobody subscribes.
 func (w *world) checkNothingLeft(n int) {
-	srv := w.e.server
 	keys, err := w.eachKey(`local kind = string.match(k, '^[^:]*:([^:]*):')
 if redis.call('PTTL', k) == -1 and kind ~= 'sem' and kind ~= 'latch' then out[#out + 1] = k end`)
 	if err != nil {
 		w.t.Errorf("schedule %d: scanning keys: %v", n, err)
-	} else if keys != "" {
+	} else if len(keys) > 0 {
 		var shown []string
-		for _, k := range strings.Split(keys, "\n") {
+		for _, kl := range keys {
+			srv, k := kl.srv, kl.line
 			typ, _ := srv.Do("TYPE", k)
 			val := ""
 			if typ == "hash" {
@@ -988,10 +1123,21 @@ if redis.call('PTTL', k) == -1 and kind ~= 'sem' and kind ~= 'latch' then out[#o
 	}
 }
 
+// keyLine is a line of eachKey's output, and the server it came from.
+type keyLine struct {
+	srv  *redistest.Server
+	line string
+}
+
 // eachKey runs body, a Lua block, for each key k of the schedules, in one
-// script on the server, and returns the list out that body appends to.
-func (w *world) eachKey(body string) (string, error) {
-	return w.e.server.Do("EVAL", `local out = {}
+// script on each server that holds data (each master of a Cluster: a script
+// that declares no keys runs on the node it is sent to, over the keys of
+// its own slots), and returns the lines of the lists out that body appends
+// to.
+func (w *world) eachKey(body string) ([]keyLine, error) {
+	var out []keyLine
+	for _, srv := range w.e.masters() {
+		r, err := srv.Do("EVAL", `local out = {}
 local cursor = '0'
 repeat
   local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
@@ -1001,6 +1147,16 @@ repeat
   end
 until cursor == '0'
 return out`, "0", "sched:*")
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", srv.Addr, err)
+		}
+		for _, l := range strings.Split(r, "\n") {
+			if l != "" {
+				out = append(out, keyLine{srv, l})
+			}
+		}
+	}
+	return out, nil
 }
 
 // checkNothingHeld reports the Mutex and FairMutex locks still held once
@@ -1011,22 +1167,14 @@ return out`, "0", "sched:*")
 // schedule, whose model knows nothing of it, starts free.
 func (w *world) checkNothingHeld(n int, clients []*schedClient, began time.Time) {
 	defer w.leftToExpire.Clear()
-	held, err := w.eachKey(`if redis.call('TYPE', k).ok == 'hash' then
-  local owner = redis.call('HGET', k, 'owner')
-  if owner and owner ~= '' then
-    out[#out + 1] = k .. ' ' .. owner .. ' ' .. redis.call('PTTL', k)
-    redis.call('DEL', k)
-  end
-end`)
+	held, err := w.eachKey(heldLocksScript(true))
 	if err != nil {
 		w.t.Errorf("schedule %d: scanning held locks: %v", n, err)
 		return
 	}
-	if held == "" {
-		return
-	}
 	var shown []string
-	for _, line := range strings.Split(held, "\n") {
+	for _, kl := range held {
+		line := kl.line
 		f := strings.Fields(line)
 		if len(f) != 3 {
 			shown = append(shown, line)
@@ -1057,6 +1205,21 @@ end`)
 		return
 	}
 	w.violation("held-after-close", "%s", line)
+}
+
+// heldLocksScript is the body for eachKey that lists the lock hashes
+// (Mutex, FairMutex) with an owner, as "KEY OWNER PTTL", and deletes them
+// when del.
+func heldLocksScript(del bool) string {
+	body := `if redis.call('TYPE', k).ok == 'hash' then
+  local owner = redis.call('HGET', k, 'owner')
+  if owner and owner ~= '' then
+    out[#out + 1] = k .. ' ' .. owner .. ' ' .. redis.call('PTTL', k)
+`
+	if del {
+		body += "    redis.call('DEL', k)\n"
+	}
+	return body + "  end\nend"
 }
 
 // faulted reports whether a fault of one of kinds acted on Client i (any
@@ -1203,6 +1366,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.trackOwner(l, 1)
 	if modeled(t.prim) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
+		w.lh.track(r.life, l)
 		if forcedBefore {
 			w.lh.lostBeforeDelivery(r.life)
 		}
@@ -1216,7 +1380,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.mu.Lock()
 	forcedNow := r.forced
 	w.mu.Unlock()
-	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow {
+	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow && !w.excusedByFailover(r, time.Now(), "not held at delivery") {
 		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
 			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 	}
@@ -1256,6 +1420,11 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	hold := time.Duration(rnd.IntN(20)) * time.Millisecond
 	if rnd.IntN(20) == 0 {
 		hold = time.Duration(100+rnd.IntN(400)) * time.Millisecond
+		if w.pair != nil {
+			// Long enough to span a failover, which the lock must
+			// outlive (WithReplicaAck).
+			hold = 5 * hold
+		}
 	}
 	time.Sleep(hold / 2)
 	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
@@ -1351,7 +1520,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) {
+		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
 			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
 				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 		}
@@ -1586,7 +1755,9 @@ func (w *world) watchLoss(r *rec) {
 // injectFaults injects random faults until stop: on average one every
 // 0.8s, each one of the kinds below (a restart at most once a schedule)
 // in mode "all", only pub/sub faults in mode "pubsub", only replies held
-// back or lost in mode "replies".
+// back or lost in mode "replies". On the Cluster, a fault of a Client's
+// proxies acts on its connections to every master, and a restart is one
+// master's.
 func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan struct{}, mode string) {
 	proxied := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.p == nil })
 	wrapped := slices.DeleteFunc(slices.Clone(clients), func(sc *schedClient) bool { return sc.rf == nil })
@@ -1595,6 +1766,12 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 	defer wg.Wait()
 	var together []string // kinds still to inject at once on burst's Client
 	var burst *schedClient
+	// On a primary with a replica, one of the first four faults is a
+	// failover (schedule_failover_test.go).
+	nth, failoverAt := 0, -1
+	if w.pair != nil {
+		failoverAt = 1 + rnd.IntN(4)
+	}
 	for {
 		gap := time.Duration(rnd.ExpFloat64() * float64(800*time.Millisecond))
 		if len(together) > 0 {
@@ -1619,11 +1796,19 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "replies":
 			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
 		}
+		if w.pair != nil && kind == "restart" {
+			// Its servers keep no data across a restart: the failover
+			// stands in for it.
+			kind = "stall-presence"
+		}
+		if nth++; nth == failoverAt && len(together) == 0 {
+			kind = "failover"
+		}
 		inBurst := len(together) > 0
 		switch {
 		case inBurst:
 			kind, together, sc = together[0], together[1:], burst
-		case mode == "all" && rnd.IntN(5) == 0:
+		case mode == "all" && kind != "failover" && rnd.IntN(5) == 0:
 			// Correlated faults on one Client: a message or a reply held
 			// up, or its connection, while its presence pass stalls.
 			burst, inBurst = sc, true
@@ -1694,9 +1879,32 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			}
 			wg.Add(1)
 			time.AfterFunc(d, func() { defer wg.Done(); sc.rf.drop(r) })
+		case "failover":
+			// Recorded as it begins: the checks that look for a fault
+			// near see it while it goes on.
+			w.mu.Lock()
+			i := len(w.faults)
+			w.faults = append(w.faults, fault{kind: kind, client: -1, start: start, end: start.Add(10 * time.Second)})
+			w.mu.Unlock()
+			began, ended, err := w.failover(rnd)
+			if err != nil {
+				w.t.Errorf("failing over: %v", err)
+			}
+			w.mu.Lock()
+			w.faults[i].start, w.faults[i].end = began, ended
+			w.mu.Unlock()
+			w.vmu.Lock()
+			w.faultCount[kind]++
+			w.vmu.Unlock()
+			continue
 		case "restart":
 			restarted = true
-			if err := w.e.server.Restart(); err != nil {
+			srvs := w.e.masters()
+			srv := srvs[0]
+			if len(srvs) > 1 {
+				srv = srvs[rnd.IntN(len(srvs))]
+			}
+			if err := srv.Restart(); err != nil {
 				w.t.Errorf("restarting Redis: %v", err)
 			}
 			end = time.Now()
@@ -1717,6 +1925,7 @@ func (w *world) report(took time.Duration) {
 	defer w.vmu.Unlock()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%d schedules in %v, %d acquisitions\n", w.schedules, took.Round(time.Millisecond), w.totalAcq)
+	writeCounts(&sb, "schedules on", w.onEnv)
 	writeCounts(&sb, "acquired", w.acquired)
 	writeCounts(&sb, "attempts", w.attempts)
 	writeCounts(&sb, "failed", w.failures)
@@ -1814,6 +2023,7 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, name
 		}
 	}
 	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, fresh, owns)
+	w.lh.track(life, child)
 	w.lh.witness(life, child)
 	return life
 }
@@ -1821,9 +2031,22 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, name
 // unlockLease calls l.Unlock and tells the lock model what it did.
 func (w *world) unlockLease(l *Lease, life *leaseLife, ctx context.Context) error {
 	lostBefore := lostNow(l)
-	w.lh.stopping(life, time.Now())
+	span := &[2]time.Time{time.Now()}
+	if l.h != nil {
+		w.mu.Lock()
+		if w.unlocking == nil {
+			w.unlocking = map[string][]*[2]time.Time{}
+		}
+		w.unlocking[l.h.owner] = append(w.unlocking[l.h.owner], span)
+		w.mu.Unlock()
+	}
+	w.lh.stopping(life, span[0])
 	err := l.Unlock(ctx)
-	w.lh.unlocked(life, time.Now(), err, lostBefore)
+	ret := time.Now()
+	w.mu.Lock()
+	span[1] = ret
+	w.mu.Unlock()
+	w.lh.unlocked(life, ret, err, lostBefore)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		w.trackOwner(l, -1)
 	}

@@ -33,13 +33,13 @@ const (
 //
 // Create a Proxy with New and release it with Close.
 type Proxy struct {
-	target string
 	ln     net.Listener
 	ctx    context.Context // canceled by Close; aborts dials to the target
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the accept loop and every connection's goroutines
 
 	mu        sync.Mutex
+	target    string // the address new connections are forwarded to
 	closed    bool
 	blackhole bool          // new connections start blackholed
 	refuse    bool          // new connections are closed at once
@@ -110,6 +110,16 @@ func (p *Proxy) Close() error {
 	p.mu.Unlock()
 	p.wg.Wait()
 	return err
+}
+
+// SetTarget makes the proxy forward the connections it accepts from now on
+// to target (a "host:port"), as to a server that took over from the old
+// one; the current connections stay with the old target until they close
+// (Cut closes them).
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
 }
 
 // Cut closes every current connection now, on both sides. Connections
@@ -252,7 +262,10 @@ func (p *Proxy) acceptLoop() {
 func (p *Proxy) serve(id int, c *conn) {
 	defer p.wg.Done()
 	d := net.Dialer{Timeout: dialTimeout}
-	server, err := d.DialContext(p.ctx, "tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := d.DialContext(p.ctx, "tcp", target)
 	if err != nil {
 		p.closeConn(id, c)
 		return

@@ -153,6 +153,32 @@ func TestCut(t *testing.T) {
 	require.Equal(t, "cut", got)
 }
 
+// After SetTarget and Cut, the client's new connections reach the new
+// target; until Cut, its current connection stays with the old one.
+func TestSetTarget(t *testing.T) {
+	old, p := setup(t)
+	c := newClient(t, p)
+	ctx := context.Background()
+	require.NoError(t, c.Do(ctx, c.B().Set().Key("k").Value("old").Build()).Error())
+	srv := redistest.Standalone(t)
+
+	p.SetTarget(srv.Addr)
+	got, err := c.Do(ctx, c.B().Get().Key("k").Build()).ToString()
+	require.NoError(t, err)
+	require.Equal(t, "old", got, "the current connection stays with the old target")
+
+	p.Cut()
+	eventually(t, func(ctx context.Context) error {
+		return c.Do(ctx, c.B().Set().Key("k").Value("new").Build()).Error()
+	})
+	got, err = srv.Do("GET", "k")
+	require.NoError(t, err)
+	require.Equal(t, "new", got)
+	got, err = old.Do("GET", "k")
+	require.NoError(t, err)
+	require.Equal(t, "old", got)
+}
+
 func TestBlackhole(t *testing.T) {
 	srv, p := setup(t)
 	c := newClient(t, p)

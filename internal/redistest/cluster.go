@@ -26,12 +26,15 @@ type Cluster struct {
 // server's directory, --cluster-node-timeout 2000, --cluster-announce-ip
 // 127.0.0.1), creates the cluster with redis-cli, and waits (about 30s) until
 // every node reports cluster_state:ok with all 16384 slots assigned and knows
-// all nodes, and every replica is linked to its master.
+// all nodes, and every replica is linked to its master. args are extra
+// redis-server arguments for every node (see StartServer), such as
+// "--appendonly", "yes" for nodes that keep their data across Kill and
+// Start.
 //
 // It returns ErrNoRedisServer when redis-server is not on PATH and an error
 // asking to install redis-tools when redis-cli is missing. On error every
 // started server has been stopped. The caller must call Stop.
-func StartCluster(masters, replicasPerMaster int) (*Cluster, error) {
+func StartCluster(masters, replicasPerMaster int, args ...string) (*Cluster, error) {
 	if masters < 3 || replicasPerMaster < 0 {
 		return nil, fmt.Errorf("redistest: a cluster needs at least 3 masters and no negative replica count, got %d and %d", masters, replicasPerMaster)
 	}
@@ -48,13 +51,13 @@ func StartCluster(masters, replicasPerMaster int) (*Cluster, error) {
 	var wg sync.WaitGroup
 	for i := range nodes {
 		wg.Go(func() {
-			nodes[i], errs[i] = StartServer(
+			nodes[i], errs[i] = StartServer(append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", "nodes.conf", // relative to the server's directory
 				"--cluster-node-timeout", "2000",
 				"--cluster-announce-ip", "127.0.0.1",
 				"--repl-diskless-sync-delay", "0", // replicas sync at once
-			)
+			}, args...)...)
 		})
 	}
 	wg.Wait()

@@ -19,11 +19,12 @@ func Standalone(t testing.TB, args ...string) *Server {
 	return s
 }
 
-// NewCluster starts a cluster for one test (see StartCluster) and stops it in
-// t.Cleanup. Any failure fails the test with t.Fatal.
-func NewCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
+// NewCluster starts a cluster for one test (see StartCluster, which takes
+// args for every node) and stops it in t.Cleanup. Any failure fails the test
+// with t.Fatal.
+func NewCluster(t testing.TB, masters, replicasPerMaster int, args ...string) *Cluster {
 	t.Helper()
-	c, err := StartCluster(masters, replicasPerMaster)
+	c, err := StartCluster(masters, replicasPerMaster, args...)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
