@@ -27,10 +27,12 @@ import (
 // A lease the watchdog renews (the Client's lease or WithRenewedLease)
 // needs no extension: Extend returns ErrInvalidArgument, as it does for a
 // Group or Quorum lease, a nil ctx and a d under a millisecond. An error
-// from Redis or ctx is returned as is, the lease unchanged: Extend may be
-// retried. A d shorter than what is left brings Deadline, and the lease's
-// expiry, that close as soon as Extend is called: the script may run, and
-// the lock end that soon, whether or not its reply comes back.
+// from Redis or ctx is returned as is: Extend may be retried. A d shorter
+// than what is left brings Deadline, and the lease's expiry, that close as
+// soon as Extend is called, error or not: the script may run, and the lock
+// end that soon, whether or not its reply comes back. A longer d moves them
+// only once the reply says the lock was extended, and not past the end an
+// Extend called after it set.
 func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	switch {
 	case ctx == nil:
@@ -57,15 +59,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	// when d is shorter than what is left. The lease takes the sooner end
 	// now, whatever becomes of the reply; never the later one, which only
 	// the reply can vouch for.
-	h.mu.Lock()
-	if !h.done && sent.Add(d-d/10).Before(h.deadline()) {
-		h.lastOK, h.extended = sent, d
-		by := h.deadline()
-		h.mu.Unlock()
-		h.c.watchdog.lookBy(by)
-	} else {
-		h.mu.Unlock()
-	}
+	h.extendFrom(sent, d, true)
 	// The renewal script of the lock's kind: it sets the expiry of what
 	// the owner holds, and only if it still holds it.
 	states, err := h.kind.renew.exec(ctx, h.c.rc, []string{h.key}, []string{h.owner, strconv.FormatInt(d.Milliseconds(), 10)}).AsIntSlice()
@@ -77,15 +71,9 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	case len(states) != 1:
 		return errors.New("redisync: extend: unexpected reply")
 	case states[0] == 1:
-		h.mu.Lock()
-		if !h.done {
-			h.lastOK, h.extended = sent, d
-			by := h.deadline()
-			h.mu.Unlock()
-			h.c.watchdog.lookBy(by)
+		if h.extendFrom(sent, d, false) {
 			return nil
 		}
-		h.mu.Unlock()
 	default:
 		h.c.watchdog.settle(ctx, h, states[0], sent, true)
 	}
@@ -96,4 +84,27 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: released while it was extended", ErrNotHeld)
 	}
 	return errorf("%w: %w", ErrNotHeld, reason)
+}
+
+// extendFrom gives h, unless it ended, the fixed lease d counted from sent,
+// the moment an Extend's script was sent: when sooner, only if that ends
+// the lease sooner than it ends now (the script may run from sent on);
+// otherwise (the script's reply said it ran) unless an Extend sent later
+// set the lease's end already, which Redis also ran later. It reports
+// whether h is still held.
+func (h *holder) extendFrom(sent time.Time, d time.Duration, sooner bool) bool {
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return false
+	}
+	if sooner && !sent.Add(d-d/10).Before(h.deadline()) || !sooner && h.lastOK.After(sent) {
+		h.mu.Unlock()
+		return true
+	}
+	h.lastOK, h.extended = sent, d
+	by := h.deadline()
+	h.mu.Unlock()
+	h.c.watchdog.lookBy(by)
+	return true
 }

@@ -206,6 +206,31 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 				require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 			})
 		}
+		// A longer extension whose reply comes after a shorter one that
+		// ran after it: the lock ends as the shorter one set, and so does
+		// the lease.
+		t.Run("superseded", func(t *testing.T) {
+			m := c.Mutex(t.Name(), WithFixedLease(lease))
+			l := mustLock(t, ctx, m.Lock)
+			r, open := rf.gate(extension(2*lease), 1, false)
+			defer open()
+			done := make(chan error, 1)
+			go func() { done <- l.Extend(ctx, 2*lease) }()
+			<-r.Ran()
+			sent := time.Now()
+			require.NoError(t, l.Extend(ctx, shorter))
+			open()
+			require.NoError(t, <-done)
+			dl, _ := l.Deadline()
+			require.False(t, dl.After(sent.Add(shorter)), "Deadline %v after the end the later extension set", dl.Sub(sent))
+			select {
+			case <-l.Lost():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lease was not reported expired")
+			}
+			l2 := mustLock(t, ctx, other.Mutex(t.Name(), WithFixedLease(lease)).Lock)
+			require.NoError(t, l2.Unlock(ctx))
+		})
 		// While the shorter extension's reply is on its way, the lock may
 		// end with it already: the lease ends then, not at its old end.
 		t.Run("in flight", func(t *testing.T) {
