@@ -18,3 +18,11 @@ func (c *Client) pausePresence(d time.Duration) {
 	defer c.presence.stall.Unlock()
 	time.Sleep(d)
 }
+
+// stallWatchdog stops c's watchdog from looking at its leases, as a lapse
+// of the Client would: no deadline is enforced and nothing is renewed until
+// resume is called.
+func (c *Client) stallWatchdog() (resume func()) {
+	c.watchdog.mu.Lock()
+	return c.watchdog.mu.Unlock
+}

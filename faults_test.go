@@ -469,6 +469,49 @@ func TestUnlockWithoutAnswerLockMovedOn(t *testing.T) {
 	require.NoError(t, bl.Unlock(ctx))
 }
 
+// TestUnlockRetryAfterExpiryReportsTheLoss: a retried Unlock that finds the
+// lock moved on reports a release only when its first attempt, whose reply
+// was lost, was sent while the Client vouched for the hold. Sent after the
+// lease's deadline, it may have found the lock expired already: the lease
+// reports the loss, even though the Client had not noticed it yet when the
+// first attempt went out.
+func TestUnlockRetryAfterExpiryReportsTheLoss(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const lease = 400 * time.Millisecond
+		c, rf := e.faultyClientDetecting(t, false)
+		b := e.client(t)
+		ctx := withTimeout(t, 20*time.Second)
+		name := "retry-after-expiry"
+		l := mustLock(t, ctx, c.Mutex(name, WithFixedLease(lease)).Lock)
+		dl, ok := l.Deadline()
+		require.True(t, ok)
+		// The Client does not look at its leases for a while: past the
+		// deadline, nothing reports the lease lost.
+		resume := c.stallWatchdog()
+		stalled := true
+		defer func() {
+			if stalled {
+				resume()
+			}
+		}()
+		time.Sleep(time.Until(dl))
+		// The key expires; another Client takes the lock and releases it.
+		bl := mustLock(t, ctx, b.Mutex(name).Lock)
+		require.NoError(t, bl.Unlock(ctx))
+		require.NoError(t, l.Err(), "nothing noticed the expiry yet")
+		// The first Unlock runs, finds nothing, and its reply is lost.
+		rf.lose(runs(releaseScript), 1, 0)
+		err := l.Unlock(ctx)
+		require.ErrorIs(t, err, errReplyLost)
+		resume()
+		stalled = false
+		err = l.Unlock(ctx)
+		require.ErrorIs(t, err, ErrNotHeld, "the retry reported a release of a lease that had expired")
+		require.ErrorIs(t, err, ErrExpired)
+		require.ErrorIs(t, l.Err(), ErrExpired)
+	})
+}
+
 // TestAttemptHeldUpIsUndoneAfterItRuns: an attempt held up on its way
 // (here a connection paused longer than the caller waits) is given back
 // after it ran, never before. A release sent at once could take another

@@ -534,8 +534,14 @@ func (l *Lease) endContext(reason error) {
 // releases only its own hold; the lock is free once every hold is released.
 //
 // Unlock is safe to retry: after an error from Redis or from ctx, calling
-// it again neither reports a false ErrNotHeld nor releases anyone else's
-// lock. It returns ErrNotHeld (errors.Is) when the lease no longer holds the
+// it again never releases anyone else's lock, and does not report a false
+// ErrNotHeld for an attempt sent before the lease's Deadline: one that
+// reached Redis freed the lock, and the retry returns nil even when the
+// lock has changed hands since. An attempt sent after the Deadline may have
+// found the lock expired already; when the lock has changed hands since,
+// Redis cannot tell which, and the retry reports ErrNotHeld.
+//
+// It returns ErrNotHeld (errors.Is) when the lease no longer holds the
 // lock: already released, lost (the error then also matches the loss
 // reason), or never acquired. If the lease was reported lost while its key
 // still held it (ErrConnectionLost, ErrClosed), Unlock still frees the key
@@ -622,10 +628,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if st == notHeld && !unsure.IsZero() && (lostAt.IsZero() || lostAt.After(unsure)) {
-		// An earlier attempt, whose reply never came, reached Redis while
-		// the lease was held: it freed the lock, and the lock has moved on
-		// since, out of reach of the release mark the script keeps.
+	if st == notHeld && !unsure.IsZero() && (lostAt.IsZero() || lostAt.After(unsure)) && unsure.Before(h.vouchedUntil()) {
+		// An earlier attempt, whose reply never came, was sent while the
+		// Client vouched for the hold (before the lease's deadline and any
+		// loss it saw): it reached Redis while the lease held, freed the
+		// lock, and the lock has moved on since, out of reach of the release
+		// mark the script keeps. One sent after the deadline may have found
+		// the lock expired already: Redis cannot tell which, and the
+		// Client's memory may not widen what Redis says, so that lease is
+		// reported lost below.
 		st = freed
 	}
 	if st == notHeld {
@@ -842,6 +853,17 @@ func (l *Lease) Deadline() (deadline time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	return l.h.deadline(), true
+}
+
+// vouchedUntil is when the Client stops vouching for h's hold unless a
+// renewal succeeds first: its deadline (see Lease.Deadline).
+func (h *holder) vouchedUntil() time.Time {
+	if f := h.kind.deadline; f != nil {
+		return f()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline()
 }
 
 // Detach leaves the lease's hold of the lock to expire in Redis instead of
