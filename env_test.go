@@ -123,25 +123,16 @@ func dialWith(t testing.TB, opt rueidis.ClientOption, opts ...Option) *Client {
 }
 
 // proxiedOption is the option of a Client whose connection goes through a
-// fault proxy at addr: one connection for commands, so that every call
-// after the first takes the connection the first opened. A call that
-// opens a connection waits for its handshake whatever its context says
-// (see Dial), which a test of a late reply must not run into.
-func proxiedOption(addr string) rueidis.ClientOption {
-	return rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, PipelineMultiplex: -1}
-}
+// fault proxy at addr (see testenv.ProxiedOption).
+var proxiedOption = testenv.ProxiedOption
 
 // proxied returns a Client whose connection to the env's standalone server
 // goes through a fault proxy, and the proxy; both closed at the end of the
 // test, the proxy healed first.
 func (e *env) proxied(t testing.TB, opts ...Option) (*Client, *faultproxy.Proxy) {
 	t.Helper()
-	p, err := faultproxy.New(e.server.Addr)
-	if err != nil {
-		t.Fatalf("starting a fault proxy: %v", err)
-	}
-	t.Cleanup(func() { p.Close() })
-	c := dialWith(t, proxiedOption(p.Addr()), opts...)
+	p, opt := e.Proxy(t)
+	c := dialWith(t, opt, opts...)
 	t.Cleanup(p.Heal)
 	return c, p
 }

@@ -8,12 +8,13 @@ import (
 	"strings"
 
 	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/redisson"
 )
 
 // redissonView is a lock in Redisson's RLock layout (RLock, RFencedLock,
 // RFairLock): the hash NAME, one field per holder, UUID:THREADID -> hold
 // count, written by Java's Redisson, node-redisson or a Go
-// Client.RedissonLock.
+// Client.Lock.
 type redissonView struct {
 	keyed
 	Kind    string               `json:"kind"` // "redisson"
@@ -68,7 +69,7 @@ func (v *redissonView) row() watchRow {
 // lookRedisson reads the Redisson lock named name. A key of another type
 // or layout under that name is no Redisson lock: nothing to show.
 func lookRedisson(ctx context.Context, c *client, name string) (kind, error) {
-	st, err := redisync.InspectRedissonLock(ctx, c.rc, name)
+	st, err := redisson.InspectLock(ctx, c.rc, name)
 	if errors.Is(err, redisync.ErrWrongType) {
 		return nil, nil
 	}
@@ -130,7 +131,7 @@ func (v *redissonRWView) row() watchRow {
 // lookRedissonRW reads the Redisson read-write lock named name. A key of
 // another type or layout under that name is none: nothing to show.
 func lookRedissonRW(ctx context.Context, c *client, name string) (kind, error) {
-	st, err := redisync.InspectRedissonReadWriteLock(ctx, c.rc, name)
+	st, err := redisson.InspectReadWriteLock(ctx, c.rc, name)
 	if errors.Is(err, redisync.ErrWrongType) {
 		return nil, nil
 	}
@@ -301,7 +302,7 @@ func (v *redissonPSemView) row() watchRow {
 // permit-expirable-semaphore), whenever NAME exists. Unless named, keys
 // of another type or layout are no such semaphore: nothing to show.
 func lookRedissonPSem(ctx context.Context, c *client, name string, named bool) (kind, error) {
-	st, err := redisync.InspectRedissonPermitExpirableSemaphore(ctx, c.rc, name)
+	st, err := redisson.InspectPermitExpirableSemaphore(ctx, c.rc, name)
 	switch {
 	case errors.Is(err, redisync.ErrWrongType) && !named:
 		return nil, nil
@@ -314,7 +315,7 @@ func lookRedissonPSem(ctx context.Context, c *client, name string, named bool) (
 		Permits: []redissonPermitRef{}, TTLms: ttlMillis(st.TTL), keyed: keyed{redissonSuffixed(name, "timeout")}}
 	for _, p := range st.Permits {
 		r := redissonPermitRef{ID: p.ID, LeaseMs: ttlMillis(p.Lease), Expired: p.Expired}
-		if p.Lease == redisync.RedissonNoLease {
+		if p.Lease == redisson.NoLease {
 			r.LeaseMs = -1
 		} else if p.Expired {
 			r.LeaseMs = 0
@@ -329,16 +330,16 @@ func lookRedissonPSem(ctx context.Context, c *client, name string, named bool) (
 // its count is not zero). A key that is not a number is an error then.
 // With as "" it only reads NAME into plain, for the note that says it may
 // be one.
-func lookRedissonString(ctx context.Context, c *client, name, as string, plain *redisync.RedissonSemaphoreState) (kind, error) {
+func lookRedissonString(ctx context.Context, c *client, name, as string, plain *redisson.SemaphoreState) (kind, error) {
 	switch as {
 	case "":
-		st, err := redisync.InspectRedissonSemaphore(ctx, c.rc, name)
+		st, err := redisson.InspectSemaphore(ctx, c.rc, name)
 		if err == nil {
 			*plain = st
 		}
 		return nil, nil
 	case asSemaphore:
-		st, err := redisync.InspectRedissonSemaphore(ctx, c.rc, name)
+		st, err := redisson.InspectSemaphore(ctx, c.rc, name)
 		if err != nil {
 			return nil, notA(name, "semaphore", err)
 		}
@@ -347,7 +348,7 @@ func lookRedissonString(ctx context.Context, c *client, name, as string, plain *
 		}
 		return &redissonSemView{Kind: "redisson-semaphore", Available: st.Available, TTLms: ttlMillis(st.TTL), keyed: keyed{[]string{name}}}, nil
 	case asLatch:
-		st, err := redisync.InspectRedissonCountDownLatch(ctx, c.rc, name)
+		st, err := redisson.InspectCountDownLatch(ctx, c.rc, name)
 		if err != nil {
 			return nil, notA(name, "count-down latch", err)
 		}

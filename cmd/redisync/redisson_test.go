@@ -12,6 +12,7 @@ import (
 
 	"github.com/redisync/redisync"
 	"github.com/redisync/redisync/internal/redistest"
+	"github.com/redisync/redisync/redisson"
 )
 
 // TestInspectRedisson: inspect shows the holder and hold count of a lock
@@ -22,8 +23,8 @@ func TestInspectRedisson(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := t.Context()
 	c := dialT(t, srv.Addr)
-	l := mustLock(t, ctx, c.RedissonFencedLock("orders").Lock)
-	mustLock(t, l.Context(), c.RedissonFencedLock("orders").Lock) // a re-entry
+	l := mustLock(t, ctx, redisson.New(c).FencedLock("orders").Lock)
+	mustLock(t, l.Context(), redisson.New(c).FencedLock("orders").Lock) // a re-entry
 
 	stdout, stderr, code := runIn(t, "inspect", "--addr", srv.Addr, "orders")
 	require.Equal(t, 0, code, stderr)
@@ -67,7 +68,7 @@ func TestInspectRedissonRW(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := t.Context()
 	c := dialT(t, srv.Addr)
-	rw := c.RedissonReadWriteLock("report")
+	rw := redisson.New(c).ReadWriteLock("report")
 	w := mustLock(t, ctx, rw.Lock)
 	mustLock(t, w.Context(), rw.RLock) // the writer reads
 
@@ -118,7 +119,7 @@ func testInspectRedissonPSem(t *testing.T, addrs []string) {
 	ctx := t.Context()
 	c := dialAll(t, addrs)
 	addr := []string{"--addr", addrs[0]}
-	s := c.RedissonPermitExpirableSemaphore("jobs")
+	s := redisson.New(c).PermitExpirableSemaphore("jobs")
 	ok, err := s.TrySetPermits(ctx, 3)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -197,11 +198,13 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := t.Context()
 	c := dialT(t, srv.Addr)
-	ok, err := c.RedissonSemaphore("pool").TrySetPermits(ctx, 4)
+	ok, err := redisson.New(c).Semaphore("pool").TrySetPermits(ctx, 4)
 	require.NoError(t, err)
 	require.True(t, ok)
-	mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return c.RedissonSemaphore("pool").Lock(ctx, 1) })
-	ok, err = c.RedissonCountDownLatch("gate").TrySetCount(ctx, 2)
+	mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) {
+		return redisson.New(c).Semaphore("pool").Lock(ctx, 1)
+	})
+	ok, err = redisson.New(c).CountDownLatch("gate").TrySetCount(ctx, 2)
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -236,7 +239,7 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 
 	// A latch at zero is open: nothing in use.
 	for range 2 {
-		_, err := c.RedissonCountDownLatch("gate").CountDown(ctx)
+		_, err := redisson.New(c).CountDownLatch("gate").CountDown(ctx)
 		require.NoError(t, err)
 	}
 	stdout, stderr, code = runIn(t, "inspect", "--redisson", "latch", "--addr", srv.Addr, "gate")
@@ -244,7 +247,7 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 	require.Equal(t, "gate: free (no lock of any kind)\n", stdout)
 
 	// Named the wrong kind: an error, not a guess.
-	mustLock(t, ctx, c.RedissonLock("held").Lock)
+	mustLock(t, ctx, redisson.New(c).Lock("held").Lock)
 	_, stderr, code = runIn(t, "inspect", "--redisson", "semaphore", "--addr", srv.Addr, "held")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, `"held" is not a Redisson semaphore`)

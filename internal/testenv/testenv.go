@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -292,6 +293,49 @@ func (e *Env) RequireNothingLeft(t testing.TB, prefix string) {
 	t.Helper()
 	e.RequireOnlyFences(t, prefix)
 	e.RequireNoSubscriptions(t)
+}
+
+// Proxy starts a fault proxy in front of the env's standalone server, and
+// returns it with the option of a rueidis client whose connection goes
+// through it: one connection for commands, so that every call after the
+// first takes the connection the first opened (a call that opens a
+// connection waits for its handshake whatever its context says, which a
+// test of a late reply must not run into). The proxy is closed at the end
+// of the test; register t.Cleanup(p.Heal) once the client is made, so that
+// the proxy heals before the client closes.
+func (e *Env) Proxy(t testing.TB) (*faultproxy.Proxy, rueidis.ClientOption) {
+	t.Helper()
+	p, err := faultproxy.New(e.Server.Addr)
+	if err != nil {
+		t.Fatalf("starting a fault proxy: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, ProxiedOption(p.Addr())
+}
+
+// ProxiedOption is the option of a rueidis client whose connection goes
+// through the fault proxy at addr (see Proxy).
+func ProxiedOption(addr string) rueidis.ClientOption {
+	return rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, PipelineMultiplex: -1}
+}
+
+// CommandCalls sums, over the env's masters, the calls of each command
+// (lower case, as INFO commandstats names them) since the servers
+// started.
+func (e *Env) CommandCalls(t testing.TB) map[string]int64 {
+	t.Helper()
+	sum := make(map[string]int64)
+	for _, s := range e.Masters() {
+		for _, l := range Lines(t, s, "INFO", "commandstats") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":calls=")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			sum[name] += n
+		}
+	}
+	return sum
 }
 
 // Lines runs a command on s and returns the lines of its reply.
