@@ -13,9 +13,9 @@ import (
 )
 
 // env is one Redis deployment the tests run against (see testenv.Env),
-// with its fields as the tests of this package name them.
+// with its fields as the tests of this package name them; a test may make
+// one of its own.
 type env struct {
-	*testenv.Env
 	name    string
 	addrs   []string
 	cluster *redistest.Cluster
@@ -23,7 +23,12 @@ type env struct {
 }
 
 func wrapEnv(te *testenv.Env) *env {
-	return &env{Env: te, name: te.Name, addrs: te.Addrs, cluster: te.Cluster, server: te.Server}
+	return &env{name: te.Name, addrs: te.Addrs, cluster: te.Cluster, server: te.Server}
+}
+
+// te is e as package testenv has it.
+func (e *env) te() *testenv.Env {
+	return &testenv.Env{Name: e.name, Addrs: e.addrs, Cluster: e.cluster, Server: e.server}
 }
 
 // standaloneEnv and clusterEnv are the standalone server and the 3-master
@@ -53,7 +58,7 @@ var (
 )
 
 // rueidisClient connects to the env; closed at the end of the test.
-func (e *env) rueidisClient(t testing.TB) rueidis.Client { return e.RueidisClient(t) }
+func (e *env) rueidisClient(t testing.TB) rueidis.Client { return e.te().RueidisClient(t) }
 
 // client returns a Client of the env on a connection of its own, which it
 // owns, as users get it from Dial (LossDetection DetectOnChange); closed at
@@ -94,11 +99,7 @@ func (e *env) clients(t testing.TB, n int, opts ...Option) []*Client {
 // env of its own (see client).
 func onClients[H any](t testing.TB, e *env, n int, handle func(*Client) H) []H {
 	t.Helper()
-	hs := make([]H, n)
-	for i, c := range e.clients(t, n) {
-		hs[i] = handle(c)
-	}
-	return hs
+	return testenv.Map(e.clients(t, n), handle)
 }
 
 // dial returns a Client that owns its connection to addrs (see Dial),
@@ -131,18 +132,18 @@ var proxiedOption = testenv.ProxiedOption
 // test, the proxy healed first.
 func (e *env) proxied(t testing.TB, opts ...Option) (*Client, *faultproxy.Proxy) {
 	t.Helper()
-	p, opt := e.Proxy(t)
+	p, opt := e.te().Proxy(t)
 	c := dialWith(t, opt, opts...)
 	t.Cleanup(p.Heal)
 	return c, p
 }
 
 // masters are the env's servers that hold data.
-func (e *env) masters() []*redistest.Server { return e.Masters() }
+func (e *env) masters() []*redistest.Server { return e.te().Masters() }
 
 // replica starts a replica of the env's standalone server and waits until
 // it is in sync; stopped at the end of the test.
-func (e *env) replica(t *testing.T) *redistest.Server { return e.Replica(t) }
+func (e *env) replica(t *testing.T) *redistest.Server { return e.te().Replica(t) }
 
 // restartPair returns a server of the test's own, started with the
 // redis-server args, for the test to restart, and two Clients of it, a
@@ -179,10 +180,10 @@ func requireLockOwner(t testing.TB, srv *redistest.Server, key, want, msg string
 }
 
 // keys lists the keys matching pattern on every master of the env.
-func (e *env) keys(t testing.TB, pattern string) []string { return e.Keys(t, pattern) }
+func (e *env) keys(t testing.TB, pattern string) []string { return e.te().Keys(t, pattern) }
 
 // channels lists the pub/sub channels with subscribers in the env.
-func (e *env) channels(t testing.TB) []string { return e.Channels(t) }
+func (e *env) channels(t testing.TB) []string { return e.te().Channels(t) }
 
 // redisAddr is the address of a Redis server for the examples.
 func redisAddr() string { return testenv.SharedAddr() }

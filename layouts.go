@@ -111,8 +111,8 @@ func kindOf(k *engine.Kind) *leaseKind {
 		primitive:  k.Primitive,
 		tracked:    k.Tracked,
 		ownerField: k.Tracked,
-		renew:      script{lua: k.Renew.Lua, src: k.Renew.Src, sha: k.Renew.SHA},
-		release:    script{lua: k.Release.Lua, src: k.Release.Src, sha: k.Release.SHA},
+		renew:      scriptOf(k.Renew),
+		release:    scriptOf(k.Release),
 		releaseAll: func(h *holder) rueidis.LuaExec { return k.ReleaseAll(h.view()) },
 		unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
 			return h.unlockCounted(ctx, hold, k)
@@ -216,7 +216,7 @@ func engineLease(v any) (engine.LeaseInfo, bool) {
 // A re-entry the script refused ({-1, why}) is the parent's loss.
 func engineRun(ctx context.Context, cv any, pv any, s engine.Script, keys, args []string, undo func(context.Context)) (res []rueidis.RedisMessage, done func(), err error) {
 	c := cv.(*Client)
-	sc := script{lua: s.Lua, src: s.Src, sha: s.SHA}
+	sc := scriptOf(s)
 	parent, _ := pv.(*Lease)
 	if parent == nil {
 		res, err = c.execTaking(ctx, sc, keys, args, undo).ToArray()

@@ -1,7 +1,6 @@
 package redisync
 
 import (
-	"io"
 	"os"
 	"testing"
 	"time"
@@ -40,43 +39,35 @@ var leftOver = testenv.LeftOver
 // have subscribers.
 func (e *env) awaitChannels(t testing.TB, n int, within time.Duration, msg string) {
 	t.Helper()
-	e.AwaitChannels(t, n, within, msg)
+	e.te().AwaitChannels(t, n, within, msg)
 }
 
 // requireNoSubscriptions waits until no Client subscribes to any channel of
 // the env.
 func (e *env) requireNoSubscriptions(t testing.TB) {
 	t.Helper()
-	e.RequireNoSubscriptions(t)
+	e.te().RequireNoSubscriptions(t)
 }
 
 // requireOnlyFences waits until the keys under prefix are fencing counters
 // only: nothing held, nobody queued.
 func (e *env) requireOnlyFences(t testing.TB, prefix string) {
 	t.Helper()
-	e.RequireOnlyFences(t, prefix)
+	e.te().RequireOnlyFences(t, prefix)
 }
 
 // requireNothingLeft waits until nothing of the locks under prefix is left
 // in the env but their fencing counters, and nobody subscribes.
 func (e *env) requireNothingLeft(t testing.TB, prefix string) {
 	t.Helper()
-	e.RequireNothingLeft(t, prefix)
+	e.te().RequireNothingLeft(t, prefix)
 }
 
 // leakCheck notes the goroutines running now. The function it returns
 // closes clients and checks that no goroutine started since is left (but
 // those that closed rueidis clients leave for a while, and extra).
 func leakCheck(t *testing.T) func(clients []*Client, extra ...goleak.Option) {
-	check := testenv.LeakCheck(t)
-	return func(clients []*Client, extra ...goleak.Option) {
-		t.Helper()
-		closers := make([]io.Closer, len(clients))
-		for i, c := range clients {
-			closers[i] = c
-		}
-		check(closers, extra...)
-	}
+	return testenv.LeakCheck[*Client](t)
 }
 
 // restartedServer is the goroutine that waits for a redis-server restarted

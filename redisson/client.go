@@ -209,15 +209,7 @@ var luaFiles embed.FS
 
 // newScript makes the script of the named files of lua/, joined in order.
 func newScript(files ...string) engine.Script {
-	var src []byte
-	for _, f := range files {
-		b, err := luaFiles.ReadFile("lua/" + f + ".lua")
-		if err != nil {
-			panic(err) // the files are embedded: only a misspelled name fails
-		}
-		src = append(src, b...)
-	}
-	return engine.NewScript(string(src))
+	return engine.NewScript(engine.Source(luaFiles, "lua", files...))
 }
 
 // validName checks an object's name.

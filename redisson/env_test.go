@@ -3,7 +3,6 @@ package redisson
 import (
 	"context"
 	"errors"
-	"io"
 	"testing"
 	"time"
 
@@ -147,26 +146,14 @@ func delivered(t testing.TB, ch <-chan *redisync.Lease) *redisync.Lease {
 // leakCheck notes the goroutines running now; the function it returns
 // closes clients and checks that no goroutine started since is left.
 func leakCheck(t *testing.T) func(clients []*Client, extra ...goleak.Option) {
-	check := testenv.LeakCheck(t)
-	return func(clients []*Client, extra ...goleak.Option) {
-		t.Helper()
-		closers := make([]io.Closer, len(clients))
-		for i, c := range clients {
-			closers[i] = c
-		}
-		check(closers, extra...)
-	}
+	return testenv.LeakCheck[*Client](t)
 }
 
 // onClients returns n handles that handle makes, each on a Client of the
 // env of its own (see client).
 func onClients[H any](t testing.TB, e *env, n int, handle func(*Client) H) []H {
 	t.Helper()
-	hs := make([]H, n)
-	for i, c := range e.clients(t, n) {
-		hs[i] = handle(c)
-	}
-	return hs
+	return testenv.Map(e.clients(t, n), handle)
 }
 
 // transient reports whether an acquisition error is one a wait retries: a

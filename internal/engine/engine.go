@@ -40,6 +40,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"io/fs"
 	"log/slog"
 	"strings"
 	"time"
@@ -53,6 +54,21 @@ type Script struct {
 	Lua *rueidis.Lua
 	Src string
 	SHA string
+}
+
+// Source joins the named files of dir/ in fsys (NAME.lua each), in
+// order: a script's source. It panics on a missing file: the files are
+// embedded, so only a misspelled name fails.
+func Source(fsys fs.FS, dir string, files ...string) string {
+	var src []byte
+	for _, f := range files {
+		b, err := fs.ReadFile(fsys, dir+"/"+f+".lua")
+		if err != nil {
+			panic(err)
+		}
+		src = append(src, b...)
+	}
+	return string(src)
 }
 
 // NewScript makes the Script of src.

@@ -160,17 +160,26 @@ var RueidisLingering = []goleak.Option{
 var RestartedServer = goleak.IgnoreAnyFunction("github.com/redisync/redisync/internal/redistest.(*Server).start.func1")
 
 // LeakCheck notes the goroutines running now. The function it returns
-// closes closers and checks that no goroutine started since is left (but
+// closes clients and checks that no goroutine started since is left (but
 // those that closed rueidis clients leave for a while, and extra).
-func LeakCheck(t *testing.T) func(closers []io.Closer, extra ...goleak.Option) {
+func LeakCheck[C io.Closer](t *testing.T) func(clients []C, extra ...goleak.Option) {
 	ignore := goleak.IgnoreCurrent()
-	return func(closers []io.Closer, extra ...goleak.Option) {
+	return func(closers []C, extra ...goleak.Option) {
 		t.Helper()
 		for _, c := range closers {
 			require.NoError(t, c.Close())
 		}
 		goleak.VerifyNone(t, append(append(append([]goleak.Option(nil), RueidisLingering...), ignore), extra...)...)
 	}
+}
+
+// Map returns f of each of xs, in order: the handles of a test's Clients.
+func Map[X, Y any](xs []X, f func(X) Y) []Y {
+	ys := make([]Y, len(xs))
+	for i, x := range xs {
+		ys[i] = f(x)
+	}
+	return ys
 }
 
 // QuietLogger discards what it is told.
