@@ -482,6 +482,10 @@ func describe(k kind) string {
 		describeQueued(&b, &v.queuedView)
 	case *fairView:
 		describeQueued(&b, &v.queuedView)
+	case *redissonView, *redissonRWView:
+		if held(k) {
+			b.WriteString(" " + redissonHeldBy(k))
+		}
 	case *rwView:
 		var parts []string
 		if v.Writer != nil {

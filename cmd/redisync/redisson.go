@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/rueidis"
+
 	"github.com/redisync/redisync"
 	"github.com/redisync/redisync/redisson"
 )
@@ -52,11 +54,23 @@ func (v *redissonView) fields() []field {
 	if v.Token > 0 {
 		fs = append(fs, field{"token", strconv.FormatUint(v.Token, 10) + " (the last one given out)"})
 	}
-	return append(fs, field{"waiters", strconv.Itoa(v.Waiters) + " in the fair queue"})
+	return append(fs, field{"waiters", v.waiters()})
+}
+
+// waiters says who waits: a fair lock's queue; an RLock has no queue, and
+// nothing in Redis records its waiters.
+func (v *redissonView) waiters() string {
+	if v.Waiters == 0 {
+		return "not recorded (no queue: an RLock, or a fair lock nobody queues for)"
+	}
+	return strconv.Itoa(v.Waiters) + " in the fair queue"
 }
 
 func (v *redissonView) row() watchRow {
-	r := watchRow{holder: "(none)", holds: "-", ttl: "-", token: "-", waiting: strconv.Itoa(v.Waiters)}
+	r := watchRow{holder: "(none)", holds: "-", ttl: "-", token: "-", waiting: "-"} // an RLock's waiters are not recorded
+	if v.Waiters > 0 {
+		r.waiting = strconv.Itoa(v.Waiters)
+	}
 	if len(v.Holders) > 0 {
 		r.holder, r.holds, r.ttl = v.Holders[0].who(), strconv.Itoa(v.Holders[0].Holds), formatTTL(v.TTLms)
 	}
@@ -76,12 +90,56 @@ func lookRedisson(ctx context.Context, c *client, name string) (kind, error) {
 	if err != nil || (!st.Locked && st.Waiters == 0) {
 		return nil, err
 	}
+	keys, err := existing(ctx, c, redissonKeys(name, "redisson_lock_queue", "redisson_lock_timeout", "redisson_lock_token"))
+	if err != nil {
+		return nil, err
+	}
 	v := &redissonView{Kind: "redisson", Holders: []redissonHolderView{}, TTLms: ttlMillis(st.TTL), Waiters: st.Waiters, Token: st.Token,
-		keyed: keyed{redissonKeys(name, "redisson_lock_queue", "redisson_lock_timeout", "redisson_lock_token")}}
+		keyed: keyed{keys}}
 	for _, h := range st.Holders {
 		v.Holders = append(v.Holders, redissonHolderView{Owner: h.Owner, clientRef: clientRef{ClientID: h.ClientID()}, Holds: h.Holds})
 	}
 	return v, nil
+}
+
+// existing returns those of keys that exist, in order.
+func existing(ctx context.Context, c *client, keys []string) ([]string, error) {
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = c.rc.B().Exists().Key(k).Build()
+	}
+	var out []string
+	for i, r := range c.rc.DoMulti(ctx, cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("inspect %s: %w", keys[i], err)
+		}
+		if n > 0 {
+			out = append(out, keys[i])
+		}
+	}
+	return out, nil
+}
+
+// redissonHeldBy says who holds a Redisson lock, by its fields (a Redisson
+// holder has no token).
+func redissonHeldBy(k kind) string {
+	switch v := k.(type) {
+	case *redissonView:
+		if len(v.Holders) > 0 {
+			return "held by " + v.Holders[0].Owner
+		}
+	case *redissonRWView:
+		switch {
+		case v.Writer != nil && len(v.Readers) > 0:
+			return fmt.Sprintf("write-held by %s, and %s", v.Writer.Owner, plural(len(v.Readers), "reader"))
+		case v.Writer != nil:
+			return "write-held by " + v.Writer.Owner
+		case len(v.Readers) > 0:
+			return "held by " + plural(len(v.Readers), "reader")
+		}
+	}
+	return "held"
 }
 
 // redissonRWView is a lock in Redisson's RReadWriteLock layout: the hash

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -259,4 +261,113 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 	stdout, stderr, code = runIn(t, "watch", "--count", "1", "--redisson", "semaphore", "--addr", srv.Addr, "pool")
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `(?m)^pool +redisson semaphore +3 available +- +no expiry`, stdout)
+}
+
+// javaField is a Redisson holder's field as a Java client writes it:
+// UUID:THREADID.
+const javaField = "9b4f3a2e-1c7d-4e0a-8f6b-2d5c1e9a7b30:57"
+
+// TestUnlockForceRedisson: unlock --force frees the Redisson locks a Java
+// client holds (an RLock, a fair lock with a Java waiter queued, a
+// read-write lock held for writing, one held for reading), and --kind
+// names them.
+func TestUnlockForceRedisson(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	do := func(args ...string) {
+		t.Helper()
+		_, err := srv.Do(args...)
+		require.NoError(t, err)
+	}
+	free := func(name string) {
+		t.Helper()
+		n, err := srv.Do("EXISTS", name)
+		require.NoError(t, err)
+		require.Equal(t, "0", n, "%s still held", name)
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+
+	do("HSET", "java:rlock", javaField, "1")
+	do("PEXPIRE", "java:rlock", "30000")
+	stdout, stderr, code := runIn(t, "unlock", "--force", "--yes", "--addr", srv.Addr, "java:rlock")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson lock "java:rlock" (was held by `+javaField)
+	free("java:rlock")
+
+	do("HSET", "java:fair", javaField, "1")
+	do("PEXPIRE", "java:fair", "30000")
+	do("RPUSH", "redisson_lock_queue:{java:fair}", javaField+"0")
+	do("ZADD", "redisson_lock_timeout:{java:fair}", future, javaField+"0")
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--kind", "redisson", "--addr", srv.Addr, "java:fair")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson lock "java:fair"`)
+	free("java:fair")
+
+	do("HSET", "java:rw", "mode", "write", javaField+":write", "1")
+	do("PEXPIRE", "java:rw", "30000")
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--kind", "redisson-rw", "--addr", srv.Addr, "java:rw")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson read-write lock "java:rw" (was write-held by `+javaField+`:write)`)
+	free("java:rw")
+
+	do("HSET", "java:rw", "mode", "read", javaField, "2")
+	do("SET", "{java:rw}:"+javaField+":rwlock_timeout:1", "1", "PX", "30000")
+	do("PEXPIRE", "java:rw", "30000")
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--addr", srv.Addr, "java:rw")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson read-write lock "java:rw" (was held by 1 reader)`)
+	free("java:rw")
+}
+
+// TestUnlockNothingMatchedButHeld: when nothing unlock may break matches
+// but something is held under the name, unlock says what is there and
+// exits non-zero; a name with nothing at all is no failure.
+func TestUnlockNothingMatchedButHeld(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	_, err := srv.Do("HSET", "java:held", javaField, "1")
+	require.NoError(t, err)
+	_, err = srv.Do("PEXPIRE", "java:held", "30000")
+	require.NoError(t, err)
+
+	stdout, stderr, code := runIn(t, "unlock", "--force", "--yes", "--kind", "mutex", "--addr", srv.Addr, "java:held")
+	require.Equal(t, exitFailure, code, stdout)
+	require.Contains(t, stderr, "no mutex held")
+	require.Contains(t, stderr, "redisson lock held by "+javaField)
+	n, err := srv.Do("EXISTS", "java:held")
+	require.NoError(t, err)
+	require.Equal(t, "1", n, "the Redisson lock was left alone")
+
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--addr", srv.Addr, "nothing:here")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "nothing:here: nothing to unlock (nothing held)\n", stdout)
+}
+
+// TestInspectRLockHasNoQueue: an RLock has no queue: inspect and watch say
+// its waiters are not recorded, rather than none, and list only the keys
+// that exist.
+func TestInspectRLockHasNoQueue(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	_, err := srv.Do("HSET", "java:plain", javaField, "1")
+	require.NoError(t, err)
+	_, err = srv.Do("PEXPIRE", "java:plain", "30000")
+	require.NoError(t, err)
+
+	stdout, stderr, code := runIn(t, "inspect", "--addr", srv.Addr, "java:plain")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^  waiters: +not recorded`, stdout)
+	require.NotContains(t, stdout, "redisson_lock_queue:{java:plain}")
+	require.NotContains(t, stdout, "redisson_lock_token:{java:plain}")
+
+	stdout, stderr, code = runIn(t, "inspect", "--json", "--addr", srv.Addr, "java:plain")
+	require.Equal(t, 0, code, stderr)
+	var snap struct {
+		Kinds []struct {
+			Keys []string `json:"keys"`
+		} `json:"kinds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &snap))
+	require.Len(t, snap.Kinds, 1)
+	require.Equal(t, []string{"java:plain"}, snap.Kinds[0].Keys)
 }
