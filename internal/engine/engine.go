@@ -8,8 +8,9 @@
 // Client's own needs, and no more:
 //
 //   - its view of a Client (Client): the connection, the logger, the
-//     watchdog lease, fresh owner ids, the wrapping of Redis errors, and
-//     the running of an undo that must outlive its caller;
+//     watchdog lease, fresh owner ids, the checks every handle makes, and
+//     the running of an undo that must outlive its caller; and the
+//     wrapping of Redis errors as the root's (Err);
 //   - the three forms of acquiring (Lock, Async), which check the handle,
 //     give the call its grace, and count a background acquisition for the
 //     Client's Close;
@@ -34,6 +35,12 @@
 // (the ownership's leases, the re-entries on their way) stays behind the
 // seam: the kinds see it only as the decision it leads to, so that it is
 // checked against Redis where it is used, in the root, and nowhere else.
+//
+// Nine hooks in all, and three more for tests (TestHooks: the waiters of a
+// channel, a stalled presence pass, the subscription linger). The Client
+// and Lease types cross the seam as any (a *redisync.Client, a
+// *redisync.Lease): this package cannot name them, since the root imports
+// it.
 package engine
 
 import (
