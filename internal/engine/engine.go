@@ -197,9 +197,6 @@ type Kind struct {
 	// Counted marks kinds whose Unlock is told all (a lock's holds are
 	// counted in Redis); otherwise all is always true.
 	Counted bool
-
-	// Impl is the root's form of the Kind, made on first use.
-	Impl any
 }
 
 // Grant is the ownership a script took, to be made a Lease.
