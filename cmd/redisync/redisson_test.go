@@ -267,6 +267,16 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 // UUID:THREADID.
 const javaField = "9b4f3a2e-1c7d-4e0a-8f6b-2d5c1e9a7b30:57"
 
+// javaHolds has a Java client hold the RLock name on srv, with a lease of
+// 30 s.
+func javaHolds(t *testing.T, srv *redistest.Server, name string) {
+	t.Helper()
+	_, err := srv.Do("HSET", name, javaField, "1")
+	require.NoError(t, err)
+	_, err = srv.Do("PEXPIRE", name, "30000")
+	require.NoError(t, err)
+}
+
 // TestUnlockForceRedisson: unlock --force frees the Redisson locks a Java
 // client holds (an RLock, a fair lock with a Java waiter queued, a
 // read-write lock held for writing, one held for reading), and --kind
@@ -287,15 +297,13 @@ func TestUnlockForceRedisson(t *testing.T) {
 	}
 	future := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
 
-	do("HSET", "java:rlock", javaField, "1")
-	do("PEXPIRE", "java:rlock", "30000")
+	javaHolds(t, srv, "java:rlock")
 	stdout, stderr, code := runIn(t, "unlock", "--force", "--yes", "--addr", srv.Addr, "java:rlock")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, `force-unlocked redisson lock "java:rlock" (was held by `+javaField)
 	free("java:rlock")
 
-	do("HSET", "java:fair", javaField, "1")
-	do("PEXPIRE", "java:fair", "30000")
+	javaHolds(t, srv, "java:fair")
 	do("RPUSH", "redisson_lock_queue:{java:fair}", javaField+"0")
 	do("ZADD", "redisson_lock_timeout:{java:fair}", future, javaField+"0")
 	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--kind", "redisson", "--addr", srv.Addr, "java:fair")
@@ -325,10 +333,7 @@ func TestUnlockForceRedisson(t *testing.T) {
 func TestUnlockNothingMatchedButHeld(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
 	srv := redistest.Standalone(t)
-	_, err := srv.Do("HSET", "java:held", javaField, "1")
-	require.NoError(t, err)
-	_, err = srv.Do("PEXPIRE", "java:held", "30000")
-	require.NoError(t, err)
+	javaHolds(t, srv, "java:held")
 
 	stdout, stderr, code := runIn(t, "unlock", "--force", "--yes", "--kind", "mutex", "--addr", srv.Addr, "java:held")
 	require.Equal(t, exitFailure, code, stdout)
@@ -349,10 +354,7 @@ func TestUnlockNothingMatchedButHeld(t *testing.T) {
 func TestInspectRLockHasNoQueue(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
 	srv := redistest.Standalone(t)
-	_, err := srv.Do("HSET", "java:plain", javaField, "1")
-	require.NoError(t, err)
-	_, err = srv.Do("PEXPIRE", "java:plain", "30000")
-	require.NoError(t, err)
+	javaHolds(t, srv, "java:plain")
 
 	stdout, stderr, code := runIn(t, "inspect", "--addr", srv.Addr, "java:plain")
 	require.Equal(t, 0, code, stderr)
