@@ -58,9 +58,9 @@ import (
 // Script is a Lua script run as EVALSHA, falling back to EVAL when the
 // server does not know it yet.
 type Script struct {
-	Lua *rueidis.Lua
-	Src string
-	SHA string
+	Lua *rueidis.Lua // runs it
+	Src string       // its source, sent with EVAL
+	SHA string       // its SHA-1, sent with EVALSHA
 }
 
 // Source joins the named files of dir/ in fsys (NAME.lua each), in
@@ -91,12 +91,11 @@ func (s Script) Exec(ctx context.Context, rc rueidis.Client, keys, args []string
 
 // Client is what a lock of another layout reads of a *redisync.Client.
 type Client struct {
-	// C is the *redisync.Client itself, to hand back to the hooks.
-	C             any
-	RC            rueidis.Client
-	Log           *slog.Logger
-	Cluster       bool
-	WatchdogLease time.Duration
+	C             any            // the *redisync.Client itself, to hand back to the hooks
+	RC            rueidis.Client // its connection
+	Log           *slog.Logger   // its logger
+	Cluster       bool           // whether it is connected to a Cluster
+	WatchdogLease time.Duration  // its watchdog lease (WithWatchdogLease)
 	// NewOwner returns a fresh owner id: the Client's ID, ':', a number.
 	NewOwner func() string
 	// Check checks what every method of a handle checks of the Client
@@ -117,15 +116,15 @@ type Client struct {
 // the *redisync.Client it runs on, asked only once Check passed; Acquire
 // runs one acquisition, a single attempt if try.
 type Handle struct {
-	Check   func(ctx context.Context) error
-	Client  func() any
-	Acquire func(ctx context.Context, try bool) (any, error)
+	Check   func(ctx context.Context) error                  // why it cannot acquire
+	Client  func() any                                       // its *redisync.Client
+	Acquire func(ctx context.Context, try bool) (any, error) // one acquisition: a *redisync.Lease
 }
 
 // Wait is one acquisition with a script and a wait.
 type Wait struct {
-	C       any
-	Channel string
+	C       any    // the *redisync.Client it runs on
+	Channel string // the channel its releases are published on
 	// Classic and Sharded tell which kinds of pub/sub to listen on.
 	Classic, Sharded bool
 	// Attempt runs the acquire script once: the *redisync.Lease, or how
@@ -146,18 +145,21 @@ type Wait struct {
 // Keys are the Redis names of one lock: the hash, its channel, and the
 // queue and timeouts of a fair lock.
 type Keys struct {
-	Lock, Channel, Queue, Waiters string
+	Lock    string // the lock's hash: the key the watchdog renews
+	Channel string // its unlock channel
+	Queue   string // a fair lock's queue
+	Waiters string // a fair lock's waiters' timeouts
 }
 
 // Holder is what a Kind's functions see of one ownership.
 type Holder struct {
-	C     any
-	RC    rueidis.Client
-	Name  string
-	Key   string // the key the watchdog renews
-	Keys  Keys
-	Owner string
-	Lease time.Duration
+	C     any            // its *redisync.Client
+	RC    rueidis.Client // that Client's connection
+	Name  string         // the lock's name
+	Key   string         // the key the watchdog renews
+	Keys  Keys           // the lock's keys
+	Owner string         // its owner id, the field it holds by
+	Lease time.Duration  // its lease
 }
 
 // State is what an unlock found.
@@ -185,7 +187,7 @@ type Kind struct {
 	// Release, with the keys and args ReleaseAll gives, frees everything
 	// a holder holds, when its Client closes.
 	Release    Script
-	ReleaseAll func(h Holder) rueidis.LuaExec
+	ReleaseAll func(h Holder) rueidis.LuaExec // Release's keys and args for h
 	// Unlock releases one hold (hold "" for every one), or every hold
 	// when all: the Client decides all from the ownership's leases and
 	// the re-entries on their way. answered is false when the outcome is
@@ -201,16 +203,16 @@ type Kind struct {
 
 // Grant is the ownership a script took, to be made a Lease.
 type Grant struct {
-	C      any
-	Kind   *Kind
-	Name   string
-	Keys   Keys
-	Key    string // the key the watchdog renews
-	Parent any    // the *redisync.Lease re-entered, or nil
-	Owner  string
-	Hold   string
-	Token  int64
-	Lease  time.Duration
+	C      any           // the *redisync.Client that took it
+	Kind   *Kind         // its kind
+	Name   string        // the lock's name
+	Keys   Keys          // the lock's keys
+	Key    string        // the key the watchdog renews
+	Parent any           // the *redisync.Lease re-entered, or nil
+	Owner  string        // the owner id it holds by
+	Hold   string        // the Lease's hold, handed to Kind.Unlock
+	Token  int64         // the Lease's fencing token (0: none)
+	Lease  time.Duration // the lease the key got
 	// Watchdog: renewed by the watchdog; otherwise a fixed lease.
 	Watchdog bool
 	// Sent is when the command that took it was sent.
@@ -219,13 +221,13 @@ type Grant struct {
 
 // LeaseInfo is what a Lease holds.
 type LeaseInfo struct {
-	C        any
-	Kind     *Kind // nil for the Client's own kinds
-	Name     string
-	Owner    string
-	Lease    time.Duration
-	Watchdog bool
-	Live     bool // its ownership neither released nor lost
+	C        any           // its *redisync.Client
+	Kind     *Kind         // nil for the Client's own kinds
+	Name     string        // the lock's name
+	Owner    string        // its ownership's owner id
+	Lease    time.Duration // its lease
+	Watchdog bool          // renewed by the watchdog, not a fixed lease
+	Live     bool          // its ownership neither released nor lost
 }
 
 // Hooks are the functions the root fills in an init.

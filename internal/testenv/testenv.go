@@ -131,6 +131,7 @@ type mainRunner struct {
 	after func()
 }
 
+// Run runs the tests, then after, then stops the shared servers.
 func (r mainRunner) Run() int {
 	code := r.m.Run()
 	if r.after != nil {
