@@ -16,9 +16,9 @@ deps:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; \
 	fi
-	@if [ ! -f testdata/redisson-node/node_modules/node-redisson/package.json ]; then \
+	@if [ ! -f redisson/testdata/redisson-node/node_modules/node-redisson/package.json ]; then \
 		echo "installing the Redisson interop driver's packages with npm ci"; \
-		cd testdata/redisson-node && npm ci --no-audit --no-fund; \
+		cd redisson/testdata/redisson-node && npm ci --no-audit --no-fund; \
 	fi
 	@if [ ! -f spec/node_modules/@informalsystems/quint/package.json ]; then \
 		echo "installing the Quint model checker of the protocol specification (spec/) with npm ci"; \

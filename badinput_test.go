@@ -15,6 +15,8 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // badInputNames are lock names that look troublesome but are valid: every
@@ -81,12 +83,12 @@ func (b *bi) allKeys(t *testing.T) map[string]bool {
 }
 
 // requireNoState checks that the case left nothing behind: no key that was
-// not there before except fencing counters (see leftOverScript), and no
+// not there before except fencing counters (see testenv.LeftOverScript), and no
 // pub/sub subscription.
 func (b *bi) requireNoState(t *testing.T, before map[string]bool) {
 	t.Helper()
 	left := b.onMasters(t, func(n rueidis.Client) rueidis.Completed {
-		return n.B().Eval().Script(leftOverScript).Numkeys(0).Arg("*").Build()
+		return n.B().Eval().Script(testenv.LeftOverScript).Numkeys(0).Arg("*").Build()
 	})
 	for k := range left {
 		if !before[k] {

@@ -69,14 +69,6 @@ func blockingCalls() []blockingCall {
 		_, err := c.Semaphore(n).SetSize(ctx, 1)
 		return err
 	}
-	rsemPermits := func(ctx context.Context, c *Client, n string) error {
-		_, err := c.RedissonSemaphore(n).TrySetPermits(ctx, 1)
-		return err
-	}
-	psemPermits := func(ctx context.Context, c *Client, n string) error {
-		_, err := c.RedissonPermitExpirableSemaphore(n).TrySetPermits(ctx, 1)
-		return err
-	}
 	forms("Mutex", nil,
 		func(ctx context.Context, c *Client, n string) (*Lease, error) { return c.Mutex(n).Lock(ctx) },
 		func(ctx context.Context, c *Client, n string) (*Lease, error) { return c.Mutex(n).TryLock(ctx) },
@@ -105,68 +97,6 @@ func blockingCalls() []blockingCall {
 		func(ctx context.Context, c *Client, n string) (*Lease, error) { return quorum(c, n).Lock(ctx) },
 		func(ctx context.Context, c *Client, n string) (*Lease, error) { return quorum(c, n).TryLock(ctx) },
 		func(ctx context.Context, c *Client, n string) <-chan *Lease { return quorum(c, n).Acquire(ctx) })
-	forms("RedissonLock", nil,
-		func(ctx context.Context, c *Client, n string) (*Lease, error) { return c.RedissonLock(n).Lock(ctx) },
-		func(ctx context.Context, c *Client, n string) (*Lease, error) { return c.RedissonLock(n).TryLock(ctx) },
-		func(ctx context.Context, c *Client, n string) <-chan *Lease { return c.RedissonLock(n).Acquire(ctx) })
-	forms("RedissonFencedLock", nil,
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonFencedLock(n).Lock(ctx)
-		},
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonFencedLock(n).TryLock(ctx)
-		},
-		func(ctx context.Context, c *Client, n string) <-chan *Lease {
-			return c.RedissonFencedLock(n).Acquire(ctx)
-		})
-	forms("RedissonFairLock", nil,
-		func(ctx context.Context, c *Client, n string) (*Lease, error) { return c.RedissonFairLock(n).Lock(ctx) },
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonFairLock(n).TryLock(ctx)
-		},
-		func(ctx context.Context, c *Client, n string) <-chan *Lease {
-			return c.RedissonFairLock(n).Acquire(ctx)
-		})
-	forms("RedissonReadWriteLock.read", nil,
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonReadWriteLock(n).RLock(ctx)
-		},
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonReadWriteLock(n).TryRLock(ctx)
-		},
-		func(ctx context.Context, c *Client, n string) <-chan *Lease {
-			return c.RedissonReadWriteLock(n).RAcquire(ctx)
-		})
-	forms("RedissonReadWriteLock.write", nil,
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonReadWriteLock(n).Lock(ctx)
-		},
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonReadWriteLock(n).TryLock(ctx)
-		},
-		func(ctx context.Context, c *Client, n string) <-chan *Lease {
-			return c.RedissonReadWriteLock(n).Acquire(ctx)
-		})
-	forms("RedissonSemaphore", rsemPermits,
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonSemaphore(n).Lock(ctx, 1)
-		},
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonSemaphore(n).TryLock(ctx, 1)
-		},
-		func(ctx context.Context, c *Client, n string) <-chan *Lease {
-			return c.RedissonSemaphore(n).Acquire(ctx, 1)
-		})
-	forms("RedissonPermitExpirableSemaphore", psemPermits,
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonPermitExpirableSemaphore(n).Lock(ctx, 1)
-		},
-		func(ctx context.Context, c *Client, n string) (*Lease, error) {
-			return c.RedissonPermitExpirableSemaphore(n).TryLock(ctx, 1)
-		},
-		func(ctx context.Context, c *Client, n string) <-chan *Lease {
-			return c.RedissonPermitExpirableSemaphore(n).Acquire(ctx, 1)
-		})
 	calls = append(calls,
 		blockingCall{"Latch.Wait",
 			func(ctx context.Context, c *Client, n string) error {
@@ -174,15 +104,24 @@ func blockingCalls() []blockingCall {
 				return err
 			},
 			func(ctx context.Context, c *Client, n string) error { return c.Latch(n).Wait(ctx) }},
-		blockingCall{"RedissonCountDownLatch.Wait",
-			func(ctx context.Context, c *Client, n string) error {
-				_, err := c.RedissonCountDownLatch(n).TrySetCount(ctx, 1)
-				return err
-			},
-			func(ctx context.Context, c *Client, n string) error { return c.RedissonCountDownLatch(n).Wait(ctx) }},
 	)
+	// The locks of other layouts (package redisson's): see layouts_test.go.
+	if moreBlockingCalls != nil {
+		moreBlockingCalls(forms, func(name string, setup, call func(context.Context, *Client, string) error) {
+			calls = append(calls, blockingCall{name, setup, call})
+		})
+	}
 	return calls
 }
+
+// moreBlockingCalls, when set, adds the calls of the locks of other
+// layouts, which the tests of this package cannot import: with forms (Lock,
+// TryLock and Acquire of a handle) and add (one call).
+var moreBlockingCalls func(
+	forms func(kind string, setup func(context.Context, *Client, string) error,
+		lock, try func(context.Context, *Client, string) (*Lease, error),
+		acquire func(context.Context, *Client, string) <-chan *Lease),
+	add func(name string, setup, call func(context.Context, *Client, string) error))
 
 // stalledClient is a Client the test stalls, and how it was made.
 type stalledClient struct {

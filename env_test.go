@@ -1,32 +1,20 @@
 package redisync
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/redisync/redisync/internal/redistest"
+	"github.com/redisync/redisync/internal/testenv"
 )
 
-// The servers shared by the tests of this package: started on first use,
-// stopped after the last test.
-var (
-	sharedMu      sync.Mutex
-	sharedServer  *redistest.Server
-	sharedCluster *redistest.Cluster
-)
-
-// env is one Redis deployment the tests run against.
+// env is one Redis deployment the tests run against (see testenv.Env),
+// with its fields as the tests of this package name them; a test may make
+// one of its own.
 type env struct {
 	name    string
 	addrs   []string
@@ -34,65 +22,43 @@ type env struct {
 	server  *redistest.Server
 }
 
-func standaloneEnv(t testing.TB) *env {
-	t.Helper()
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedServer == nil {
-		s, err := redistest.StartServer()
-		if err != nil {
-			t.Fatalf("starting redis-server: %v", err)
-		}
-		sharedServer = s
-	}
-	return &env{name: "standalone", addrs: []string{sharedServer.Addr}, server: sharedServer}
+func wrapEnv(te *testenv.Env) *env {
+	return &env{name: te.Name, addrs: te.Addrs, cluster: te.Cluster, server: te.Server}
 }
 
-func clusterEnv(t testing.TB) *env {
-	t.Helper()
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedCluster == nil {
-		c, err := redistest.StartCluster(3, 1)
-		if err != nil {
-			t.Fatalf("starting redis cluster: %v", err)
-		}
-		sharedCluster = c
-	}
-	return &env{name: "cluster", addrs: sharedCluster.Addrs(), cluster: sharedCluster}
+// te is e as package testenv has it.
+func (e *env) te() *testenv.Env {
+	return &testenv.Env{Name: e.name, Addrs: e.addrs, Cluster: e.cluster, Server: e.server}
 }
+
+// standaloneEnv and clusterEnv are the standalone server and the 3-master
+// Cluster the tests share.
+func standaloneEnv(t testing.TB) *env { return wrapEnv(testenv.Standalone(t)) }
+
+func clusterEnv(t testing.TB) *env { return wrapEnv(testenv.Cluster(t)) }
 
 // eachEnv runs f against standalone Redis and the 3-master Cluster.
-func eachEnv(t *testing.T, f func(t *testing.T, e *env)) {
-	t.Run("standalone", func(t *testing.T) { f(t, standaloneEnv(t)) })
-	t.Run("cluster", func(t *testing.T) { f(t, clusterEnv(t)) })
-}
+func eachEnv(t *testing.T, f func(t *testing.T, e *env)) { testenv.Each(t, wrapEnv, f) }
 
 // ownServer is a standalone env of its own, started with the redis-server
 // args, that the test may restart or pause; stopped at the end of the test.
-func ownServer(t testing.TB, args ...string) *env {
-	s := redistest.Standalone(t, args...)
-	return &env{name: "standalone", addrs: []string{s.Addr}, server: s}
-}
+func ownServer(t testing.TB, args ...string) *env { return wrapEnv(testenv.OwnServer(t, args...)) }
 
 // ownCluster is a Cluster the test may fail over.
-func ownCluster(t *testing.T) *env {
-	c := redistest.NewCluster(t, 3, 1)
-	return &env{name: "cluster", addrs: c.Addrs(), cluster: c}
-}
+func ownCluster(t *testing.T) *env { return wrapEnv(testenv.OwnCluster(t)) }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// The helpers of package testenv, as the tests of this package name them.
+var (
+	quietLogger  = testenv.QuietLogger
+	requireReply = testenv.RequireReply
+	lines        = testenv.Lines
+	soak         = testenv.Soak
+	withTimeout  = testenv.WithTimeout
+	eventually   = testenv.Eventually
+)
 
 // rueidisClient connects to the env; closed at the end of the test.
-func (e *env) rueidisClient(t testing.TB) rueidis.Client {
-	t.Helper()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs, DisableCache: true})
-	if err != nil {
-		t.Fatalf("connecting to %s redis at %v: %v", e.name, e.addrs, err)
-	}
-	t.Cleanup(rc.Close)
-	return rc
-}
+func (e *env) rueidisClient(t testing.TB) rueidis.Client { return e.te().RueidisClient(t) }
 
 // client returns a Client of the env on a connection of its own, which it
 // owns, as users get it from Dial (LossDetection DetectOnChange); closed at
@@ -133,11 +99,7 @@ func (e *env) clients(t testing.TB, n int, opts ...Option) []*Client {
 // env of its own (see client).
 func onClients[H any](t testing.TB, e *env, n int, handle func(*Client) H) []H {
 	t.Helper()
-	hs := make([]H, n)
-	for i, c := range e.clients(t, n) {
-		hs[i] = handle(c)
-	}
-	return hs
+	return testenv.Map(e.clients(t, n), handle)
 }
 
 // dial returns a Client that owns its connection to addrs (see Dial),
@@ -162,49 +124,26 @@ func dialWith(t testing.TB, opt rueidis.ClientOption, opts ...Option) *Client {
 }
 
 // proxiedOption is the option of a Client whose connection goes through a
-// fault proxy at addr: one connection for commands, so that every call
-// after the first takes the connection the first opened. A call that
-// opens a connection waits for its handshake whatever its context says
-// (see Dial), which a test of a late reply must not run into.
-func proxiedOption(addr string) rueidis.ClientOption {
-	return rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, PipelineMultiplex: -1}
-}
+// fault proxy at addr (see testenv.ProxiedOption).
+var proxiedOption = testenv.ProxiedOption
 
 // proxied returns a Client whose connection to the env's standalone server
 // goes through a fault proxy, and the proxy; both closed at the end of the
 // test, the proxy healed first.
 func (e *env) proxied(t testing.TB, opts ...Option) (*Client, *faultproxy.Proxy) {
 	t.Helper()
-	p, err := faultproxy.New(e.server.Addr)
-	if err != nil {
-		t.Fatalf("starting a fault proxy: %v", err)
-	}
-	t.Cleanup(func() { p.Close() })
-	c := dialWith(t, proxiedOption(p.Addr()), opts...)
+	p, opt := e.te().Proxy(t)
+	c := dialWith(t, opt, opts...)
 	t.Cleanup(p.Heal)
 	return c, p
 }
 
-// masters are the env's servers that hold data: the standalone server, or
-// the Cluster's masters.
-func (e *env) masters() []*redistest.Server {
-	if e.cluster != nil {
-		return e.cluster.Masters
-	}
-	return []*redistest.Server{e.server}
-}
+// masters are the env's servers that hold data.
+func (e *env) masters() []*redistest.Server { return e.te().Masters() }
 
 // replica starts a replica of the env's standalone server and waits until
 // it is in sync; stopped at the end of the test.
-func (e *env) replica(t *testing.T) *redistest.Server {
-	t.Helper()
-	replica := redistest.Standalone(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.server.Port))
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
-	return replica
-}
+func (e *env) replica(t *testing.T) *redistest.Server { return e.te().Replica(t) }
 
 // restartPair returns a server of the test's own, started with the
 // redis-server args, for the test to restart, and two Clients of it, a
@@ -233,14 +172,6 @@ func ackedClient(t *testing.T) (*env, *Client, *redistest.Server) {
 	return e, e.client(t, WithReplicaAck(1, 300*time.Millisecond)), replica
 }
 
-// requireReply requires the reply of a command on srv to be want.
-func requireReply(t testing.TB, srv *redistest.Server, want, msg string, args ...string) {
-	t.Helper()
-	got, err := srv.Do(args...)
-	require.NoError(t, err)
-	require.Equal(t, want, got, msg)
-}
-
 // requireLockOwner checks that the lock hash (a Mutex's, a FairMutex's)
 // on srv names want as its owner.
 func requireLockOwner(t testing.TB, srv *redistest.Server, key, want, msg string) {
@@ -249,83 +180,16 @@ func requireLockOwner(t testing.TB, srv *redistest.Server, key, want, msg string
 }
 
 // keys lists the keys matching pattern on every master of the env.
-func (e *env) keys(t testing.TB, pattern string) []string {
-	t.Helper()
-	var out []string
-	for _, s := range e.masters() {
-		out = append(out, lines(t, s, "KEYS", pattern)...)
-	}
-	return out
-}
+func (e *env) keys(t testing.TB, pattern string) []string { return e.te().Keys(t, pattern) }
 
-// channels lists the pub/sub channels (classic and sharded) with
-// subscribers on every master of the env.
-func (e *env) channels(t testing.TB) []string {
-	t.Helper()
-	var out []string
-	for _, s := range e.masters() {
-		out = append(out, lines(t, s, "PUBSUB", "CHANNELS")...)
-		out = append(out, lines(t, s, "PUBSUB", "SHARDCHANNELS")...)
-	}
-	return out
-}
-
-// lines runs a command on s and returns the lines of its reply.
-func lines(t testing.TB, s *redistest.Server, args ...string) []string {
-	t.Helper()
-	r, err := s.Do(args...)
-	if err != nil {
-		t.Fatalf("%v: %v", args, err)
-	}
-	var out []string
-	for _, l := range strings.Split(r, "\n") {
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// soak returns n, or long when REDISYNC_SOAK is set (make soak).
-func soak(n, long int) int {
-	if os.Getenv("REDISYNC_SOAK") != "" {
-		return long
-	}
-	return n
-}
-
-// withTimeout returns a context that ends after d, or with the test.
-func withTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond for up to d.
-func eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(msg, args...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// channels lists the pub/sub channels with subscribers in the env.
+func (e *env) channels(t testing.TB) []string { return e.te().Channels(t) }
 
 // redisAddr is the address of a Redis server for the examples.
-func redisAddr() string {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedServer == nil {
-		s, err := redistest.StartServer()
-		if err != nil {
-			panic("starting redis-server for the examples: " + err.Error())
-		}
-		sharedServer = s
-	}
-	return sharedServer.Addr
-}
+func redisAddr() string { return testenv.SharedAddr() }
+
+// exampleMu guards exampleClient.
+var exampleMu sync.Mutex
 
 // exampleClient is the Client the examples share: connected by the first
 // that asks for it, closed by TestMain.
@@ -334,8 +198,8 @@ var exampleClient *Client
 // clientForExamples connects exampleClient on first use.
 func clientForExamples() *Client {
 	addr := redisAddr()
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
+	exampleMu.Lock()
+	defer exampleMu.Unlock()
 	if exampleClient == nil {
 		c, err := Dial(rueidis.ClientOption{InitAddress: []string{addr}})
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // What the tests expect of leases and of the channels Acquire returns.
@@ -16,41 +18,21 @@ import (
 // TryRLock) and fails the test if it cannot.
 func mustLock(t testing.TB, ctx context.Context, lock func(context.Context) (*Lease, error)) *Lease {
 	t.Helper()
-	l, err := lock(ctx)
-	require.NoError(t, err)
-	return l
+	return testenv.MustLock(t, ctx, lock)
 }
 
 // recv waits for the Lease an Acquire delivers, at most within, and
 // requires it to hold.
 func recv(t testing.TB, ch <-chan *Lease, within time.Duration, what string) *Lease {
 	t.Helper()
-	select {
-	case l := <-ch:
-		require.NotNil(t, l)
-		require.NoError(t, l.Err(), what)
-		return l
-	case <-time.After(within):
-		t.Fatalf("%s: nothing within %v", what, within)
-		return nil
-	}
+	return testenv.Recv(t, ch, within, what)
 }
 
 // delivered waits for the one Lease an Acquire delivers, failed or not,
 // and checks that the channel is closed after it.
 func delivered(t testing.TB, ch <-chan *Lease) *Lease {
 	t.Helper()
-	select {
-	case l, ok := <-ch:
-		require.True(t, ok, "Acquire closed its channel without a Lease")
-		require.NotNil(t, l, "Acquire delivered a nil Lease")
-		_, ok = <-ch
-		require.False(t, ok, "Acquire delivered more than one Lease")
-		return l
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire delivered nothing")
-		return nil
-	}
+	return testenv.Delivered(t, ch)
 }
 
 // pending reports whether an Acquire channel has delivered nothing yet.

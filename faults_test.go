@@ -350,6 +350,18 @@ func TestMutexWaitersWithoutShardedPubSub(t *testing.T) {
 	e.requireNoSubscriptions(t)
 }
 
+// hangCase is one primitive of TestAcquireEndsAtOnceWhileRedisHangs: name,
+// how the holder takes the lock, and the waiter's Acquire.
+type hangCase struct {
+	name    string
+	hold    func() (*Lease, error)
+	acquire func(context.Context) <-chan *Lease
+}
+
+// moreHangCases, when set, adds the cases of the locks of other layouts,
+// which the tests of this package cannot import.
+var moreHangCases func(ctx context.Context, holder, waiter *Client, prefix string) []hangCase
+
 // TestAcquireEndsAtOnceWhileRedisHangs: when ctx ends while Redis cannot be
 // reached, Acquire delivers at once (its attempt in flight is waited for
 // half a second at most) rather than after the releases it sends on its
@@ -362,11 +374,7 @@ func TestAcquireEndsAtOnceWhileRedisHangs(t *testing.T) {
 	waiter, p := e.proxied(t)
 	ctx := withTimeout(t, 30*time.Second)
 	prefix := "hang:"
-	for _, tc := range []struct {
-		name    string
-		hold    func() (*Lease, error)
-		acquire func(context.Context) <-chan *Lease
-	}{
+	cases := []hangCase{
 		{"mutex", func() (*Lease, error) { return holder.Mutex(prefix + "m").Lock(ctx) }, waiter.Mutex(prefix + "m").Acquire},
 		{"fair", func() (*Lease, error) { return holder.FairMutex(prefix + "f").Lock(ctx) }, waiter.FairMutex(prefix + "f").Acquire},
 		{"rwmutex", func() (*Lease, error) { return holder.RWMutex(prefix + "rw").Lock(ctx) }, waiter.RWMutex(prefix + "rw").RAcquire},
@@ -381,8 +389,12 @@ func TestAcquireEndsAtOnceWhileRedisHangs(t *testing.T) {
 			NewGroup(waiter.Mutex(prefix+"g"), waiter.Mutex(prefix+"g2")).Acquire},
 		{"quorum", func() (*Lease, error) { return holder.Mutex(prefix + "q").Lock(ctx) },
 			NewQuorum(prefix+"q", []*Client{waiter}).Acquire},
-		{"redisson", func() (*Lease, error) { return holder.RedissonLock(prefix + "r").Lock(ctx) }, waiter.RedissonLock(prefix + "r").Acquire},
-	} {
+	}
+	if moreHangCases != nil {
+		// The locks of other layouts: see layouts_test.go.
+		cases = append(cases, moreHangCases(ctx, holder, waiter, prefix)...)
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := tc.hold()
 			require.NoError(t, err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync/internal/engine"
 )
 
 // grant is what an acquisition learnt of a lock it holds in Redis: what
@@ -207,6 +209,9 @@ type leaseKind struct {
 	// deadline, if set, is the holder's deadline, which its own renewals do
 	// not tell (a group's holder: its members are renewed).
 	deadline func() time.Time
+	// ext is the seam's kind this kind was made of (see kindOf), nil for
+	// the Client's own kinds.
+	ext *engine.Kind
 }
 
 // mutexKind is the kind of Mutex holders.

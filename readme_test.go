@@ -43,13 +43,13 @@ func TestREADMEListsEveryOption(t *testing.T) {
 
 // Every example the README names exists, so that its tables cannot point
 // to an example that was renamed or removed. "goredis/ExampleX" names an
-// example of module goredis.
+// example of module goredis, "redisson/ExampleX" one of package redisson.
 func TestREADMEExamplesExist(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	defined := map[string]bool{}
 	funcs := regexp.MustCompile(`(?m)^func (Example\w*)\(`)
-	for _, dir := range []string{".", "goredis"} {
+	for _, dir := range []string{".", "goredis", "redisson"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
 		require.NoError(t, err)
 		require.NotEmpty(t, files, dir)
@@ -61,7 +61,7 @@ func TestREADMEExamplesExist(t *testing.T) {
 			}
 		}
 	}
-	named := regexp.MustCompile("`((?:goredis/)?Example\\w*)`").FindAllSubmatch(readme, -1)
+	named := regexp.MustCompile("`((?:goredis/|redisson/)?Example\\w*)`").FindAllSubmatch(readme, -1)
 	require.NotEmpty(t, named)
 	for _, m := range named {
 		require.True(t, defined[string(m[1])], "README names %s, which is not an example", m[1])

@@ -42,6 +42,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync/internal/engine"
 )
 
 // Errors returned by the package. Match them with errors.Is: they are often
@@ -307,9 +309,6 @@ type Client struct {
 	watchdog *watchdog
 	tracker  *tracker
 	presence *presence
-	// redissonShards caches whether the Cluster's servers have sharded
-	// pub/sub, for the Redisson layouts: 0 not known yet, 1 no, 2 yes.
-	redissonShards atomic.Int32
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -693,14 +692,7 @@ func tagged(name string) string {
 
 // hasHashTag reports whether Redis Cluster would hash s by a tag: a '{'
 // followed, later, by a '}' with at least one byte between them.
-func hasHashTag(s string) bool {
-	i := strings.IndexByte(s, '{')
-	if i < 0 {
-		return false
-	}
-	j := strings.IndexByte(s[i+1:], '}')
-	return j > 0
-}
+func hasHashTag(s string) bool { return engine.HasHashTag(s) }
 
 // validName checks a lock name.
 func validName(name string) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redisync/redisync/internal/redistest"
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // TestSchedule runs random schedules of every primitive on several Clients,
@@ -103,30 +104,14 @@ func TestSchedule(t *testing.T) {
 	w.report(time.Since(start))
 }
 
-// scheduleSeed replays TestSchedule and TestFencedLinearizable.
-var scheduleSeed = flag.Uint64("seed", 0, "seed of the randomized tests: TestSchedule, TestFencedLinearizable, TestRedissonReentryVersusUnlock (0: random; REDISYNC_SEED works too)")
-
 // onlySchedule replays one schedule of a TestSchedule seed: the report
 // names each schedule's number.
 var onlySchedule = flag.Int("schedule", -1, "run only this schedule of TestSchedule's seed")
 
-// testSeed returns the seed of a randomized test, from -seed, REDISYNC_SEED
-// or the clock, and logs how to replay it.
-func testSeed(t *testing.T, name string) uint64 {
-	seed := *scheduleSeed
-	if s := os.Getenv("REDISYNC_SEED"); seed == 0 && s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("REDISYNC_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	if seed == 0 {
-		seed = rand.Uint64()>>1 | 1
-	}
-	t.Logf("seed %d; replay with: go test -race -run '^%s$' -seed %d .", seed, name, seed)
-	return seed
-}
+// testSeed returns the seed of a randomized test (TestSchedule,
+// TestFencedLinearizable...), from -seed, REDISYNC_SEED or the clock, and
+// logs how to replay it.
+var testSeed = testenv.Seed
 
 // rec is one ownership the model knows of: a delivered lease.
 type rec struct {

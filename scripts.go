@@ -2,12 +2,12 @@ package redisync
 
 import (
 	"context"
-	"crypto/sha1"
 	"embed"
-	"encoding/hex"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync/internal/engine"
 )
 
 // The scripts, in lua/: each one is sent as its file after the preludes it
@@ -80,17 +80,11 @@ type script struct {
 
 // newScript makes the script of the named files of lua/, joined in order.
 func newScript(files ...string) script {
-	var src []byte
-	for _, f := range files {
-		b, err := luaFiles.ReadFile("lua/" + f + ".lua")
-		if err != nil {
-			panic(err) // the files are embedded: only a misspelled name fails
-		}
-		src = append(src, b...)
-	}
-	sum := sha1.Sum(src)
-	return script{lua: rueidis.NewLuaScript(string(src)), src: string(src), sha: hex.EncodeToString(sum[:])}
+	return scriptOf(engine.NewScript(engine.Source(luaFiles, "lua", files...)))
 }
+
+// scriptOf is the script of s, a script of the seam (see layouts.go).
+func scriptOf(s engine.Script) script { return script{lua: s.Lua, src: s.Src, sha: s.SHA} }
 
 func (s script) exec(ctx context.Context, rc rueidis.Client, keys, args []string) rueidis.RedisResult {
 	return s.lua.Exec(ctx, rc, keys, args)

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs the semantic mutants of mutants/*.patch, one at a time: each patch is
 # applied to a copy of the committed tree (HEAD) in a temp dir, which must
-# build; then the randomized tests (TestSchedule, TestFencedLinearizable) run
-# at their `make test` size with each seed of SEEDS, and if the mutant
-# survives them, the targeted tests its header names ("# targeted: A|B").
+# build; then the randomized tests (TestSchedule and TestFencedLinearizable
+# of the root package, TestRedissonReentryVersusUnlock of package redisson),
+# each in its own package, run at their `make test` size with each seed of
+# SEEDS, and if the mutant survives them, the targeted tests its header
+# names ("# targeted: A|B"), in the package its header names ("# package:
+# ./redisson"; the root package when it names none).
 # It prints a table: mutant, the test that killed it (or "survived"), time.
 #
 #   mutants/run.sh                   every mutant
@@ -30,7 +33,8 @@ seeds=${SEEDS:-"3 17 101"}
 logs=${LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/redisync-mutants-logs.XXXXXX")}
 mkdir -p "$logs"
 timeout=${TEST_TIMEOUT:-600s}
-randomized="TestSchedule TestFencedLinearizable"
+# The randomized tests, as TEST:PACKAGE.
+randomized="TestSchedule:. TestFencedLinearizable:. TestRedissonReentryVersusUnlock:./redisson"
 [ "${RANDOMIZED:-1}" = 0 ] && randomized=""
 
 if [ -n "${MUTANT:-}" ]; then
@@ -42,11 +46,12 @@ fi
 # header FIELD PATCH prints the value of the "# FIELD: ..." line of a patch.
 header() { sed -n "s/^# $1: //p" "$2" | head -n 1; }
 
-# gotest DIR LOG PATTERN ARGS... runs go test in the copy; its exit code.
+# gotest DIR PKG LOG PATTERN ARGS... runs go test of package PKG in the
+# copy; its exit code.
 gotest() {
-	local dir=$1 log=$2 pattern=$3
-	shift 3
-	(cd "$dir" && env -u REDISYNC_SOAK GOWORK=off go test -race -count=1 -timeout "$timeout" -run "$pattern" . "$@") >"$log" 2>&1
+	local dir=$1 pkg=$2 log=$3 pattern=$4
+	shift 4
+	(cd "$dir" && env -u REDISYNC_SOAK GOWORK=off go test -race -count=1 -timeout "$timeout" -run "$pattern" "$pkg" "$@") >"$log" 2>&1
 }
 
 # found LOG prints what a failed randomized test reports: TestSchedule's
@@ -77,22 +82,23 @@ for name in $names; do
 	git archive HEAD | tar -x -C "$tmp"
 	# The untracked packages of the Redisson interop driver and the Quint
 	# checker, as `make deps` installed them.
-	for nm in testdata/redisson-node/node_modules spec/node_modules; do
+	for nm in redisson/testdata/redisson-node/node_modules spec/node_modules; do
 		[ -d "$nm" ] && ln -s "$root/$nm" "$tmp/$nm"
 	done
 	killer="" what=""
 	if [ "$name" != none ]; then
 		if ! (cd "$tmp" && git apply -p1 "$root/$patch") >"$logs/$name.apply.log" 2>&1; then
 			killer="does not apply"
-		elif ! (cd "$tmp" && GOWORK=off go vet .) >"$logs/$name.vet.log" 2>&1; then
+		elif ! (cd "$tmp" && GOWORK=off go vet . ./redisson/) >"$logs/$name.vet.log" 2>&1; then
 			killer="does not build"
 		fi
 	fi
 	if [ -z "$killer" ]; then
 		for seed in $seeds; do
-			for t in $randomized; do
-				echo "$name: $t -seed $seed" >&2
-				if ! gotest "$tmp" "$logs/$name.$t.$seed.log" "^$t\$" -seed "$seed"; then
+			for tp in $randomized; do
+				t=${tp%%:*} pkg=${tp#*:}
+				echo "$name: $t ($pkg) -seed $seed" >&2
+				if ! gotest "$tmp" "$pkg" "$logs/$name.$t.$seed.log" "^$t\$" -seed "$seed"; then
 					killer="$t (seed $seed)"
 					what=$(found "$logs/$name.$t.$seed.log")
 					break 2
@@ -101,11 +107,12 @@ for name in $names; do
 		done
 	fi
 	if [ -z "$killer" ]; then
-		targeted=""
-		[ "$name" != none ] && targeted=$(header targeted "$patch")
+		targeted="" pkg=""
+		[ "$name" != none ] && targeted=$(header targeted "$patch") && pkg=$(header package "$patch")
+		pkg=${pkg:-.}
 		if [ -n "$targeted" ]; then
-			echo "$name: targeted ^($targeted)\$" >&2
-			if ! gotest "$tmp" "$logs/$name.targeted.log" "^($targeted)\$"; then
+			echo "$name: targeted ^($targeted)\$ ($pkg)" >&2
+			if ! gotest "$tmp" "$pkg" "$logs/$name.targeted.log" "^($targeted)\$"; then
 				killer=$(failed "$logs/$name.targeted.log")
 				killer=${killer:-"targeted tests (see $name.targeted.log)"}
 			fi

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/redisson"
 )
 
 var inspectCommand = &command{
@@ -24,7 +25,7 @@ var inspectCommand = &command{
 Shows every primitive named NAME that is in use: a Mutex, FairMutex or
 RWMutex that is held or waited for, a Semaphore with a size or holders, a
 Latch with a count, a lock in Redisson's RLock layout (the hash NAME,
-written by Java's Redisson, node-redisson or Client.RedissonLock) that is
+written by Java's Redisson, node-redisson or Client.Lock) that is
 held or has a fair queue, a lock in Redisson's RReadWriteLock layout that
 is held, and a Redisson RPermitExpirableSemaphore with permits acquired
 (the zset {NAME}:timeout of permit ids): its permits available, and each
@@ -301,7 +302,7 @@ func (v *latchView) fields() []field {
 // value of --redisson, or "") names the Redisson object the string NAME
 // is read as.
 func inspect(ctx context.Context, c *client, name, as string) (*snapshot, error) {
-	var plain redisync.RedissonSemaphoreState
+	var plain redisson.SemaphoreState
 	looks := append(slices.Clone(lookups),
 		func(ctx context.Context, c *client, name string) (kind, error) {
 			return lookRedissonPSem(ctx, c, name, as == asPSem)
@@ -481,6 +482,10 @@ func describe(k kind) string {
 		describeQueued(&b, &v.queuedView)
 	case *fairView:
 		describeQueued(&b, &v.queuedView)
+	case *redissonView, *redissonRWView:
+		if held(k) {
+			b.WriteString(" " + redissonHeldBy(k))
+		}
 	case *rwView:
 		var parts []string
 		if v.Writer != nil {

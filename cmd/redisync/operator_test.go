@@ -299,9 +299,10 @@ func TestOperatorCommands(t *testing.T) {
 		}
 		require.NoError(t, m.Err(), "the mutex of the same name was not touched")
 
-		stdout, _, code = cli(t, "unlock", "--force", "--yes", "--kind", "fair", "op:kinds")
-		require.Equal(t, 0, code)
-		require.Equal(t, "op:kinds: nothing to unlock (no fair mutex held)\n", stdout)
+		// Nothing of that kind, but the mutex is held: said, and a failure.
+		stdout, stderr, code = cli(t, "unlock", "--force", "--yes", "--kind", "fair", "op:kinds")
+		require.Equal(t, exitFailure, code, stdout)
+		require.Contains(t, stderr, "op:kinds: nothing to unlock (no fair mutex held), but the name holds: mutex held by "+c.ID())
 		require.NoError(t, m.Unlock(ctx))
 	})
 
@@ -365,7 +366,7 @@ func TestOperatorCommands(t *testing.T) {
 			{[]string{"inspect", "--timeout", "0s", "a"}, "--timeout must be positive"},
 			{[]string{"inspect", "--redisson", "lock", "a"}, `--redisson must be semaphore, permit-expirable-semaphore or latch, got "lock"`},
 			{[]string{"unlock", "--force"}, "missing the lock NAME"},
-			{[]string{"unlock", "--force", "--kind", "semaphore", "a"}, `--kind must be mutex, fair or rw, got "semaphore"`},
+			{[]string{"unlock", "--force", "--kind", "semaphore", "a"}, `--kind must be mutex, fair, rw, redisson or redisson-rw, got "semaphore"`},
 			{[]string{"watch"}, "missing the lock NAME"},
 			{[]string{"watch", "--interval", "0s", "a"}, "--interval must be at least 10ms"},
 			{[]string{"watch", "--count", "-1", "a"}, "--count must not be negative"},

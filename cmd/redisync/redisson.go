@@ -7,13 +7,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/rueidis"
+
 	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/redisson"
 )
 
 // redissonView is a lock in Redisson's RLock layout (RLock, RFencedLock,
 // RFairLock): the hash NAME, one field per holder, UUID:THREADID -> hold
 // count, written by Java's Redisson, node-redisson or a Go
-// Client.RedissonLock.
+// Client.Lock.
 type redissonView struct {
 	keyed
 	Kind    string               `json:"kind"` // "redisson"
@@ -51,11 +54,23 @@ func (v *redissonView) fields() []field {
 	if v.Token > 0 {
 		fs = append(fs, field{"token", strconv.FormatUint(v.Token, 10) + " (the last one given out)"})
 	}
-	return append(fs, field{"waiters", strconv.Itoa(v.Waiters) + " in the fair queue"})
+	return append(fs, field{"waiters", v.waiters()})
+}
+
+// waiters says who waits: a fair lock's queue; an RLock has no queue, and
+// nothing in Redis records its waiters.
+func (v *redissonView) waiters() string {
+	if v.Waiters == 0 {
+		return "not recorded (no queue: an RLock, or a fair lock nobody queues for)"
+	}
+	return strconv.Itoa(v.Waiters) + " in the fair queue"
 }
 
 func (v *redissonView) row() watchRow {
-	r := watchRow{holder: "(none)", holds: "-", ttl: "-", token: "-", waiting: strconv.Itoa(v.Waiters)}
+	r := watchRow{holder: "(none)", holds: "-", ttl: "-", token: "-", waiting: "-"} // an RLock's waiters are not recorded
+	if v.Waiters > 0 {
+		r.waiting = strconv.Itoa(v.Waiters)
+	}
 	if len(v.Holders) > 0 {
 		r.holder, r.holds, r.ttl = v.Holders[0].who(), strconv.Itoa(v.Holders[0].Holds), formatTTL(v.TTLms)
 	}
@@ -68,19 +83,63 @@ func (v *redissonView) row() watchRow {
 // lookRedisson reads the Redisson lock named name. A key of another type
 // or layout under that name is no Redisson lock: nothing to show.
 func lookRedisson(ctx context.Context, c *client, name string) (kind, error) {
-	st, err := redisync.InspectRedissonLock(ctx, c.rc, name)
+	st, err := redisson.InspectLock(ctx, c.rc, name)
 	if errors.Is(err, redisync.ErrWrongType) {
 		return nil, nil
 	}
 	if err != nil || (!st.Locked && st.Waiters == 0) {
 		return nil, err
 	}
+	keys, err := existing(ctx, c, redissonKeys(name, "redisson_lock_queue", "redisson_lock_timeout", "redisson_lock_token"))
+	if err != nil {
+		return nil, err
+	}
 	v := &redissonView{Kind: "redisson", Holders: []redissonHolderView{}, TTLms: ttlMillis(st.TTL), Waiters: st.Waiters, Token: st.Token,
-		keyed: keyed{redissonKeys(name, "redisson_lock_queue", "redisson_lock_timeout", "redisson_lock_token")}}
+		keyed: keyed{keys}}
 	for _, h := range st.Holders {
 		v.Holders = append(v.Holders, redissonHolderView{Owner: h.Owner, clientRef: clientRef{ClientID: h.ClientID()}, Holds: h.Holds})
 	}
 	return v, nil
+}
+
+// existing returns those of keys that exist, in order.
+func existing(ctx context.Context, c *client, keys []string) ([]string, error) {
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = c.rc.B().Exists().Key(k).Build()
+	}
+	var out []string
+	for i, r := range c.rc.DoMulti(ctx, cmds...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("inspect %s: %w", keys[i], err)
+		}
+		if n > 0 {
+			out = append(out, keys[i])
+		}
+	}
+	return out, nil
+}
+
+// redissonHeldBy says who holds a Redisson lock, by its fields (a Redisson
+// holder has no token).
+func redissonHeldBy(k kind) string {
+	switch v := k.(type) {
+	case *redissonView:
+		if len(v.Holders) > 0 {
+			return "held by " + v.Holders[0].Owner
+		}
+	case *redissonRWView:
+		switch {
+		case v.Writer != nil && len(v.Readers) > 0:
+			return fmt.Sprintf("write-held by %s, and %s", v.Writer.Owner, plural(len(v.Readers), "reader"))
+		case v.Writer != nil:
+			return "write-held by " + v.Writer.Owner
+		case len(v.Readers) > 0:
+			return "held by " + plural(len(v.Readers), "reader")
+		}
+	}
+	return "held"
 }
 
 // redissonRWView is a lock in Redisson's RReadWriteLock layout: the hash
@@ -130,7 +189,7 @@ func (v *redissonRWView) row() watchRow {
 // lookRedissonRW reads the Redisson read-write lock named name. A key of
 // another type or layout under that name is none: nothing to show.
 func lookRedissonRW(ctx context.Context, c *client, name string) (kind, error) {
-	st, err := redisync.InspectRedissonReadWriteLock(ctx, c.rc, name)
+	st, err := redisson.InspectReadWriteLock(ctx, c.rc, name)
 	if errors.Is(err, redisync.ErrWrongType) {
 		return nil, nil
 	}
@@ -301,7 +360,7 @@ func (v *redissonPSemView) row() watchRow {
 // permit-expirable-semaphore), whenever NAME exists. Unless named, keys
 // of another type or layout are no such semaphore: nothing to show.
 func lookRedissonPSem(ctx context.Context, c *client, name string, named bool) (kind, error) {
-	st, err := redisync.InspectRedissonPermitExpirableSemaphore(ctx, c.rc, name)
+	st, err := redisson.InspectPermitExpirableSemaphore(ctx, c.rc, name)
 	switch {
 	case errors.Is(err, redisync.ErrWrongType) && !named:
 		return nil, nil
@@ -314,7 +373,7 @@ func lookRedissonPSem(ctx context.Context, c *client, name string, named bool) (
 		Permits: []redissonPermitRef{}, TTLms: ttlMillis(st.TTL), keyed: keyed{redissonSuffixed(name, "timeout")}}
 	for _, p := range st.Permits {
 		r := redissonPermitRef{ID: p.ID, LeaseMs: ttlMillis(p.Lease), Expired: p.Expired}
-		if p.Lease == redisync.RedissonNoLease {
+		if p.Lease == redisson.NoLease {
 			r.LeaseMs = -1
 		} else if p.Expired {
 			r.LeaseMs = 0
@@ -329,16 +388,16 @@ func lookRedissonPSem(ctx context.Context, c *client, name string, named bool) (
 // its count is not zero). A key that is not a number is an error then.
 // With as "" it only reads NAME into plain, for the note that says it may
 // be one.
-func lookRedissonString(ctx context.Context, c *client, name, as string, plain *redisync.RedissonSemaphoreState) (kind, error) {
+func lookRedissonString(ctx context.Context, c *client, name, as string, plain *redisson.SemaphoreState) (kind, error) {
 	switch as {
 	case "":
-		st, err := redisync.InspectRedissonSemaphore(ctx, c.rc, name)
+		st, err := redisson.InspectSemaphore(ctx, c.rc, name)
 		if err == nil {
 			*plain = st
 		}
 		return nil, nil
 	case asSemaphore:
-		st, err := redisync.InspectRedissonSemaphore(ctx, c.rc, name)
+		st, err := redisson.InspectSemaphore(ctx, c.rc, name)
 		if err != nil {
 			return nil, notA(name, "semaphore", err)
 		}
@@ -347,7 +406,7 @@ func lookRedissonString(ctx context.Context, c *client, name, as string, plain *
 		}
 		return &redissonSemView{Kind: "redisson-semaphore", Available: st.Available, TTLms: ttlMillis(st.TTL), keyed: keyed{[]string{name}}}, nil
 	case asLatch:
-		st, err := redisync.InspectRedissonCountDownLatch(ctx, c.rc, name)
+		st, err := redisson.InspectCountDownLatch(ctx, c.rc, name)
 		if err != nil {
 			return nil, notA(name, "count-down latch", err)
 		}

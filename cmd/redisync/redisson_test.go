@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync"
 	"github.com/redisync/redisync/internal/redistest"
+	"github.com/redisync/redisync/redisson"
 )
 
 // TestInspectRedisson: inspect shows the holder and hold count of a lock
@@ -22,8 +25,8 @@ func TestInspectRedisson(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := t.Context()
 	c := dialT(t, srv.Addr)
-	l := mustLock(t, ctx, c.RedissonFencedLock("orders").Lock)
-	mustLock(t, l.Context(), c.RedissonFencedLock("orders").Lock) // a re-entry
+	l := mustLock(t, ctx, redisson.New(c).FencedLock("orders").Lock)
+	mustLock(t, l.Context(), redisson.New(c).FencedLock("orders").Lock) // a re-entry
 
 	stdout, stderr, code := runIn(t, "inspect", "--addr", srv.Addr, "orders")
 	require.Equal(t, 0, code, stderr)
@@ -67,7 +70,7 @@ func TestInspectRedissonRW(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := t.Context()
 	c := dialT(t, srv.Addr)
-	rw := c.RedissonReadWriteLock("report")
+	rw := redisson.New(c).ReadWriteLock("report")
 	w := mustLock(t, ctx, rw.Lock)
 	mustLock(t, w.Context(), rw.RLock) // the writer reads
 
@@ -118,7 +121,7 @@ func testInspectRedissonPSem(t *testing.T, addrs []string) {
 	ctx := t.Context()
 	c := dialAll(t, addrs)
 	addr := []string{"--addr", addrs[0]}
-	s := c.RedissonPermitExpirableSemaphore("jobs")
+	s := redisson.New(c).PermitExpirableSemaphore("jobs")
 	ok, err := s.TrySetPermits(ctx, 3)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -197,11 +200,13 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := t.Context()
 	c := dialT(t, srv.Addr)
-	ok, err := c.RedissonSemaphore("pool").TrySetPermits(ctx, 4)
+	ok, err := redisson.New(c).Semaphore("pool").TrySetPermits(ctx, 4)
 	require.NoError(t, err)
 	require.True(t, ok)
-	mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return c.RedissonSemaphore("pool").Lock(ctx, 1) })
-	ok, err = c.RedissonCountDownLatch("gate").TrySetCount(ctx, 2)
+	mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) {
+		return redisson.New(c).Semaphore("pool").Lock(ctx, 1)
+	})
+	ok, err = redisson.New(c).CountDownLatch("gate").TrySetCount(ctx, 2)
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -236,7 +241,7 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 
 	// A latch at zero is open: nothing in use.
 	for range 2 {
-		_, err := c.RedissonCountDownLatch("gate").CountDown(ctx)
+		_, err := redisson.New(c).CountDownLatch("gate").CountDown(ctx)
 		require.NoError(t, err)
 	}
 	stdout, stderr, code = runIn(t, "inspect", "--redisson", "latch", "--addr", srv.Addr, "gate")
@@ -244,7 +249,7 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 	require.Equal(t, "gate: free (no lock of any kind)\n", stdout)
 
 	// Named the wrong kind: an error, not a guess.
-	mustLock(t, ctx, c.RedissonLock("held").Lock)
+	mustLock(t, ctx, redisson.New(c).Lock("held").Lock)
 	_, stderr, code = runIn(t, "inspect", "--redisson", "semaphore", "--addr", srv.Addr, "held")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, `"held" is not a Redisson semaphore`)
@@ -256,4 +261,115 @@ func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 	stdout, stderr, code = runIn(t, "watch", "--count", "1", "--redisson", "semaphore", "--addr", srv.Addr, "pool")
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, `(?m)^pool +redisson semaphore +3 available +- +no expiry`, stdout)
+}
+
+// javaField is a Redisson holder's field as a Java client writes it:
+// UUID:THREADID.
+const javaField = "9b4f3a2e-1c7d-4e0a-8f6b-2d5c1e9a7b30:57"
+
+// javaHolds has a Java client hold the RLock name on srv, with a lease of
+// 30 s.
+func javaHolds(t *testing.T, srv *redistest.Server, name string) {
+	t.Helper()
+	_, err := srv.Do("HSET", name, javaField, "1")
+	require.NoError(t, err)
+	_, err = srv.Do("PEXPIRE", name, "30000")
+	require.NoError(t, err)
+}
+
+// TestUnlockForceRedisson: unlock --force frees the Redisson locks a Java
+// client holds (an RLock, a fair lock with a Java waiter queued, a
+// read-write lock held for writing, one held for reading), and --kind
+// names them.
+func TestUnlockForceRedisson(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	do := func(args ...string) {
+		t.Helper()
+		_, err := srv.Do(args...)
+		require.NoError(t, err)
+	}
+	free := func(name string) {
+		t.Helper()
+		n, err := srv.Do("EXISTS", name)
+		require.NoError(t, err)
+		require.Equal(t, "0", n, "%s still held", name)
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+
+	javaHolds(t, srv, "java:rlock")
+	stdout, stderr, code := runIn(t, "unlock", "--force", "--yes", "--addr", srv.Addr, "java:rlock")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson lock "java:rlock" (was held by `+javaField)
+	free("java:rlock")
+
+	javaHolds(t, srv, "java:fair")
+	do("RPUSH", "redisson_lock_queue:{java:fair}", javaField+"0")
+	do("ZADD", "redisson_lock_timeout:{java:fair}", future, javaField+"0")
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--kind", "redisson", "--addr", srv.Addr, "java:fair")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson lock "java:fair"`)
+	free("java:fair")
+
+	do("HSET", "java:rw", "mode", "write", javaField+":write", "1")
+	do("PEXPIRE", "java:rw", "30000")
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--kind", "redisson-rw", "--addr", srv.Addr, "java:rw")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson read-write lock "java:rw" (was write-held by `+javaField+`:write)`)
+	free("java:rw")
+
+	do("HSET", "java:rw", "mode", "read", javaField, "2")
+	do("SET", "{java:rw}:"+javaField+":rwlock_timeout:1", "1", "PX", "30000")
+	do("PEXPIRE", "java:rw", "30000")
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--addr", srv.Addr, "java:rw")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `force-unlocked redisson read-write lock "java:rw" (was held by 1 reader)`)
+	free("java:rw")
+}
+
+// TestUnlockNothingMatchedButHeld: when nothing unlock may break matches
+// but something is held under the name, unlock says what is there and
+// exits non-zero; a name with nothing at all is no failure.
+func TestUnlockNothingMatchedButHeld(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	javaHolds(t, srv, "java:held")
+
+	stdout, stderr, code := runIn(t, "unlock", "--force", "--yes", "--kind", "mutex", "--addr", srv.Addr, "java:held")
+	require.Equal(t, exitFailure, code, stdout)
+	require.Contains(t, stderr, "no mutex held")
+	require.Contains(t, stderr, "redisson lock held by "+javaField)
+	n, err := srv.Do("EXISTS", "java:held")
+	require.NoError(t, err)
+	require.Equal(t, "1", n, "the Redisson lock was left alone")
+
+	stdout, stderr, code = runIn(t, "unlock", "--force", "--yes", "--addr", srv.Addr, "nothing:here")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "nothing:here: nothing to unlock (nothing held)\n", stdout)
+}
+
+// TestInspectRLockHasNoQueue: an RLock has no queue: inspect and watch say
+// its waiters are not recorded, rather than none, and list only the keys
+// that exist.
+func TestInspectRLockHasNoQueue(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	srv := redistest.Standalone(t)
+	javaHolds(t, srv, "java:plain")
+
+	stdout, stderr, code := runIn(t, "inspect", "--addr", srv.Addr, "java:plain")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^  waiters: +not recorded`, stdout)
+	require.NotContains(t, stdout, "redisson_lock_queue:{java:plain}")
+	require.NotContains(t, stdout, "redisson_lock_token:{java:plain}")
+
+	stdout, stderr, code = runIn(t, "inspect", "--json", "--addr", srv.Addr, "java:plain")
+	require.Equal(t, 0, code, stderr)
+	var snap struct {
+		Kinds []struct {
+			Keys []string `json:"keys"`
+		} `json:"kinds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &snap))
+	require.Len(t, snap.Kinds, 1)
+	require.Equal(t, []string{"java:plain"}, snap.Kinds[0].Keys)
 }

@@ -10,11 +10,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/redisync/redisync/redisson"
 )
 
 var unlockCommand = &command{
 	name:     "unlock",
-	synopsis: "--force [--kind mutex|fair|rw] [--yes] [connection flags] NAME",
+	synopsis: "--force [--kind mutex|fair|rw|redisson|redisson-rw] [--yes] [connection flags] NAME",
 	summary:  "break a lock whoever holds it (ForceUnlock), after confirmation",
 	help: `
 Breaks the lock NAME whoever holds it, as ForceUnlock does: the lock's key
@@ -28,29 +30,35 @@ whose holder is gone or stuck, and rely on fencing tokens to keep a holder
 that is alive from writing late.
 
 --force is required. Without --kind, every kind of lock held under NAME is
-broken: the Mutex, the FairMutex (its queue stays) and the RWMutex (the
-writer and every read share). Semaphores and latches are not locks of one
-holder and are left alone.
+broken: the Mutex, the FairMutex (its queue stays), the RWMutex (the
+writer and every read share), and the locks in Redisson's layouts, as
+Java's forceUnlock breaks them: an RLock, RFencedLock or RFairLock
+(redisson; a fair lock's waiters are told in queue order) and an
+RReadWriteLock (redisson-rw, its writer and every reader). The Redisson
+unlock message is published both ways (PUBLISH and SPUBLISH on a Cluster),
+so that Java and Node waiters subscribed either way wake. Semaphores and
+latches are not locks of one holder and are left alone.
 
 The command lists what it is about to break and asks for confirmation on
 the terminal; --yes skips the question, and is required when stdin is not
 a terminal. A declined confirmation exits with status 1. A name with
-nothing held prints so and exits with status 0.` + connHelp,
+nothing held prints so and exits with status 0; a name under which
+something is held that unlock may not break (a semaphore, a latch, or a
+lock of another kind than --kind) exits with status 1 and says what is
+there.` + connHelp,
 	flags: func(fs *flag.FlagSet) runFunc {
 		var conn connFlags
 		conn.register(fs)
 		force := fs.Bool("force", false, "required: break the lock although its holder may be alive")
-		kindFlag := fs.String("kind", "", "break only the lock of this `kind`: mutex, fair or rw (default: every kind held)")
+		kindFlag := fs.String("kind", "", "break only the lock of this `kind`: mutex, fair, rw, redisson or redisson-rw (default: every kind held)")
 		yes := fs.Bool("yes", false, "do not ask for confirmation")
 		return func(ctx context.Context, args []string, stdout io.Writer) error {
 			name, err := oneName(args)
 			if err != nil {
 				return err
 			}
-			switch *kindFlag {
-			case "", "mutex", "fair", "rw":
-			default:
-				return usageErrorf("--kind must be mutex, fair or rw, got %q", *kindFlag)
+			if _, ok := unlockKinds[*kindFlag]; !ok && *kindFlag != "" {
+				return usageErrorf("--kind must be mutex, fair, rw, redisson or redisson-rw, got %q", *kindFlag)
 			}
 			if !*force {
 				return usageErrorf("--force is required: the holder of the lock loses it while it may still be working")
@@ -98,12 +106,25 @@ func (u *unlocker) run(ctx context.Context) error {
 		}
 	}
 	if len(targets) == 0 {
-		what := "no mutex, fair mutex or rw mutex"
-		if u.kind != "" {
-			what = "no " + map[string]string{"mutex": "mutex", "fair": "fair mutex", "rw": "rw mutex"}[u.kind]
+		if len(snap.Kinds) == 0 {
+			what := "nothing"
+			if u.kind != "" {
+				what = "no " + unlockKinds[u.kind]
+			}
+			fmt.Fprintf(u.out, "%s: nothing to unlock (%s held)\n", u.name, what)
+			return nil
 		}
-		fmt.Fprintf(u.out, "%s: nothing to unlock (%s held)\n", u.name, what)
-		return nil
+		// Something is there that this unlock may not break: say what,
+		// and fail, so that a script does not take the lock for free.
+		what := "no mutex, fair mutex, rw mutex, redisson lock or redisson read-write lock"
+		if u.kind != "" {
+			what = "no " + unlockKinds[u.kind]
+		}
+		there := make([]string, len(snap.Kinds))
+		for i, k := range snap.Kinds {
+			there[i] = describe(k)
+		}
+		return fmt.Errorf("%s: nothing to unlock (%s held), but the name holds: %s", u.name, what, strings.Join(there, "; "))
 	}
 
 	if u.confirm != nil {
@@ -130,6 +151,16 @@ func (u *unlocker) run(ctx context.Context) error {
 			ok, err = u.c.FairMutex(u.name).ForceUnlock(rctx)
 		case "rw":
 			ok, err = u.c.RWMutex(u.name).ForceUnlock(rctx)
+		case "redisson":
+			// A fair lock's waiters wait in its queue, each on a channel of
+			// its own: its ForceUnlock tells the queue's head.
+			if k.(*redissonView).Waiters > 0 {
+				ok, err = u.redisson().FairLock(u.name).ForceUnlock(rctx)
+			} else {
+				ok, err = u.redisson().Lock(u.name).ForceUnlock(rctx)
+			}
+		case "redisson-rw":
+			ok, err = u.redisson().ReadWriteLock(u.name).ForceUnlock(rctx)
 		}
 		cancel()
 		if err != nil {
@@ -141,8 +172,22 @@ func (u *unlocker) run(ctx context.Context) error {
 			fmt.Fprintf(u.out, "%s %s was released meanwhile: nothing to unlock\n", k.title(), strconv.Quote(u.name))
 		}
 	}
-	fmt.Fprintln(u.out, "the holders' leases report ErrForceUnlocked: within milliseconds for Clients that learn of changes to their keys, at their next renewal otherwise")
+	fmt.Fprintln(u.out, "the holders' leases report ErrForceUnlocked (a Redisson lock's Go holders: ErrExpired; its Java holders learn it at their next renewal or unlock): within milliseconds for Clients that learn of changes to their keys, at their next renewal otherwise")
 	return nil
+}
+
+// unlockKinds are the kinds unlock breaks, by --kind, as its messages name
+// them.
+var unlockKinds = map[string]string{
+	"mutex": "mutex", "fair": "fair mutex", "rw": "rw mutex",
+	"redisson": "redisson lock", "redisson-rw": "redisson read-write lock",
+}
+
+// redisson is the Redisson client of the unlock: it publishes Redisson's
+// unlock message both ways, so that waiters subscribed either way (Java on
+// sharded or classic pub/sub, Node on classic) wake.
+func (u *unlocker) redisson() *redisson.Client {
+	return redisson.New(u.c.Client, redisson.WithPubSub(redisson.PubSubBoth))
 }
 
 // kindName is the --kind and JSON name of k.
@@ -181,6 +226,10 @@ func held(k kind) bool {
 		return v.Holder != nil
 	case *rwView:
 		return v.Writer != nil || v.Readers > 0
+	case *redissonView:
+		return len(v.Holders) > 0
+	case *redissonRWView:
+		return v.Mode != ""
 	}
 	return false
 }
@@ -202,6 +251,8 @@ func heldBy(k kind) string {
 			return fmt.Sprintf("write-held by %s, token %d, and %s", h.who(), h.Token, plural(v.Readers, "reader"))
 		}
 		return fmt.Sprintf("write-held by %s, token %d", h.who(), h.Token)
+	case *redissonView, *redissonRWView:
+		return redissonHeldBy(v)
 	}
 	if h == nil { // taken between the look and the unlock
 		return "held"

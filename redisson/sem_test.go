@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
 )
 
 // The Java side of Redisson's semaphore and count-down latch in the
@@ -33,10 +35,10 @@ type javaSide struct {
 
 func newJavaSide(t testing.TB, e *env) *javaSide {
 	pub := "publish"
-	if e.cluster != nil {
+	if e.Cluster != nil {
 		pub = "spublish"
 	}
-	return &javaSide{rc: e.rueidisClient(t), pub: pub}
+	return &javaSide{rc: e.RueidisClient(t), pub: pub}
 }
 
 func (j *javaSide) eval(ctx context.Context, script string, keys []string, args ...string) rueidis.RedisResult {
@@ -73,10 +75,10 @@ func (j *javaSide) semRelease(ctx context.Context, name string) error {
 func TestRedissonSemaphoreJavaSim(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		rounds := soak(10, 200)
-		name := "rsem-" + e.name
+		name := "rsem-" + e.Name
 		ctx := withTimeout(t, 5*time.Minute)
 		j := newJavaSide(t, e)
-		sems := onClients(t, e, 2, func(c *Client) *RedissonSemaphore { return c.RedissonSemaphore(name) })
+		sems := onClients(t, e, 2, func(c *Client) *Semaphore { return c.Semaphore(name) })
 		ok, err := sems[0].TrySetPermits(ctx, 1)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -115,7 +117,7 @@ func TestRedissonSemaphoreJavaSim(t *testing.T) {
 			}
 			require.NoError(t, j.semRelease(ctx, name))
 		}
-		t.Logf("%s: Go semaphore waiter woken by a Java release: %s; Java waiter woken by a Go release: %s", e.name,
+		t.Logf("%s: Go semaphore waiter woken by a Java release: %s; Java waiter woken by a Go release: %s", e.Name,
 			wakeStats(goWakes), wakeStats(javaWakes))
 		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, percentile(javaWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
@@ -176,7 +178,7 @@ func TestRedissonSemaphoreJavaSim(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		t.Logf("%s: %d passes by 4 Go goroutines and 2 Java threads through 2 permits; at most %d inside", e.name, count, most)
+		t.Logf("%s: %d passes by 4 Go goroutines and 2 Java threads through 2 permits; at most %d inside", e.Name, count, most)
 		require.LessOrEqual(t, most, 2, "never more holders than permits")
 		require.Equal(t, 6*rounds, count)
 		n, err := sems[0].AvailablePermits(ctx)
@@ -188,49 +190,49 @@ func TestRedissonSemaphoreJavaSim(t *testing.T) {
 func TestRedissonSemaphoreLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		name := "rsem-lease-" + e.name
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		s := c.RedissonSemaphore(name)
+		name := "rsem-lease-" + e.Name
+		c := e.client(t, redisync.WithWatchdogLease(600*time.Millisecond))
+		s := c.Semaphore(name)
 		_, err := s.TryLock(ctx, 1)
-		require.ErrorIs(t, err, ErrNoPermits, "a semaphore never set has no permits")
-		require.ErrorIs(t, err, ErrLocked)
+		require.ErrorIs(t, err, redisync.ErrNoPermits, "a semaphore never set has no permits")
+		require.ErrorIs(t, err, redisync.ErrLocked)
 		_, err = s.TryLock(ctx, 0)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		ok, err := s.TrySetPermits(ctx, 3)
 		require.NoError(t, err)
 		require.True(t, ok)
 
-		// Permits are not leased: the Lease outlives its watchdog lease.
-		l := mustLock(t, ctx, func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, 2) })
+		// Permits are not leased: the redisync.Lease outlives its watchdog lease.
+		l := mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return s.Lock(ctx, 2) })
 		time.Sleep(time.Second)
 		require.NoError(t, l.Err())
 		_, err = s.TryLock(ctx, 2)
-		require.ErrorIs(t, err, ErrNoPermits)
+		require.ErrorIs(t, err, redisync.ErrNoPermits)
 		require.NoError(t, l.Unlock(ctx))
 		n, err := s.AvailablePermits(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n)
 
 		// Deleted under its holder: lost, and its Unlock gives nothing back.
-		l = mustLock(t, ctx, func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, 1) })
-		rc := e.rueidisClient(t)
+		l = mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return s.Lock(ctx, 1) })
+		rc := e.RueidisClient(t)
 		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(name).Build()).Error())
 		select {
 		case <-l.Lost():
 		case <-time.After(5 * time.Second):
 			t.Fatal("the holder did not see its semaphore deleted")
 		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, l.Err(), redisync.ErrExpired)
+		require.ErrorIs(t, l.Unlock(ctx), redisync.ErrNotHeld)
 		exists, err := rc.Do(ctx, rc.B().Exists().Key(name).Build()).AsInt64()
 		require.NoError(t, err)
 		require.Zero(t, exists, "not brought back")
 
 		// Close gives the permits back.
 		c2 := e.client(t)
-		_, err = c2.RedissonSemaphore(name).AddPermits(ctx, 2)
+		_, err = c2.Semaphore(name).AddPermits(ctx, 2)
 		require.NoError(t, err)
-		mustLock(t, ctx, func(ctx context.Context) (*Lease, error) { return c2.RedissonSemaphore(name).Lock(ctx, 2) })
+		mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return c2.Semaphore(name).Lock(ctx, 2) })
 		require.NoError(t, c2.Close())
 		n, err = s.AvailablePermits(ctx)
 		require.NoError(t, err)
@@ -238,30 +240,30 @@ func TestRedissonSemaphoreLease(t *testing.T) {
 
 		// Wrong layout.
 		for _, v := range []string{"x", "1.5"} {
-			bad := "rsem-bad-" + v + "-" + e.name
+			bad := "rsem-bad-" + v + "-" + e.Name
 			require.NoError(t, rc.Do(ctx, rc.B().Set().Key(bad).Value(v).Build()).Error())
-			_, err = c.RedissonSemaphore(bad).TryLock(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
-			_, err = c.RedissonSemaphore(bad).AddPermits(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
+			_, err = c.Semaphore(bad).TryLock(ctx, 1)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
+			_, err = c.Semaphore(bad).AddPermits(ctx, 1)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
 		}
-		hash := "rsem-hash-" + e.name
+		hash := "rsem-hash-" + e.Name
 		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(hash).FieldValue().FieldValue("a", "1").Build()).Error())
-		_, err = c.RedissonSemaphore(hash).Lock(ctx, 1)
-		require.ErrorIs(t, err, ErrWrongType)
-		_, err = c.RedissonSemaphore(hash).AvailablePermits(ctx)
-		require.ErrorIs(t, err, ErrWrongType)
+		_, err = c.Semaphore(hash).Lock(ctx, 1)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
+		_, err = c.Semaphore(hash).AvailablePermits(ctx)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
 	})
 }
 
 func TestRedissonCountDownLatchJavaSim(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		rounds := soak(10, 200)
-		name := "rlatch-" + e.name
+		name := "rlatch-" + e.Name
 		channel := "redisson_countdownlatch__channel__{" + name + "}"
 		ctx := withTimeout(t, 5*time.Minute)
 		j := newJavaSide(t, e)
-		l := e.client(t).RedissonCountDownLatch(name)
+		l := e.client(t).CountDownLatch(name)
 		n, err := l.Count(ctx)
 		require.NoError(t, err)
 		require.Zero(t, n, "a latch never set is open")
@@ -332,7 +334,7 @@ func TestRedissonCountDownLatchJavaSim(t *testing.T) {
 				t.Fatalf("round %d: the Java waiter was not woken", i)
 			}
 		}
-		t.Logf("%s: Go latch waiter woken by a Java countDown: %s; Java waiter woken by a Go CountDown: %s", e.name,
+		t.Logf("%s: Go latch waiter woken by a Java countDown: %s; Java waiter woken by a Go CountDown: %s", e.Name,
 			wakeStats(goWakes), wakeStats(javaWakes))
 		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, percentile(javaWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
@@ -345,20 +347,20 @@ func TestRedissonCountDownLatchJavaSim(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, found)
 		require.NoError(t, l.Wait(ctx))
-		rc := e.rueidisClient(t)
-		bad := "rlatch-bad-" + e.name
+		rc := e.RueidisClient(t)
+		bad := "rlatch-bad-" + e.Name
 		require.NoError(t, rc.Do(ctx, rc.B().Lpush().Key(bad).Element("1").Build()).Error())
-		bl := e.client(t).RedissonCountDownLatch(bad)
-		require.ErrorIs(t, bl.Wait(ctx), ErrWrongType)
+		bl := e.client(t).CountDownLatch(bad)
+		require.ErrorIs(t, bl.Wait(ctx), redisync.ErrWrongType)
 		_, err = bl.CountDown(ctx)
-		require.ErrorIs(t, err, ErrWrongType)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
 		_, err = bl.TrySetCount(ctx, 1)
-		require.ErrorIs(t, err, ErrWrongType)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
 		_, err = bl.TrySetCount(ctx, 0)
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		if e.cluster != nil {
-			_, err = e.client(t).RedissonCountDownLatch("a{b}c").Count(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		if e.Cluster != nil {
+			_, err = e.client(t).CountDownLatch("a{b}c").Count(ctx)
+			require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		}
 	})
 }
@@ -370,51 +372,51 @@ func ignoreNil(err error) error {
 	return err
 }
 
-// InspectRedissonSemaphore and InspectRedissonCountDownLatch read the
+// InspectSemaphore and InspectCountDownLatch read the
 // string NAME as the kind the caller names, changing nothing.
 func TestInspectRedissonSemaphoreAndLatch(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		rc := e.rueidisClient(t)
+		rc := e.RueidisClient(t)
 		c := e.client(t)
-		name := "rsem-inspect-" + e.name
-		st, err := InspectRedissonSemaphore(ctx, rc, name)
+		name := "rsem-inspect-" + e.Name
+		st, err := InspectSemaphore(ctx, rc, name)
 		require.NoError(t, err)
 		require.False(t, st.Exists)
 		require.Zero(t, st.Available)
-		_, err = c.RedissonSemaphore(name).TrySetPermits(ctx, 3)
+		_, err = c.Semaphore(name).TrySetPermits(ctx, 3)
 		require.NoError(t, err)
-		l := mustLock(t, ctx, func(ctx context.Context) (*Lease, error) { return c.RedissonSemaphore(name).Lock(ctx, 2) })
-		st, err = InspectRedissonSemaphore(ctx, rc, name)
+		l := mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return c.Semaphore(name).Lock(ctx, 2) })
+		st, err = InspectSemaphore(ctx, rc, name)
 		require.NoError(t, err)
-		require.Equal(t, RedissonSemaphoreState{Exists: true, Available: 1, TTL: -time.Millisecond}, st)
+		require.Equal(t, SemaphoreState{Exists: true, Available: 1, TTL: -time.Millisecond}, st)
 		require.NoError(t, l.Unlock(ctx))
 		require.NoError(t, rc.Do(ctx, rc.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
-		st, err = InspectRedissonSemaphore(ctx, rc, name)
+		st, err = InspectSemaphore(ctx, rc, name)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, st.Available)
 		require.Greater(t, st.TTL, 50*time.Second)
 
-		latch := "rlatch-inspect-" + e.name
-		ls, err := InspectRedissonCountDownLatch(ctx, rc, latch)
+		latch := "rlatch-inspect-" + e.Name
+		ls, err := InspectCountDownLatch(ctx, rc, latch)
 		require.NoError(t, err)
 		require.Zero(t, ls.Count, "a latch never set is open")
-		_, err = c.RedissonCountDownLatch(latch).TrySetCount(ctx, 2)
+		_, err = c.CountDownLatch(latch).TrySetCount(ctx, 2)
 		require.NoError(t, err)
-		ls, err = InspectRedissonCountDownLatch(ctx, rc, latch)
+		ls, err = InspectCountDownLatch(ctx, rc, latch)
 		require.NoError(t, err)
-		require.Equal(t, RedissonCountDownLatchState{Count: 2, TTL: -time.Millisecond}, ls)
+		require.Equal(t, CountDownLatchState{Count: 2, TTL: -time.Millisecond}, ls)
 
-		hash := "rsem-inspect-hash-" + e.name
+		hash := "rsem-inspect-hash-" + e.Name
 		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(hash).FieldValue().FieldValue("a", "1").Build()).Error())
-		_, err = InspectRedissonSemaphore(ctx, rc, hash)
-		require.ErrorIs(t, err, ErrWrongType)
-		_, err = InspectRedissonCountDownLatch(ctx, rc, hash)
-		require.ErrorIs(t, err, ErrWrongType)
-		_, err = InspectRedissonSemaphore(ctx, nil, name)
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		_, err = InspectRedissonCountDownLatch(ctx, rc, "")
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = InspectSemaphore(ctx, rc, hash)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
+		_, err = InspectCountDownLatch(ctx, rc, hash)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
+		_, err = InspectSemaphore(ctx, nil, name)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		_, err = InspectCountDownLatch(ctx, rc, "")
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(name).Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(latch).Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(hash).Build()).Error())

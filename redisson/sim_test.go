@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
 )
 
 // A Redisson-side simulator: the commands Redisson 3.x (3.24.1 and later)
@@ -43,10 +45,10 @@ type javaRLock struct {
 
 func newJavaRLock(t testing.TB, e *env, name string) *javaRLock {
 	pub := "publish"
-	if e.cluster != nil {
+	if e.Cluster != nil {
 		pub = "spublish"
 	}
-	return &javaRLock{rc: e.rueidisClient(t), name: name, field: uuid.NewString() + ":1", pub: pub, lease: 30 * time.Second}
+	return &javaRLock{rc: e.RueidisClient(t), name: name, field: uuid.NewString() + ":1", pub: pub, lease: 30 * time.Second}
 }
 
 func (j *javaRLock) channel() string { return "redisson_lock__channel:{" + j.name + "}" }
@@ -86,16 +88,16 @@ func (j *javaRLock) unlock(ctx context.Context) (rueidis.RedisResult, error) {
 	return r, j.rc.Do(ctx, j.rc.B().Del().Key(latch).Build()).Error()
 }
 
-// Go Clients with the default RedissonPubSubAuto wake Java waiters and are
+// Go Clients with the default PubSubAuto wake Java waiters and are
 // woken by Java, on standalone (classic) and on Cluster (sharded pub/sub:
 // the Java waiter listens on sharded pub/sub alone).
 func TestRedissonJavaSimWakeUp(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		rounds := soak(10, 200)
-		name := "java-wake-" + e.name
+		name := "java-wake-" + e.Name
 		ctx := withTimeout(t, 5*time.Minute)
 		j := newJavaRLock(t, e, name)
-		rl := e.client(t).RedissonLock(name)
+		rl := e.client(t).Lock(name)
 
 		var goWakes, javaWakes []time.Duration
 		for i := range rounds {
@@ -147,7 +149,7 @@ func TestRedissonJavaSimWakeUp(t *testing.T) {
 			n, _ := r.AsInt64()
 			require.EqualValues(t, 1, n)
 		}
-		t.Logf("%s: Go waiter woken by a Java unlock: %s; Java waiter woken by a Go unlock: %s", e.name,
+		t.Logf("%s: Go waiter woken by a Java unlock: %s; Java waiter woken by a Go unlock: %s", e.Name,
 			wakeStats(goWakes), wakeStats(javaWakes))
 		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, slices.Max(javaWakes), 5*time.Second, "the Java waiter got the message, not its 30 s TTL")
@@ -158,18 +160,18 @@ func TestRedissonJavaSimWakeUp(t *testing.T) {
 // side's unlock is refused for a lock the other holds.
 func TestRedissonJavaSimExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		name := "java-excl-" + e.name
+		name := "java-excl-" + e.Name
 		ctx := withTimeout(t, time.Minute)
 		j := newJavaRLock(t, e, name)
-		rl := e.client(t).RedissonLock(name)
+		rl := e.client(t).Lock(name)
 		ok, _, err := j.tryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = rl.TryLock(ctx)
-		require.ErrorIs(t, err, ErrLocked)
+		require.ErrorIs(t, err, redisync.ErrLocked)
 		st, err := rl.Inspect(ctx)
 		require.NoError(t, err)
-		require.Equal(t, []RedissonHolder{{Owner: j.field, Holds: 1}}, st.Holders)
+		require.Equal(t, []Holder{{Owner: j.field, Holds: 1}}, st.Holders)
 		r, err := j.unlock(ctx)
 		require.NoError(t, err)
 		n, err := r.AsInt64()

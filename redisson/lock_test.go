@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
 )
 
 // requireRedissonHeld checks that the Redisson lock is held by l's owner
 // with holds holds, and returns its state.
-func requireRedissonHeld(t testing.TB, rl *RedissonLock, l *Lease, holds int) RedissonLockState {
+func requireRedissonHeld(t testing.TB, rl *Lock, l *redisync.Lease, holds int) LockState {
 	t.Helper()
 	st, err := rl.Inspect(context.Background())
 	require.NoError(t, err)
 	require.True(t, st.Locked)
 	require.Len(t, st.Holders, 1)
-	require.Equal(t, l.h.owner, st.Holders[0].Owner)
+	require.Equal(t, ownerOf(l), st.Holders[0].Owner)
 	require.Equal(t, holds, st.Holders[0].Holds)
 	return st
 }
@@ -27,8 +29,8 @@ func TestRedissonLockLockUnlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		name := "rlock-" + e.name
-		rl := c.RedissonLock(name)
+		name := "rlock-" + e.Name
+		rl := c.Lock(name)
 		l := mustLock(t, ctx, rl.Lock)
 		st := requireRedissonHeld(t, rl, l, 1)
 		require.Equal(t, c.ID(), st.Holders[0].ClientID(), "the field is UUID:THREADID with the Client's ID")
@@ -40,19 +42,19 @@ func TestRedissonLockLockUnlock(t *testing.T) {
 		requireRedissonHeld(t, rl, l, 2)
 
 		other := e.client(t)
-		_, err := other.RedissonLock(name).TryLock(ctx)
-		require.ErrorIs(t, err, ErrLocked)
+		_, err := other.Lock(name).TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrLocked)
 
 		require.NoError(t, inner.Unlock(ctx))
 		requireRedissonHeld(t, rl, l, 1)
 		require.NoError(t, l.Unlock(ctx))
-		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, l.Unlock(ctx), redisync.ErrNotHeld)
 		st, err = rl.Inspect(ctx)
 		require.NoError(t, err)
 		require.False(t, st.Locked)
-		require.Empty(t, e.keys(t, "redisson_unlock_latch:*"), "a released lock leaves no latch")
+		require.Empty(t, e.Keys(t, "redisson_unlock_latch:*"), "a released lock leaves no latch")
 
-		ol := mustLock(t, ctx, other.RedissonLock(name).TryLock)
+		ol := mustLock(t, ctx, other.Lock(name).TryLock)
 		require.NoError(t, ol.Unlock(ctx))
 	})
 }
@@ -61,8 +63,8 @@ func TestRedissonFencedLockTokens(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		name := "rfenced-" + e.name
-		fl := c.RedissonFencedLock(name)
+		name := "rfenced-" + e.Name
+		fl := c.FencedLock(name)
 		var last uint64
 		for range 3 {
 			l := mustLock(t, ctx, fl.Lock)
@@ -79,7 +81,7 @@ func TestRedissonFencedLockTokens(t *testing.T) {
 			require.NoError(t, l.Unlock(ctx))
 			last = st.Token
 		}
-		rc := e.rueidisClient(t)
+		rc := e.RueidisClient(t)
 		v, err := rc.Do(ctx, rc.B().Get().Key("redisson_lock_token:{"+name+"}").Build()).ToString()
 		require.NoError(t, err)
 		require.Equal(t, strconv.FormatUint(last, 10), v, "the counter is Redisson's")
@@ -90,27 +92,27 @@ func TestRedissonLockWrongLayout(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		rc := e.rueidisClient(t)
-		str, rw, fair := "rlock-string-"+e.name, "rlock-rw-"+e.name, "rlock-fair-"+e.name
+		rc := e.RueidisClient(t)
+		str, rw, fair := "rlock-string-"+e.Name, "rlock-rw-"+e.Name, "rlock-fair-"+e.Name
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(str).Value("5").Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(rw).FieldValue().FieldValue("mode", "read").FieldValue("x:1", "1").Build()).Error())
 		// A Redisson fair lock, free, with a waiter queued: an RLock would
 		// jump the queue.
 		require.NoError(t, rc.Do(ctx, rc.B().Rpush().Key("redisson_lock_queue:{"+fair+"}").Element("x:1").Build()).Error())
-		_, err := c.RedissonLock(fair).TryLock(ctx)
-		require.ErrorIs(t, err, ErrWrongType)
+		_, err := c.Lock(fair).TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
 		n, err := rc.Do(ctx, rc.B().Exists().Key(fair).Build()).AsInt64()
 		require.NoError(t, err)
 		require.Zero(t, n, "not taken")
 		for _, name := range []string{str, rw} {
-			_, err := c.RedissonLock(name).TryLock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
-			_, err = c.RedissonLock(name).Lock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
-			_, err = c.RedissonLock(name).ForceUnlock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
-			_, err = c.RedissonLock(name).Inspect(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
+			_, err := c.Lock(name).TryLock(ctx)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
+			_, err = c.Lock(name).Lock(ctx)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
+			_, err = c.Lock(name).ForceUnlock(ctx)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
+			_, err = c.Lock(name).Inspect(ctx)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
 		}
 		v, err := rc.Do(ctx, rc.B().Get().Key(str).Build()).ToString()
 		require.NoError(t, err)
@@ -124,8 +126,8 @@ func TestRedissonLockWrongLayout(t *testing.T) {
 func TestRedissonLockContention(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		name := "rlock-contended-" + e.name
-		locks := onClients(t, e, 3, func(c *Client) *RedissonLock { return c.RedissonLock(name) })
+		name := "rlock-contended-" + e.Name
+		locks := onClients(t, e, 3, func(c *Client) *Lock { return c.Lock(name) })
 		var (
 			mu      sync.Mutex
 			inside  int

@@ -1,10 +1,20 @@
-package redisync_test
+package redisson_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/redisson"
+)
+
+var (
+	// ctx is the context the examples work under.
+	ctx = context.Background()
+	// client returns the redisync Client the examples share, connected as
+	// redisync.Dial connects, to a server the tests start.
+	client = redisson.ClientForExamples
 )
 
 // A Go service and a Java service on one lock: the Go side takes the lock
@@ -25,17 +35,17 @@ import (
 //
 // For Lease.Token to mean what Java's lockAndGetToken() means, both sides
 // use the fenced lock: redisson.getFencedLock(name) and
-// c.RedissonFencedLock(name).
-func ExampleClient_RedissonLock() {
-	c := client()
-	lock := c.RedissonLock("invoice:42")
+// c.FencedLock(name).
+func ExampleClient_Lock() {
+	c := redisson.New(client())
+	lock := c.Lock("invoice:42")
 
 	l, err := lock.Lock(ctx)
 	if err != nil {
 		panic(err)
 	}
 	// Java's lock.tryLock() now returns false, and lock.lock() waits.
-	_, err = c.RedissonLock("invoice:42").TryLock(ctx) // a second ownership
+	_, err = c.Lock("invoice:42").TryLock(ctx) // a second ownership
 	fmt.Println("taken:", errors.Is(err, redisync.ErrLocked))
 
 	st, err := lock.Inspect(ctx)
@@ -44,7 +54,7 @@ func ExampleClient_RedissonLock() {
 	}
 	// The holder's field is UUID:THREADID, the UUID being the Client's ID,
 	// as Java's lock.isHeldByThread sees it; the hold count is Redisson's.
-	fmt.Println("held by this Client:", st.Holders[0].ClientID() == c.ID(), "holds:", st.Holders[0].Holds)
+	fmt.Println("held by this Client:", st.Holders[0].ClientID() == client().ID(), "holds:", st.Holders[0].Holds)
 
 	if err := l.Unlock(ctx); err != nil {
 		panic(err)
@@ -72,16 +82,16 @@ func ExampleClient_RedissonLock() {
 //	} finally {
 //	    sem.release(id);       // publishes the permits available on redisson_sc:{exports}
 //	}
-func ExampleClient_RedissonPermitExpirableSemaphore() {
-	c := client()
-	sem := c.RedissonPermitExpirableSemaphore("exports")
+func ExampleClient_PermitExpirableSemaphore() {
+	c := redisson.New(client())
+	sem := c.PermitExpirableSemaphore("exports")
 	// Two permits in all, whatever was there: Java's setPermits(2).
 	if _, err := sem.SetPermits(ctx, 2); err != nil {
 		panic(err)
 	}
 
 	// A permit whose lease the Client's watchdog renews; with
-	// redisync.WithRedissonLeaseTime(d), a fixed lease as Java's
+	// redisson.WithLeaseTime(d), a fixed lease as Java's
 	// acquire(d, unit).
 	l, err := sem.Lock(ctx, 1)
 	if err != nil {

@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/engine"
 
 	"github.com/redis/rueidis"
 )
@@ -17,7 +20,7 @@ import (
 //	        holds), messages "0" (the count reached zero) and "1" (a new
 //	        count was set, or the latch deleted)
 
-// RedissonCountDownLatch is a count-down latch in the layout of Redisson's
+// CountDownLatch is a count-down latch in the layout of Redisson's
 // RCountDownLatch (redisson.getCountDownLatch(NAME) in Java): Wait returns
 // once the count is zero, as Java's await. It is a cheap handle: make one
 // per use or share one, from many goroutines.
@@ -30,62 +33,62 @@ import (
 //
 // On Cluster NAME must not contain '{': Java puts the channel in the slot
 // of {NAME} and the key in the slot of NAME's own hash tag, which then
-// differ (ErrInvalidArgument).
-type RedissonCountDownLatch struct {
+// differ (redisync.ErrInvalidArgument).
+type CountDownLatch struct {
 	c    *Client
 	name string
-	cfg  redissonConfig
+	cfg  config
 	err  error
 }
 
-// RedissonCountDownLatch returns the Redisson RCountDownLatch of the given
+// CountDownLatch returns the Redisson RCountDownLatch of the given
 // name. An invalid name or option is reported by every method, as
-// ErrInvalidArgument.
-func (c *Client) RedissonCountDownLatch(name string, opts ...RedissonOption) *RedissonCountDownLatch {
-	l := &RedissonCountDownLatch{c: c, name: name}
-	l.cfg, l.err = newRedissonConfig(c, name, opts)
+// redisync.ErrInvalidArgument.
+func (c *Client) CountDownLatch(name string, opts ...Option) *CountDownLatch {
+	l := &CountDownLatch{c: c, name: name}
+	l.cfg, l.err = newConfig(c, name, opts)
 	if l.err == nil && c.cluster && strings.Contains(name, "{") {
-		l.err = fmt.Errorf("%w: Redisson count-down latch %q contains '{': its key and channel would be in different Cluster slots", ErrInvalidArgument, name)
+		l.err = fmt.Errorf("%w: Redisson count-down latch %q contains '{': its key and channel would be in different Cluster slots", redisync.ErrInvalidArgument, name)
 	}
 	return l
 }
 
 // Name returns the latch's name.
-func (l *RedissonCountDownLatch) Name() string {
+func (l *CountDownLatch) Name() string {
 	if l == nil {
 		return ""
 	}
 	return l.name
 }
 
-func (l *RedissonCountDownLatch) channel() string {
+func (l *CountDownLatch) channel() string {
 	return "redisson_countdownlatch__channel__{" + l.name + "}"
 }
 
-func (l *RedissonCountDownLatch) check(ctx context.Context) error {
+func (l *CountDownLatch) check(ctx context.Context) error {
 	if l == nil {
-		return fmt.Errorf("%w: nil RedissonCountDownLatch", ErrInvalidArgument)
+		return fmt.Errorf("%w: nil CountDownLatch", redisync.ErrInvalidArgument)
 	}
-	return checkHandle("RedissonCountDownLatch", l.c, l.err, ctx)
+	return checkHandle("CountDownLatch", l.c, l.err, ctx)
 }
 
 // TrySetCount sets the count when the latch has none (its key does not
 // exist), as Java's trySetCount, and reports whether it did. count must
-// be at least 1. ErrWrongType when NAME holds something else than a
+// be at least 1. redisync.ErrWrongType when NAME holds something else than a
 // number; an error from Redis or the connection, or ctx's end, is
 // returned as it comes.
-func (l *RedissonCountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, error) {
+func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
 	if count < 1 {
-		return false, fmt.Errorf("%w: count %d: at least 1", ErrInvalidArgument, count)
+		return false, fmt.Errorf("%w: count %d: at least 1", redisync.ErrInvalidArgument, count)
 	}
 	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
 	if err != nil {
 		return false, err
 	}
-	n, err := redissonLatchSetScript.exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{strconv.FormatInt(count, 10), how}).AsInt64()
+	n, err := redissonLatchSetScript.Exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{strconv.FormatInt(count, 10), how}).AsInt64()
 	if err != nil {
 		return false, redisErr("set Redisson count-down latch "+l.name, err)
 	}
@@ -96,7 +99,7 @@ func (l *RedissonCountDownLatch) TrySetCount(ctx context.Context, count int64) (
 // zero the key goes and the waiters, Java's and Go's, are woken. A latch
 // at zero stays there. Errors as TrySetCount. A CountDown whose reply was
 // lost may or may not have counted: retrying it may count twice.
-func (l *RedissonCountDownLatch) CountDown(ctx context.Context) (int64, error) {
+func (l *CountDownLatch) CountDown(ctx context.Context) (int64, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
@@ -104,7 +107,7 @@ func (l *RedissonCountDownLatch) CountDown(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := redissonLatchDownScript.exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
+	n, err := redissonLatchDownScript.Exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
 	if err != nil {
 		return 0, redisErr("count down Redisson count-down latch "+l.name, err)
 	}
@@ -113,7 +116,7 @@ func (l *RedissonCountDownLatch) CountDown(ctx context.Context) (int64, error) {
 
 // Count returns the count (0 when the latch has none). Errors as
 // TrySetCount.
-func (l *RedissonCountDownLatch) Count(ctx context.Context) (int64, error) {
+func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
@@ -124,46 +127,54 @@ func (l *RedissonCountDownLatch) Count(ctx context.Context) (int64, error) {
 // Wait returns nil once the count is zero: at once when it is, else on
 // Redisson's message, or when the Client's presence pass (a second apart
 // by default) finds the count changed or gone, whatever messages were
-// lost. It returns ctx.Err() when ctx ends first, ErrClosed when the
-// Client is closed, and ErrWrongType at once when NAME holds something
+// lost. It returns ctx.Err() when ctx ends first, redisync.ErrClosed when the
+// Client is closed, and redisync.ErrWrongType at once when NAME holds something
 // else. Connection errors are retried with backoff until ctx ends.
-func (l *RedissonCountDownLatch) Wait(ctx context.Context) error {
+func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	ctx, done := withGrace(ctx)
-	defer done()
-	_, err := l.wait(ctx)
+	// Through the Client's form of Lock: the call's grace, Close.
+	_, err := lockHandle(ctx, latchWait{l}, false)
 	return err
 }
 
-// wait is Wait, once its input is checked: a Lease that reports the latch
-// open, or an error.
-func (l *RedissonCountDownLatch) wait(ctx context.Context) (*Lease, error) {
+// latchWait is a latch's Wait as a handle: it acquires nothing.
+type latchWait struct{ l *CountDownLatch }
+
+func (w latchWait) check(ctx context.Context) error { return w.l.check(ctx) }
+
+func (w latchWait) client() *Client { return w.l.c }
+
+// acquire is Wait, once its input is checked: nil once the latch is open,
+// or an error.
+func (w latchWait) acquire(ctx context.Context, _ bool) (*redisync.Lease, error) {
+	l := w.l
 	_, classic, sharded, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
 	if err != nil {
 		return nil, err
 	}
-	open := failedLease(errLatchOpen)
-	w := redissonWait{
-		c: l.c, channel: l.channel(), classic: classic, sharded: sharded,
-		probe: redissonCountProbe(l.name), primitive: "redisson_countdownlatch", name: l.name,
-		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
-			n, err := callInFlight(l.c, ctx, func(actx context.Context) (int64, error) {
-				_, n, err := redissonCount(actx, l.c.rc, l.name, "count-down latch")
-				return n, err
-			})
+	_, err = l.c.wait(ctx, engine.Wait{
+		Channel: l.channel(), Classic: classic, Sharded: sharded,
+		Probe: redissonCountProbe(l.name), Primitive: "redisson_countdownlatch", Name: l.name,
+		Attempt: func(ctx context.Context) (any, time.Duration, error) {
+			// A read: nothing to undo.
+			res, _, err := l.c.run(ctx, nil, redissonCountGetScript, []string{l.name}, []string{"count-down latch"}, nil)
+			_, n, _, err := redissonCountReply(l.name, "count-down latch", res, err)
 			switch {
 			case err != nil:
 				return nil, 0, err
 			case n <= 0:
-				return open, 0, nil
+				return latchOpen{}, 0, nil
 			}
 			return nil, -1, nil
 		},
-	}
-	return w.run(ctx, false)
+	}, false)
+	return nil, err
 }
+
+// latchOpen is what an attempt of Wait gets when the latch is open.
+type latchOpen struct{}
 
 // redissonCountProbe reads the count of the Redisson count-down latch
 // name, none once it is open: what the presence pass reads for its
@@ -174,7 +185,7 @@ func redissonCountProbe(name string) probe {
 
 // Delete deletes the latch, as Java's delete, and reports whether it
 // existed; its waiters then find it open. Errors as TrySetCount.
-func (l *RedissonCountDownLatch) Delete(ctx context.Context) (bool, error) {
+func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
@@ -182,16 +193,16 @@ func (l *RedissonCountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := redissonLatchDeleteScript.exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
+	n, err := redissonLatchDeleteScript.Exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
 	if err != nil {
 		return false, redisErr("delete Redisson count-down latch "+l.name, err)
 	}
 	return n == 1, nil
 }
 
-// RedissonCountDownLatchState is a snapshot of a count-down latch in
+// CountDownLatchState is a snapshot of a count-down latch in
 // Redisson's RCountDownLatch layout.
-type RedissonCountDownLatchState struct {
+type CountDownLatchState struct {
 	// Count is the count: 0 (open) when NAME does not exist.
 	Count int64
 	// TTL is NAME's remaining time to live; negative when it has no
@@ -199,16 +210,16 @@ type RedissonCountDownLatchState struct {
 	TTL time.Duration
 }
 
-// InspectRedissonCountDownLatch reads the Redisson count-down latch
+// InspectCountDownLatch reads the Redisson count-down latch
 // (RCountDownLatch) of the given name through rc, changing nothing: what
 // `redisync inspect --redisson latch` shows. Its string NAME cannot be
 // told from an RSemaphore's or any counter's: it is read as a latch
 // because the caller says it is one. A key that is not a string holding an
-// integer is ErrWrongType.
-func InspectRedissonCountDownLatch(ctx context.Context, rc rueidis.Client, name string) (RedissonCountDownLatchState, error) {
+// integer is redisync.ErrWrongType.
+func InspectCountDownLatch(ctx context.Context, rc rueidis.Client, name string) (CountDownLatchState, error) {
 	if rc == nil || ctx == nil || name == "" {
-		return RedissonCountDownLatchState{}, fmt.Errorf("%w: nil client or context, or empty name", ErrInvalidArgument)
+		return CountDownLatchState{}, fmt.Errorf("%w: nil client or context, or empty name", redisync.ErrInvalidArgument)
 	}
 	_, n, ttl, err := redissonCountTTL(ctx, rc, name, "count-down latch")
-	return RedissonCountDownLatchState{Count: n, TTL: ttl}, err
+	return CountDownLatchState{Count: n, TTL: ttl}, err
 }

@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
 )
 
 // The Java side of Redisson's fair lock in the simulator: the commands
@@ -65,10 +67,10 @@ type javaFair struct {
 
 func newJavaFair(t testing.TB, e *env, name string) *javaFair {
 	pub := "publish"
-	if e.cluster != nil {
+	if e.Cluster != nil {
 		pub = "spublish"
 	}
-	return &javaFair{rc: e.rueidisClient(t), name: name, field: uuid.NewString() + ":1", pub: pub, lease: 30 * time.Second, wait: time.Minute}
+	return &javaFair{rc: e.RueidisClient(t), name: name, field: uuid.NewString() + ":1", pub: pub, lease: 30 * time.Second, wait: time.Minute}
 }
 
 func (j *javaFair) keys() []string {
@@ -148,11 +150,11 @@ func (j *javaFair) queue(t testing.TB) []string {
 func TestRedissonFairJavaSimOrder(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		rounds := soak(10, 200)
-		name := "fair-order-" + e.name
+		name := "fair-order-" + e.Name
 		ctx := withTimeout(t, 5*time.Minute)
 		j := newJavaFair(t, e, name)
 		c := e.client(t)
-		fl := c.RedissonFairLock(name)
+		fl := c.FairLock(name)
 		var javaWakes, goWakes []time.Duration
 		for i := range rounds {
 			holder := mustLock(t, ctx, fl.Lock)
@@ -167,7 +169,7 @@ func TestRedissonFairJavaSimOrder(t *testing.T) {
 			}()
 			<-subscribed
 			awaitSubscribers(t, e, j.channel(), 1)
-			waiting := e.client(t).RedissonFairLock(name).Acquire(ctx)
+			waiting := e.client(t).FairLock(name).Acquire(ctx)
 			eventually(t, 10*time.Second, func() bool { return len(j.queue(t)) == 2 }, "two waiters queued")
 			q := j.queue(t)
 			require.Equal(t, j.field, q[0], "round %d: Java came first", i)
@@ -194,7 +196,7 @@ func TestRedissonFairJavaSimOrder(t *testing.T) {
 			require.Empty(t, j.queue(t))
 			require.NoError(t, gl.Unlock(ctx))
 		}
-		t.Logf("%s: Java fair waiter woken by a Go unlock: %s; Go fair waiter woken by a Java unlock: %s", e.name,
+		t.Logf("%s: Java fair waiter woken by a Go unlock: %s; Go fair waiter woken by a Java unlock: %s", e.Name,
 			wakeStats(javaWakes), wakeStats(goWakes))
 		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, slices.Max(javaWakes), 5*time.Second, "the Java waiter got the message, not its 30 s TTL")
@@ -206,9 +208,9 @@ func TestRedissonFairJavaSimOrder(t *testing.T) {
 func TestRedissonFairJavaSimExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const rounds = 10
-		name := "fair-excl-" + e.name
+		name := "fair-excl-" + e.Name
 		ctx := withTimeout(t, time.Minute)
-		locks := onClients(t, e, 2, func(c *Client) *RedissonFairLock { return c.RedissonFairLock(name) })
+		locks := onClients(t, e, 2, func(c *Client) *FairLock { return c.FairLock(name) })
 		var (
 			mu              sync.Mutex
 			inside, overlap int
@@ -266,7 +268,7 @@ func TestRedissonFairJavaSimExclusion(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		t.Logf("%s: %d increments by 4 Go goroutines on 2 Clients and 2 Java threads; %d overlaps", e.name, count, overlap)
+		t.Logf("%s: %d increments by 4 Go goroutines on 2 Clients and 2 Java threads; %d overlaps", e.Name, count, overlap)
 		require.Zero(t, overlap)
 		require.Equal(t, 6*rounds, count, "no lost update")
 		require.Empty(t, newJavaFair(t, e, name).queue(t), "nobody left in the queue")
@@ -276,17 +278,17 @@ func TestRedissonFairJavaSimExclusion(t *testing.T) {
 func TestRedissonFairLock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		name := "fair-" + e.name
+		name := "fair-" + e.Name
 		j := newJavaFair(t, e, name)
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		fl := c.RedissonFairLock(name)
+		c := e.client(t, redisync.WithWatchdogLease(600*time.Millisecond))
+		fl := c.FairLock(name)
 
 		// Re-entry: one field, two holds.
 		l := mustLock(t, ctx, fl.Lock)
 		inner := mustLock(t, l.Context(), fl.Lock)
 		st, err := fl.Inspect(ctx)
 		require.NoError(t, err)
-		require.Equal(t, []RedissonHolder{{Owner: l.h.owner, Holds: 2}}, st.Holders)
+		require.Equal(t, []Holder{{Owner: ownerOf(l), Holds: 2}}, st.Holders)
 		require.NoError(t, inner.Unlock(ctx))
 
 		// The watchdog renews the lease, as Java sees it: still held, and
@@ -302,12 +304,12 @@ func TestRedissonFairLock(t *testing.T) {
 		// A waiter in the queue keeps a free lock from a TryLock, and from a
 		// Go waiter that came after it.
 		require.NoError(t, l.Unlock(ctx))
-		_, err = e.client(t).RedissonFairLock(name).TryLock(ctx)
-		require.ErrorIs(t, err, ErrLocked, "the Java waiter is first")
+		_, err = e.client(t).FairLock(name).TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrLocked, "the Java waiter is first")
 		// A Go waiter that gives up leaves the queue, and the timeout of
 		// the one behind it comes forward by its wait.
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		gone := e.client(t).RedissonFairLock(name).Acquire(short)
+		gone := e.client(t).FairLock(name).Acquire(short)
 		eventually(t, 5*time.Second, func() bool { return len(j.queue(t)) == 2 }, "the Go waiter queued")
 		j2 := newJavaFair(t, e, name)
 		ok, _, err = j2.tryLock(ctx, true)
@@ -341,8 +343,8 @@ func TestRedissonFairLock(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the Go holder did not see its fair lock force-unlocked")
 		}
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, l.Err(), redisync.ErrExpired)
+		require.ErrorIs(t, l.Unlock(ctx), redisync.ErrNotHeld)
 
 		// Go's forced unlock of a Java holder.
 		ok, _, err = j.tryLock(ctx, true)
@@ -355,7 +357,7 @@ func TestRedissonFairLock(t *testing.T) {
 		require.NoError(t, err)
 		n, _ := r.AsInt64()
 		require.EqualValues(t, 1, n, "Redisson's fair unlock of a free lock succeeds")
-		require.Empty(t, e.keys(t, "redisson_unlock_latch:*"))
+		require.Empty(t, e.Keys(t, "redisson_unlock_latch:*"))
 	})
 }
 
@@ -363,23 +365,23 @@ func TestRedissonFairLockWrongLayout(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		rc := e.rueidisClient(t)
-		str, rw, badq := "fair-string-"+e.name, "fair-rw-"+e.name, "fair-badq-"+e.name
+		rc := e.RueidisClient(t)
+		str, rw, badq := "fair-string-"+e.Name, "fair-rw-"+e.Name, "fair-badq-"+e.Name
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(str).Value("5").Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(rw).FieldValue().FieldValue("mode", "read").Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key("redisson_lock_queue:{"+badq+"}").Value("x").Build()).Error())
 		for _, name := range []string{str, rw, badq} {
-			_, err := c.RedissonFairLock(name).TryLock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
-			_, err = c.RedissonFairLock(name).Lock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
-			_, err = c.RedissonFairLock(name).ForceUnlock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
+			_, err := c.FairLock(name).TryLock(ctx)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
+			_, err = c.FairLock(name).Lock(ctx)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
+			_, err = c.FairLock(name).ForceUnlock(ctx)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
 		}
 		n, err := rc.Do(ctx, rc.B().Exists().Key(badq).Build()).AsInt64()
 		require.NoError(t, err)
 		require.Zero(t, n, "not taken")
-		_, err = c.RedissonFairLock("x", WithRedissonFairWait(0)).TryLock(ctx)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = c.FairLock("x", WithFairWait(0)).TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 	})
 }

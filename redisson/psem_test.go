@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -13,20 +13,23 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // psemLock is a form of acquisition of n permits of s, for mustLock.
-func psemLock(s *RedissonPermitExpirableSemaphore, n int) func(context.Context) (*Lease, error) {
-	return func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, n) }
+func psemLock(s *PermitExpirableSemaphore, n int) func(context.Context) (*redisync.Lease, error) {
+	return func(ctx context.Context) (*redisync.Lease, error) { return s.Lock(ctx, n) }
 }
 
 // psemLost waits for l to be reported lost, at most within.
-func psemLost(t testing.TB, l *Lease, within time.Duration, what string) {
+func psemLost(t testing.TB, l *redisync.Lease, within time.Duration, what string) {
 	t.Helper()
 	select {
 	case <-l.Lost():
 	case <-time.After(within):
-		t.Fatalf("%s: the Lease was not reported lost within %v", what, within)
+		t.Fatalf("%s: the redisync.Lease was not reported lost within %v", what, within)
 	}
 }
 
@@ -35,11 +38,11 @@ func psemLost(t testing.TB, l *Lease, within time.Duration, what string) {
 func TestRedissonPermitExpirableSemaphoreJavaSim(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const rounds = 10
-		name := "rpsem-" + e.name
+		name := "rpsem-" + e.Name
 		ctx := withTimeout(t, 2*time.Minute)
 		j := newJavaPSem(t, e, name)
-		sems := onClients(t, e, 2, func(c *Client) *RedissonPermitExpirableSemaphore {
-			return c.RedissonPermitExpirableSemaphore(name)
+		sems := onClients(t, e, 2, func(c *Client) *PermitExpirableSemaphore {
+			return c.PermitExpirableSemaphore(name)
 		})
 		ok, err := sems[0].TrySetPermits(ctx, 1)
 		require.NoError(t, err)
@@ -92,9 +95,9 @@ func TestRedissonPermitExpirableSemaphoreJavaSim(t *testing.T) {
 			require.True(t, released)
 			released, err = j.release(ctx, goIDs[0])
 			require.NoError(t, err)
-			require.False(t, released, "Java's release of a permit the Go Lease gave back")
+			require.False(t, released, "Java's release of a permit the Go redisync.Lease gave back")
 		}
-		t.Logf("%s: Go waiter woken by a Java release: p50 %v, max %v; Java waiter woken by a Go Unlock: p50 %v, max %v", e.name,
+		t.Logf("%s: Go waiter woken by a Java release: p50 %v, max %v; Java waiter woken by a Go Unlock: p50 %v, max %v", e.Name,
 			percentile(goWakes, 50), slices.Max(goWakes), percentile(javaWakes, 50), slices.Max(javaWakes))
 		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the poll")
 		require.Less(t, percentile(javaWakes, 50), 250*time.Millisecond, "woken by the message, not the lease's end")
@@ -159,7 +162,7 @@ func TestRedissonPermitExpirableSemaphoreJavaSim(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		t.Logf("%s: %d passes by 4 Go goroutines and 2 Java threads through 2 permits; at most %d held at once", e.name, count, most)
+		t.Logf("%s: %d passes by 4 Go goroutines and 2 Java threads through 2 permits; at most %d held at once", e.Name, count, most)
 		require.LessOrEqual(t, most, 2, "never more permits held than there are")
 		require.Equal(t, 6*rounds, count)
 		n, err := sems[0].AvailablePermits(ctx)
@@ -172,15 +175,15 @@ func TestRedissonPermitExpirableSemaphoreJavaSim(t *testing.T) {
 }
 
 // Permits whose lease ran out are reclaimed and go to a waiter, on either
-// side, when the lease ends rather than at the next poll; a Go Lease
+// side, when the lease ends rather than at the next poll; a Go redisync.Lease
 // learns that its permits were released or deleted by somebody else.
 func TestRedissonPermitExpirableSemaphoreExpiry(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		name := "rpsem-exp-" + e.name
+		name := "rpsem-exp-" + e.Name
 		ctx := withTimeout(t, 2*time.Minute)
 		j := newJavaPSem(t, e, name)
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		s := c.RedissonPermitExpirableSemaphore(name)
+		c := e.client(t, redisync.WithWatchdogLease(600*time.Millisecond))
+		s := c.PermitExpirableSemaphore(name)
 		ok, err := s.TrySetPermits(ctx, 1)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -193,10 +196,10 @@ func TestRedissonPermitExpirableSemaphoreExpiry(t *testing.T) {
 		require.Len(t, ids, 1)
 		taken := time.Now()
 		_, err = s.TryLock(ctx, 1)
-		require.ErrorIs(t, err, ErrNoPermits)
+		require.ErrorIs(t, err, redisync.ErrNoPermits)
 		l := mustLock(t, ctx, psemLock(s, 1))
 		waited := time.Since(taken)
-		t.Logf("%s: the Go waiter got the permit of a Java holder with a lease of %v after %v", e.name, javaLease, waited)
+		t.Logf("%s: the Go waiter got the permit of a Java holder with a lease of %v after %v", e.Name, javaLease, waited)
 		require.GreaterOrEqual(t, waited, javaLease-50*time.Millisecond, "not before the Java permit expired")
 		require.Less(t, waited, 900*time.Millisecond, "woken at the permit's expiry, not by the poll")
 		released, err := j.release(ctx, ids[0])
@@ -215,20 +218,20 @@ func TestRedissonPermitExpirableSemaphoreExpiry(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, got, "the renewed Go permit is held")
 
-		// Java releases the Go permit by id: the Lease is lost.
+		// Java releases the Go permit by id: the redisync.Lease is lost.
 		released, err = j.release(ctx, goID)
 		require.NoError(t, err)
 		require.True(t, released)
 		psemLost(t, l, 5*time.Second, "released by Java")
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, l.Err(), redisync.ErrExpired)
+		require.ErrorIs(t, l.Unlock(ctx), redisync.ErrNotHeld)
 		n, err := s.AvailablePermits(ctx)
 		require.NoError(t, err)
-		require.EqualValues(t, 1, n, "the Unlock of the lost Lease gave nothing back twice")
+		require.EqualValues(t, 1, n, "the Unlock of the lost redisync.Lease gave nothing back twice")
 
-		// A fixed lease runs out: the Lease reports it, and a Java waiter
+		// A fixed lease runs out: the redisync.Lease reports it, and a Java waiter
 		// gets the permit once it expired.
-		fixed := c.RedissonPermitExpirableSemaphore(name, WithRedissonLeaseTime(400*time.Millisecond))
+		fixed := c.PermitExpirableSemaphore(name, WithLeaseTime(400*time.Millisecond))
 		l = mustLock(t, ctx, psemLock(fixed, 1))
 		subscribed := make(chan struct{})
 		javaGot := make(chan []string, 1)
@@ -241,14 +244,14 @@ func TestRedissonPermitExpirableSemaphoreExpiry(t *testing.T) {
 		}()
 		<-subscribed
 		psemLost(t, l, 5*time.Second, "a fixed lease")
-		require.ErrorIs(t, l.Err(), ErrExpired)
+		require.ErrorIs(t, l.Err(), redisync.ErrExpired)
 		select {
 		case ids = <-javaGot:
 		case <-time.After(5 * time.Second):
 			t.Fatal("the Java waiter did not get the expired Go permit")
 		}
 		require.Len(t, ids, 1)
-		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, l.Unlock(ctx), redisync.ErrNotHeld)
 		released, err = j.release(ctx, ids[0])
 		require.NoError(t, err)
 		require.True(t, released)
@@ -263,12 +266,12 @@ func TestRedissonPermitExpirableSemaphoreExpiry(t *testing.T) {
 		require.NoError(t, l.Err(), "extended past its first lease")
 
 		// Deleted with the semaphore: lost, and nothing comes back.
-		rc := e.rueidisClient(t)
+		rc := e.RueidisClient(t)
 		require.NoError(t, rc.Do(ctx, rc.B().Del().Key(j.keys()[0], j.keys()[1]).Build()).Error())
 		psemLost(t, l, 5*time.Second, "deleted")
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
-		require.Empty(t, e.keys(t, "*"+name+"*"), "nothing brought back")
+		require.ErrorIs(t, l.Err(), redisync.ErrExpired)
+		require.ErrorIs(t, l.Unlock(ctx), redisync.ErrNotHeld)
+		require.Empty(t, e.Keys(t, "*"+name+"*"), "nothing brought back")
 	})
 }
 
@@ -276,14 +279,14 @@ func TestRedissonPermitExpirableSemaphoreExpiry(t *testing.T) {
 // scores in ms, Java's no-lease score, and the calls by id.
 func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		name := "rpsem-layout-" + e.name
+		name := "rpsem-layout-" + e.Name
 		ctx := withTimeout(t, time.Minute)
 		j := newJavaPSem(t, e, name)
-		rc := e.rueidisClient(t)
-		c := e.client(t, WithWatchdogLease(3*time.Second))
-		s := c.RedissonPermitExpirableSemaphore(name)
+		rc := e.RueidisClient(t)
+		c := e.client(t, redisync.WithWatchdogLease(3*time.Second))
+		s := c.PermitExpirableSemaphore(name)
 		_, err := s.TryLock(ctx, 1)
-		require.ErrorIs(t, err, ErrNoPermits, "a semaphore never set has no permits")
+		require.ErrorIs(t, err, redisync.ErrNoPermits, "a semaphore never set has no permits")
 		n, err := s.SetPermits(ctx, 4)
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n)
@@ -294,7 +297,7 @@ func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 		for _, id := range ids {
 			require.Regexp(t, `^[0-9a-f]{32}$`, id)
 		}
-		require.Nil(t, c.RedissonPermitExpirableSemaphore("other").PermitIDs(l))
+		require.Nil(t, c.PermitExpirableSemaphore("other").PermitIDs(l))
 		members, err := rc.Do(ctx, rc.B().Zrange().Key(j.keys()[1]).Min("0").Max("-1").Withscores().Build()).AsZScores()
 		require.NoError(t, err)
 		require.Len(t, members, 2)
@@ -316,19 +319,19 @@ func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 		require.Len(t, leased, 1)
 		d, err := s.LeaseTime(ctx, forever[0])
 		require.NoError(t, err)
-		require.Equal(t, RedissonNoLease, d)
+		require.Equal(t, NoLease, d)
 		d, err = s.LeaseTime(ctx, leased[0])
 		require.NoError(t, err)
 		require.InDelta(t, float64(time.Hour), float64(d), float64(time.Minute))
 		_, err = s.TryLock(ctx, 1)
-		require.ErrorIs(t, err, ErrNoPermits)
+		require.ErrorIs(t, err, redisync.ErrNoPermits)
 
 		st, err := s.Inspect(ctx)
 		require.NoError(t, err)
 		require.True(t, st.Exists)
 		require.Zero(t, st.Available)
 		require.Len(t, st.Permits, 4)
-		require.Equal(t, RedissonNoLease, st.Permits[3].Lease, "the permit without lease comes last")
+		require.Equal(t, NoLease, st.Permits[3].Lease, "the permit without lease comes last")
 		require.Equal(t, forever[0], st.Permits[3].ID)
 		for _, p := range st.Permits {
 			require.False(t, p.Expired)
@@ -343,14 +346,14 @@ func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 
-		// Lease changes by id: Java's permit gets a lease, then loses it.
+		// redisync.Lease changes by id: Java's permit gets a lease, then loses it.
 		ok, err := s.UpdateLeaseTime(ctx, forever[0], time.Minute)
 		require.NoError(t, err)
 		require.True(t, ok)
 		d, err = s.LeaseTime(ctx, forever[0])
 		require.NoError(t, err)
 		require.InDelta(t, float64(time.Minute), float64(d), float64(5*time.Second))
-		ok, err = s.UpdateLeaseTime(ctx, forever[0], RedissonNoLease)
+		ok, err = s.UpdateLeaseTime(ctx, forever[0], NoLease)
 		require.NoError(t, err)
 		require.True(t, ok)
 		score, err := rc.Do(ctx, rc.B().Zscore().Key(j.keys()[1]).Member(string(mustHex(t, forever[0]))).Build()).ToString()
@@ -360,13 +363,13 @@ func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 		// Release by id: all or nothing; TryRelease those held.
 		unknown := redissonRequestID()
 		err = s.Release(ctx, leased[0], unknown)
-		require.ErrorIs(t, err, ErrNotHeld)
+		require.ErrorIs(t, err, redisync.ErrNotHeld)
 		require.Contains(t, err.Error(), unknown)
 		d, err = s.LeaseTime(ctx, leased[0])
 		require.NoError(t, err, "not released")
 		require.Greater(t, d, time.Duration(0))
 		_, err = s.LeaseTime(ctx, unknown)
-		require.ErrorIs(t, err, ErrNotHeld)
+		require.ErrorIs(t, err, redisync.ErrNotHeld)
 		ok, err = s.UpdateLeaseTime(ctx, unknown, time.Minute)
 		require.NoError(t, err)
 		require.False(t, ok)
@@ -378,7 +381,7 @@ func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
 
-		// Releasing a Go Lease's permit by id: Release in upper case, as
+		// Releasing a Go redisync.Lease's permit by id: Release in upper case, as
 		// Java's decodeHexDump reads it.
 		up := []byte(ids[0])
 		for i, b := range up {
@@ -388,8 +391,8 @@ func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 		}
 		require.NoError(t, s.Release(ctx, string(up)))
 		psemLost(t, l, 5*time.Second, "released by id")
-		require.ErrorIs(t, l.Err(), ErrExpired)
-		require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld, "one permit of the two was released")
+		require.ErrorIs(t, l.Err(), redisync.ErrExpired)
+		require.ErrorIs(t, l.Unlock(ctx), redisync.ErrNotHeld, "one permit of the two was released")
 		n, err = s.Permits(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n, "Unlock gave back the permit still held")
@@ -423,7 +426,7 @@ func TestRedissonPermitExpirableSemaphoreLayout(t *testing.T) {
 
 		// Close gives the permits back.
 		c2 := e.client(t)
-		mustLock(t, ctx, psemLock(c2.RedissonPermitExpirableSemaphore(name), 3))
+		mustLock(t, ctx, psemLock(c2.PermitExpirableSemaphore(name), 3))
 		n, err = s.AvailablePermits(ctx)
 		require.NoError(t, err)
 		require.Zero(t, n)
@@ -450,7 +453,7 @@ func mustHex(t testing.TB, id string) []byte {
 func TestRedissonPermitExpirableSemaphoreWrongLayout(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		rc := e.rueidisClient(t)
+		rc := e.RueidisClient(t)
 		c := e.client(t)
 		id := redissonRequestID()
 		type plant struct{ key, what string }
@@ -460,7 +463,7 @@ func TestRedissonPermitExpirableSemaphoreWrongLayout(t *testing.T) {
 			func(name string) plant { return plant{name, "1.5"} },
 			func(name string) plant { return plant{"{" + name + "}:timeout", "string"} },
 		} {
-			name := "rpsem-bad-" + strconv.Itoa(i) + "-" + e.name
+			name := "rpsem-bad-" + strconv.Itoa(i) + "-" + e.Name
 			pl := p(name)
 			if pl.what == "hash" {
 				require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(pl.key).FieldValue().FieldValue("a", "1").Build()).Error())
@@ -470,28 +473,28 @@ func TestRedissonPermitExpirableSemaphoreWrongLayout(t *testing.T) {
 					require.NoError(t, rc.Do(ctx, rc.B().Set().Key(name).Value("5").Build()).Error())
 				}
 			}
-			before := e.keys(t, "*"+name+"*")
-			s := c.RedissonPermitExpirableSemaphore(name)
+			before := e.Keys(t, "*"+name+"*")
+			s := c.PermitExpirableSemaphore(name)
 			_, err := s.TryLock(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType, "%v", pl)
+			require.ErrorIs(t, err, redisync.ErrWrongType, "%v", pl)
 			_, err = s.Lock(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
 			l := <-s.Acquire(ctx, 1)
-			require.ErrorIs(t, l.Err(), ErrWrongType)
+			require.ErrorIs(t, l.Err(), redisync.ErrWrongType)
 			_, err = s.AddPermits(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
 			_, err = s.TrySetPermits(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
 			_, err = s.SetPermits(ctx, 1)
-			require.ErrorIs(t, err, ErrWrongType)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
 			_, err = s.AvailablePermits(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			require.ErrorIs(t, s.Release(ctx, id), ErrWrongType)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
+			require.ErrorIs(t, s.Release(ctx, id), redisync.ErrWrongType)
 			_, err = s.LeaseTime(ctx, id)
-			require.ErrorIs(t, err, ErrWrongType)
+			require.ErrorIs(t, err, redisync.ErrWrongType)
 			_, err = s.Inspect(ctx)
-			require.ErrorIs(t, err, ErrWrongType)
-			require.ElementsMatch(t, before, e.keys(t, "*"+name+"*"), "nothing written")
+			require.ErrorIs(t, err, redisync.ErrWrongType)
+			require.ElementsMatch(t, before, e.Keys(t, "*"+name+"*"), "nothing written")
 			if pl.key == name && pl.what != "hash" {
 				v, err := rc.Do(ctx, rc.B().Get().Key(name).Build()).ToString()
 				require.NoError(t, err)
@@ -499,58 +502,58 @@ func TestRedissonPermitExpirableSemaphoreWrongLayout(t *testing.T) {
 			}
 		}
 		// A zset whose members are not 16-byte ids is not read as permits.
-		zname := "rpsem-zset-" + e.name
+		zname := "rpsem-zset-" + e.Name
 		require.NoError(t, rc.Do(ctx, rc.B().Zadd().Key("{"+zname+"}:timeout").ScoreMember().ScoreMember(1, "member").Build()).Error())
-		_, err := InspectRedissonPermitExpirableSemaphore(ctx, rc, zname)
-		require.ErrorIs(t, err, ErrWrongType)
+		_, err := InspectPermitExpirableSemaphore(ctx, rc, zname)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
 
 		// Bad input.
-		s := c.RedissonPermitExpirableSemaphore("rpsem-input-" + e.name)
+		s := c.PermitExpirableSemaphore("rpsem-input-" + e.Name)
 		for _, n := range []int{0, -1, redissonPermitsMax + 1, int(^uint(0) >> 1)} {
 			_, err := s.TryLock(ctx, n)
-			require.ErrorIs(t, err, ErrInvalidArgument, "%d permits", n)
+			require.ErrorIs(t, err, redisync.ErrInvalidArgument, "%d permits", n)
 			_, err = s.Lock(ctx, n)
-			require.ErrorIs(t, err, ErrInvalidArgument)
-			require.ErrorIs(t, (<-s.Acquire(ctx, n)).Err(), ErrInvalidArgument)
+			require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+			require.ErrorIs(t, (<-s.Acquire(ctx, n)).Err(), redisync.ErrInvalidArgument)
 		}
 		for _, ids := range [][]string{nil, {"xyz"}, {id[:30]}, {id + "00"}, {id, id}, {"zz" + id[2:]}} {
-			require.ErrorIs(t, s.Release(ctx, ids...), ErrInvalidArgument, "%q", ids)
+			require.ErrorIs(t, s.Release(ctx, ids...), redisync.ErrInvalidArgument, "%q", ids)
 			_, err := s.TryRelease(ctx, ids...)
-			require.ErrorIs(t, err, ErrInvalidArgument)
+			require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		}
 		_, err = s.TrySetPermits(ctx, -1)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		_, err = s.SetPermits(ctx, -1)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		for _, d := range []time.Duration{0, -2, time.Microsecond} {
 			_, err = s.UpdateLeaseTime(ctx, id, d)
-			require.ErrorIs(t, err, ErrInvalidArgument, "%v", d)
+			require.ErrorIs(t, err, redisync.ErrInvalidArgument, "%v", d)
 		}
 		_, err = s.LeaseTime(ctx, "nope")
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		var nilSem *RedissonPermitExpirableSemaphore
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		var nilSem *PermitExpirableSemaphore
 		require.Empty(t, nilSem.Name())
 		require.Nil(t, nilSem.PermitIDs(nil))
 		_, err = nilSem.TryLock(ctx, 1)
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		require.ErrorIs(t, nilSem.Release(ctx, id), ErrInvalidArgument)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		require.ErrorIs(t, nilSem.Release(ctx, id), redisync.ErrInvalidArgument)
 		var nilCtx context.Context
 		_, err = s.Lock(nilCtx, 1) //nolint:staticcheck // a nil context on purpose
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		_, err = c.RedissonPermitExpirableSemaphore("").AvailablePermits(ctx)
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		_, err = c.RedissonPermitExpirableSemaphore("x", WithRedissonLeaseTime(time.Microsecond)).TryLock(ctx, 1)
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		if e.cluster != nil {
-			_, err = c.RedissonPermitExpirableSemaphore("a{b").AvailablePermits(ctx)
-			require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		_, err = c.PermitExpirableSemaphore("").AvailablePermits(ctx)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		_, err = c.PermitExpirableSemaphore("x", WithLeaseTime(time.Microsecond)).TryLock(ctx, 1)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		if e.Cluster != nil {
+			_, err = c.PermitExpirableSemaphore("a{b").AvailablePermits(ctx)
+			require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		}
-		_, err = InspectRedissonPermitExpirableSemaphore(ctx, nil, "x")
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = InspectPermitExpirableSemaphore(ctx, nil, "x")
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		closed := e.client(t)
 		require.NoError(t, closed.Close())
-		_, err = closed.RedissonPermitExpirableSemaphore("x").TryLock(ctx, 1)
-		require.ErrorIs(t, err, ErrClosed)
+		_, err = closed.PermitExpirableSemaphore("x").TryLock(ctx, 1)
+		require.ErrorIs(t, err, redisync.ErrClosed)
 	})
 }
 
@@ -561,29 +564,29 @@ func TestRedissonPermitExpirableSemaphoreCancellationsLeaveNothing(t *testing.T)
 	eachEnv(t, func(t *testing.T, e *env) {
 		noLeak := leakCheck(t)
 		const size = 3
-		names := []string{"rpsemcancel-a-" + e.name, "rpsemcancel-b-" + e.name, "{rpsemcancel-c-" + e.name + "}"}
+		names := []string{"rpsemcancel-a-" + e.Name, "rpsemcancel-b-" + e.Name, "{rpsemcancel-c-" + e.Name + "}"}
 		clients := e.clients(t, 3)
 		ctx := context.Background()
 		inside := make(map[string]*atomic.Int64)
 		for _, name := range names {
-			ok, err := clients[0].RedissonPermitExpirableSemaphore(name).TrySetPermits(ctx, size)
+			ok, err := clients[0].PermitExpirableSemaphore(name).TrySetPermits(ctx, size)
 			require.NoError(t, err)
 			require.True(t, ok)
 			inside[name] = new(atomic.Int64)
 		}
 		total := soak(3000, 30000)
 		var overs atomic.Int64
-		acquired := churn(t, total, 24, below(5*time.Millisecond), func(ctx context.Context, w int) (*Lease, error) {
+		acquired := testenv.Churn(t, total, 24, below(5*time.Millisecond), redisync.ErrNotHeld, func(ctx context.Context, w int) (*redisync.Lease, error) {
 			name := names[rand.IntN(len(names))]
-			s := clients[w%len(clients)].RedissonPermitExpirableSemaphore(name)
+			s := clients[w%len(clients)].PermitExpirableSemaphore(name)
 			n := 1 + rand.IntN(size)
-			l, err := oneOf(
-				func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, n) },
-				waited(func(ctx context.Context) <-chan *Lease { return s.Acquire(ctx, n) }),
-				func(ctx context.Context) (*Lease, error) { return s.TryLock(ctx, n) },
+			l, err := testenv.OneOf(
+				func(ctx context.Context) (*redisync.Lease, error) { return s.Lock(ctx, n) },
+				testenv.Waited(func(ctx context.Context) <-chan *redisync.Lease { return s.Acquire(ctx, n) }),
+				func(ctx context.Context) (*redisync.Lease, error) { return s.TryLock(ctx, n) },
 			)(ctx)
 			if err != nil {
-				if !errors.Is(err, ErrNoPermits) && ctx.Err() == nil && !transient(err) {
+				if !errors.Is(err, redisync.ErrNoPermits) && ctx.Err() == nil && !transient(err) {
 					t.Error(err)
 				}
 				return nil, err
@@ -595,26 +598,26 @@ func TestRedissonPermitExpirableSemaphoreCancellationsLeaveNothing(t *testing.T)
 			inside[name].Add(-int64(n))
 			return l, nil
 		})
-		t.Logf("%s: %d attempts, %d acquisitions", e.name, total, acquired)
+		t.Logf("%s: %d attempts, %d acquisitions", e.Name, total, acquired)
 		require.NotZero(t, acquired)
 		require.Zero(t, overs.Load(), "permits oversubscribed")
 		for _, c := range clients {
 			require.NoError(t, c.Close())
 		}
 		check := e.client(t)
-		rc := e.rueidisClient(t)
+		rc := e.RueidisClient(t)
 		for _, name := range names {
-			s := check.RedissonPermitExpirableSemaphore(name)
+			s := check.PermitExpirableSemaphore(name)
 			st, err := s.Inspect(ctx)
 			require.NoError(t, err)
-			require.Equal(t, RedissonPermitExpirableSemaphoreState{Exists: true, Available: size, TTL: -time.Millisecond}, st, "semaphore %q", name)
+			require.Equal(t, PermitExpirableSemaphoreState{Exists: true, Available: size, TTL: -time.Millisecond}, st, "semaphore %q", name)
 			require.NoError(t, rc.Do(ctx, rc.B().Del().Key(name).Build()).Error())
 		}
 		require.NoError(t, check.Close())
 		for _, name := range names {
-			require.Empty(t, e.keys(t, "*"+name+"*"), "keys left")
+			require.Empty(t, e.Keys(t, "*"+name+"*"), "keys left")
 		}
-		e.requireNoSubscriptions(t)
+		e.RequireNoSubscriptions(t)
 		noLeak(nil)
 	})
 }
@@ -623,11 +626,11 @@ func TestRedissonPermitExpirableSemaphoreCancellationsLeaveNothing(t *testing.T)
 func TestRedissonPermitExpirableSemaphoreManyHolders(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
-		var leases []*Lease
-		var sems []*RedissonPermitExpirableSemaphore
+		c := e.client(t, redisync.WithWatchdogLease(600*time.Millisecond))
+		var leases []*redisync.Lease
+		var sems []*PermitExpirableSemaphore
 		for i := range 20 {
-			s := c.RedissonPermitExpirableSemaphore("rpsem-many-" + strconv.Itoa(i%5) + "-" + e.name)
+			s := c.PermitExpirableSemaphore("rpsem-many-" + strconv.Itoa(i%5) + "-" + e.Name)
 			if i < 5 {
 				_, err := s.TrySetPermits(ctx, 10)
 				require.NoError(t, err)
@@ -652,7 +655,7 @@ func TestRedissonPermitExpirableSemaphoreManyHolders(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, 10, n)
 		}
-		rc := e.rueidisClient(t)
+		rc := e.RueidisClient(t)
 		for _, s := range sems[:5] {
 			require.NoError(t, rc.Do(ctx, rc.B().Del().Key(s.Name()).Build()).Error())
 		}

@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
 )
 
 // The Node.js side of the Redisson interop tests: processes of
@@ -95,9 +97,9 @@ func startNode(t testing.TB, e *env, watchdog time.Duration) *nodeProc {
 	cmd := exec.Command("node", "driver.js")
 	cmd.Dir = nodeDir
 	cmd.Env = append(os.Environ(),
-		"REDIS_ADDRS="+strings.Join(e.addrs, ","),
+		"REDIS_ADDRS="+strings.Join(e.Addrs, ","),
 		"LOCK_WATCHDOG_MS="+strconv.FormatInt(watchdog.Milliseconds(), 10))
-	if e.cluster != nil {
+	if e.Cluster != nil {
 		cmd.Env = append(cmd.Env, "REDIS_CLUSTER=1")
 	}
 	in, err := cmd.StdinPipe()
@@ -222,14 +224,14 @@ func micros(t testing.TB, s string) time.Time {
 
 // nodeOpts are the options of the Go side of a lock node-redisson shares:
 // classic pub/sub, the only kind it speaks.
-var nodeOpts = []RedissonOption{WithRedissonPubSub(RedissonPubSubClassic)}
+var nodeOpts = []Option{WithPubSub(PubSubClassic)}
 
 // subscribers counts the subscribers of a channel on the env's masters,
 // classic and sharded.
 func subscribers(t testing.TB, e *env, channel string) int {
 	t.Helper()
 	n := 0
-	for _, s := range e.masters() {
+	for _, s := range e.Masters() {
 		for _, cmd := range []string{"NUMSUB", "SHARDNUMSUB"} {
 			out, err := s.Do("PUBSUB", cmd, channel)
 			if err != nil {
@@ -272,12 +274,12 @@ func TestRedissonNodeMutualExclusion(t *testing.T) {
 			lease  = 3 * time.Second // bounds what node-redisson's missed messages cost
 			rounds = 15
 		)
-		name := "node-mutex-" + e.name
+		name := "node-mutex-" + e.Name
 		counter, inside := "{"+name+"}:counter", "{"+name+"}:inside"
-		rc := e.rueidisClient(t)
+		rc := e.RueidisClient(t)
 		ctx := withTimeout(t, 3*time.Minute)
 		nodes := []*nodeProc{startNode(t, e, lease), startNode(t, e, lease), startNode(t, e, lease)}
-		clients := e.clients(t, 2, WithWatchdogLease(lease))
+		clients := e.clients(t, 2, redisync.WithWatchdogLease(lease))
 
 		var wg sync.WaitGroup
 		nodeOverlaps := make([]string, len(nodes))
@@ -300,7 +302,7 @@ func TestRedissonNodeMutualExclusion(t *testing.T) {
 		}
 		var goOverlaps sync.Map
 		for i := range 4 {
-			rl := clients[i%2].RedissonLock(name, nodeOpts...)
+			rl := clients[i%2].Lock(name, nodeOpts...)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -330,7 +332,7 @@ func TestRedissonNodeMutualExclusion(t *testing.T) {
 		goOver := 0
 		goOverlaps.Range(func(any, any) bool { goOver++; return true })
 		t.Logf("%s: %d increments by 3 Node processes and 4 Go goroutines; overlaps seen by Node %v, by Go %d",
-			e.name, total, nodeOverlaps, goOver)
+			e.Name, total, nodeOverlaps, goOver)
 		require.Equal(t, []string{"0", "0", "0"}, nodeOverlaps, "no Node holder saw another inside")
 		require.Zero(t, goOver, "no Go holder saw another inside")
 		require.EqualValues(t, (len(nodes)+4)*rounds, total, "no lost update")
@@ -353,11 +355,11 @@ func wakeStats(ds []time.Duration) string {
 func TestRedissonNodeWakeUp(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		rounds := soak(20, 200)
-		name := "node-wake-" + e.name
+		name := "node-wake-" + e.Name
 		channel := "redisson_lock__channel:{" + name + "}"
 		node := startNode(t, e, 30*time.Second)
 		c := e.client(t)
-		rl := c.RedissonLock(name, nodeOpts...)
+		rl := c.Lock(name, nodeOpts...)
 		ctx := withTimeout(t, 5*time.Minute)
 
 		// A Go waiter woken by a Node unlock. The waiter's Unlock is done
@@ -402,8 +404,8 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 			node.do("unlock", "N")
 			eventually(t, 15*time.Second, func() bool { return subscribers(t, e, channel) == 0 }, "the Node waiter's subscription ends")
 		}
-		t.Logf("%s: Go waiter woken by a Node unlock: %s", e.name, wakeStats(goWakes))
-		t.Logf("%s: Node waiter woken by a Go unlock: %s", e.name, wakeStats(nodeWakes))
+		t.Logf("%s: Go waiter woken by a Node unlock: %s", e.Name, wakeStats(goWakes))
+		t.Logf("%s: Node waiter woken by a Go unlock: %s", e.Name, wakeStats(nodeWakes))
 		// Generous bounds: a message wakes in milliseconds; its Client's
 		// presence pass would wake the Go waiter half a second later at the
 		// median, and a Node waiter that missed the message would wait for
@@ -416,10 +418,10 @@ func TestRedissonNodeWakeUp(t *testing.T) {
 
 func TestRedissonNodeReentrancy(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		name := "node-reentry-" + e.name
+		name := "node-reentry-" + e.Name
 		node := startNode(t, e, 30*time.Second)
 		c := e.client(t)
-		rl := c.RedissonLock(name, nodeOpts...)
+		rl := c.Lock(name, nodeOpts...)
 		ctx := withTimeout(t, time.Minute)
 
 		// Node re-enters: two holds in its field; Go waits for both.
@@ -428,16 +430,16 @@ func TestRedissonNodeReentrancy(t *testing.T) {
 		field := node.do("field", "N", name)[0]
 		st, err := rl.Inspect(ctx)
 		require.NoError(t, err)
-		require.Equal(t, []RedissonHolder{{Owner: field, Holds: 2}}, st.Holders)
+		require.Equal(t, []Holder{{Owner: field, Holds: 2}}, st.Holders)
 		node.do("unlock", "N")
 		_, err = rl.TryLock(ctx)
-		require.ErrorIs(t, err, ErrLocked, "Node still holds one hold")
+		require.ErrorIs(t, err, redisync.ErrLocked, "Node still holds one hold")
 		node.do("unlock", "N")
 		l := mustLock(t, ctx, rl.TryLock)
 
 		// Go re-enters: Node waits for both holds.
 		inner := mustLock(t, l.Context(), rl.Lock)
-		require.Equal(t, "2", node.do("hget", name, l.h.owner)[0], "Node reads Go's two holds")
+		require.Equal(t, "2", node.do("hget", name, ownerOf(l))[0], "Node reads Go's two holds")
 		require.Equal(t, "false", node.do("trylock", "N", name)[0])
 		require.NoError(t, inner.Unlock(ctx))
 		require.Equal(t, "false", node.do("trylock", "N", name)[0], "Go still holds one hold")
@@ -450,19 +452,19 @@ func TestRedissonNodeReentrancy(t *testing.T) {
 func TestRedissonNodeWatchdog(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const lease = 1500 * time.Millisecond
-		goName, nodeName := "node-watchdog-go-"+e.name, "node-watchdog-node-"+e.name
+		goName, nodeName := "node-watchdog-go-"+e.Name, "node-watchdog-node-"+e.Name
 		node := startNode(t, e, lease)
-		c := e.client(t, WithWatchdogLease(lease))
+		c := e.client(t, redisync.WithWatchdogLease(lease))
 		ctx := withTimeout(t, time.Minute)
 
-		gl := mustLock(t, ctx, c.RedissonLock(goName, nodeOpts...).Lock)
+		gl := mustLock(t, ctx, c.Lock(goName, nodeOpts...).Lock)
 		node.do("lock", "N", nodeName)
 		field := node.do("field", "N", nodeName)[0]
 		time.Sleep(3 * lease)
 
 		// Node sees the Go holder's lease renewed: still held by its field,
 		// with a TTL, and not to be taken.
-		require.Equal(t, "1", node.do("hget", goName, gl.h.owner)[0])
+		require.Equal(t, "1", node.do("hget", goName, ownerOf(gl))[0])
 		pttl, err := strconv.Atoi(node.do("pttl", goName)[0])
 		require.NoError(t, err)
 		require.Positive(t, pttl)
@@ -470,12 +472,12 @@ func TestRedissonNodeWatchdog(t *testing.T) {
 		require.NoError(t, gl.Err())
 
 		// Go sees Node's renewed.
-		st, err := c.RedissonLock(nodeName).Inspect(ctx)
+		st, err := c.Lock(nodeName).Inspect(ctx)
 		require.NoError(t, err)
-		require.Equal(t, []RedissonHolder{{Owner: field, Holds: 1}}, st.Holders)
+		require.Equal(t, []Holder{{Owner: field, Holds: 1}}, st.Holders)
 		require.Positive(t, st.TTL)
-		_, err = c.RedissonLock(nodeName).TryLock(ctx)
-		require.ErrorIs(t, err, ErrLocked)
+		_, err = c.Lock(nodeName).TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrLocked)
 
 		require.NoError(t, gl.Unlock(ctx))
 		node.do("unlock", "N")
@@ -484,13 +486,13 @@ func TestRedissonNodeWatchdog(t *testing.T) {
 
 func TestRedissonNodeForceUnlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		goName, nodeName := "node-force-go-"+e.name, "node-force-node-"+e.name
+		goName, nodeName := "node-force-go-"+e.Name, "node-force-node-"+e.Name
 		node := startNode(t, e, 30*time.Second)
 		c := e.client(t)
 		ctx := withTimeout(t, time.Minute)
 
-		// Node force-unlocks the Go holder's lock: the Lease reports it lost.
-		rl := c.RedissonLock(goName, nodeOpts...)
+		// Node force-unlocks the Go holder's lock: the redisync.Lease reports it lost.
+		rl := c.Lock(goName, nodeOpts...)
 		gl := mustLock(t, ctx, rl.Lock)
 		require.Equal(t, "true", node.do("force", "F", goName)[0])
 		select {
@@ -498,13 +500,13 @@ func TestRedissonNodeForceUnlock(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the Go holder did not see its lock force-unlocked")
 		}
-		require.ErrorIs(t, gl.Err(), ErrExpired)
-		require.ErrorIs(t, gl.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, gl.Err(), redisync.ErrExpired)
+		require.ErrorIs(t, gl.Unlock(ctx), redisync.ErrNotHeld)
 
 		// Its message wakes a Go waiter, which takes the lock: the holder
 		// then reports it expired or taken over, whichever it sees first.
 		gl = mustLock(t, ctx, rl.Lock)
-		waiting := e.client(t).RedissonLock(goName, nodeOpts...).Acquire(ctx)
+		waiting := e.client(t).Lock(goName, nodeOpts...).Acquire(ctx)
 		awaitSubscribers(t, e, "redisson_lock__channel:{"+goName+"}", 1)
 		require.Equal(t, "true", node.do("force", "F", goName)[0])
 		wl := recv(t, waiting, 5*time.Second, "the Go waiter after a forced unlock")
@@ -513,17 +515,17 @@ func TestRedissonNodeForceUnlock(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the Go holder did not see its lock force-unlocked")
 		}
-		require.True(t, errors.Is(gl.Err(), ErrExpired) || errors.Is(gl.Err(), ErrTakenOver), "%v", gl.Err())
+		require.True(t, errors.Is(gl.Err(), redisync.ErrExpired) || errors.Is(gl.Err(), redisync.ErrTakenOver), "%v", gl.Err())
 		require.NoError(t, wl.Unlock(ctx))
 
 		// Go force-unlocks Node's lock: Node's unlock then finds it not held.
 		node.do("lock", "N", nodeName)
-		found, err := c.RedissonLock(nodeName, nodeOpts...).ForceUnlock(ctx)
+		found, err := c.Lock(nodeName, nodeOpts...).ForceUnlock(ctx)
 		require.NoError(t, err)
 		require.True(t, found)
 		r := node.await(node.send("unlock", "N"), 10*time.Second, "unlock after a forced unlock")
 		require.ErrorContains(t, r.err, "not locked by current client")
-		st, err := c.RedissonLock(nodeName).Inspect(ctx)
+		st, err := c.Lock(nodeName).Inspect(ctx)
 		require.NoError(t, err)
 		require.False(t, st.Locked)
 	})
@@ -540,7 +542,7 @@ func TestRedissonNodeUnlockLatch(t *testing.T) {
 	node.do("lock", "N", name)
 	node.do("unlock", "N")
 	node.do("unlock", "N")
-	require.Empty(t, e.keys(t, "redisson_unlock_latch:{"+name+"}:*"))
+	require.Empty(t, e.Keys(t, "redisson_unlock_latch:{"+name+"}:*"))
 
 	// A Go Unlock whose reply is lost, retried: the latch answers the retry
 	// with the first result, as Redisson's does. The lock is re-entered, so
@@ -548,7 +550,7 @@ func TestRedissonNodeUnlockLatch(t *testing.T) {
 	own := ownServer(t)
 	a, p := own.proxied(t)
 	b := own.client(t)
-	rl := a.RedissonLock(name, nodeOpts...)
+	rl := a.Lock(name, nodeOpts...)
 	warm := mustLock(t, ctx, rl.Lock)
 	require.NoError(t, warm.Unlock(ctx))
 	outer := mustLock(t, ctx, rl.Lock)
@@ -562,12 +564,12 @@ func TestRedissonNodeUnlockLatch(t *testing.T) {
 	stop.Stop()
 	cancel()
 	require.ErrorIs(t, err, context.Canceled, "the reply is late")
-	orc := own.rueidisClient(t)
+	orc := own.RueidisClient(t)
 	eventually(t, 5*time.Second, func() bool {
-		n, _ := orc.Do(ctx, orc.B().Hget().Key(name).Field(outer.h.owner).Build()).AsInt64()
+		n, _ := orc.Do(ctx, orc.B().Hget().Key(name).Field(ownerOf(outer)).Build()).AsInt64()
 		return n == 2
 	}, "the first release reaches Redis")
-	latches := own.keys(t, "redisson_unlock_latch:{"+name+"}:*")
+	latches := own.Keys(t, "redisson_unlock_latch:{"+name+"}:*")
 	require.Len(t, latches, 1, "the unanswered release left its latch")
 	v, err := orc.Do(ctx, orc.B().Get().Key(latches[0]).Build()).ToString()
 	require.NoError(t, err)
@@ -577,13 +579,13 @@ func TestRedissonNodeUnlockLatch(t *testing.T) {
 	require.Greater(t, ttl, int64(15000), "the latch lives as Redisson's, about 20 s")
 	p.SetLatency(0)
 	require.NoError(t, inner.Unlock(ctx), "the retry gets the first result")
-	n, err := orc.Do(ctx, orc.B().Hget().Key(name).Field(outer.h.owner).Build()).AsInt64()
+	n, err := orc.Do(ctx, orc.B().Hget().Key(name).Field(ownerOf(outer)).Build()).AsInt64()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the retry did not release a second hold")
-	require.Empty(t, own.keys(t, "redisson_unlock_latch:{"+name+"}:*"), "the answered retry drops the latch")
-	_, err = b.RedissonLock(name).TryLock(ctx)
-	require.ErrorIs(t, err, ErrLocked)
+	require.Empty(t, own.Keys(t, "redisson_unlock_latch:{"+name+"}:*"), "the answered retry drops the latch")
+	_, err = b.Lock(name).TryLock(ctx)
+	require.ErrorIs(t, err, redisync.ErrLocked)
 	require.NoError(t, mid.Unlock(ctx))
 	require.NoError(t, outer.Unlock(ctx))
-	mustLock(t, ctx, b.RedissonLock(name).TryLock).Unlock(ctx)
+	mustLock(t, ctx, b.Lock(name).TryLock).Unlock(ctx)
 }

@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/engine"
 )
 
 // javaThread is one Java thread's lock of a Redisson kind, in the
@@ -44,17 +47,17 @@ func javaUnlocked(unlock func(ctx context.Context) (rueidis.RedisResult, error))
 // name's queue (nil for kinds without one).
 type redissonReentrant struct {
 	name    string
-	lock    func(c *Client, name string) func(context.Context) (*Lease, error)
-	acquire script
-	unlock  script
+	lock    func(c *Client, name string) func(context.Context) (*redisync.Lease, error)
+	acquire engine.Script
+	unlock  engine.Script
 	java    func(t testing.TB, e *env, name string) javaThread
 	queue   func(t testing.TB, e *env, name string) []string
 }
 
 var redissonReentrants = []redissonReentrant{
 	{
-		name:    "RedissonLock",
-		lock:    func(c *Client, name string) func(context.Context) (*Lease, error) { return c.RedissonLock(name).Lock },
+		name:    "Lock",
+		lock:    func(c *Client, name string) func(context.Context) (*redisync.Lease, error) { return c.Lock(name).Lock },
 		acquire: redissonLockScript, unlock: redissonUnlockScript,
 		java: func(t testing.TB, e *env, name string) javaThread {
 			j := newJavaRLock(t, e, name)
@@ -62,9 +65,9 @@ var redissonReentrants = []redissonReentrant{
 		},
 	},
 	{
-		name: "RedissonFairLock",
-		lock: func(c *Client, name string) func(context.Context) (*Lease, error) {
-			return c.RedissonFairLock(name).Lock
+		name: "FairLock",
+		lock: func(c *Client, name string) func(context.Context) (*redisync.Lease, error) {
+			return c.FairLock(name).Lock
 		},
 		acquire: redissonFairLockScript, unlock: redissonFairUnlockScript,
 		java: func(t testing.TB, e *env, name string) javaThread {
@@ -78,9 +81,9 @@ var redissonReentrants = []redissonReentrant{
 		},
 	},
 	{
-		name: "RedissonReadWriteLock",
-		lock: func(c *Client, name string) func(context.Context) (*Lease, error) {
-			return c.RedissonReadWriteLock(name).Lock
+		name: "ReadWriteLock",
+		lock: func(c *Client, name string) func(context.Context) (*redisync.Lease, error) {
+			return c.ReadWriteLock(name).Lock
 		},
 		acquire: redissonRWWriteScript, unlock: redissonRWUnlockScript,
 		java: func(t testing.TB, e *env, name string) javaThread {
@@ -103,13 +106,13 @@ func TestRedissonReentryThroughLostLeaseIsRefused(t *testing.T) {
 		for _, k := range redissonReentrants {
 			t.Run(k.name, func(t *testing.T) {
 				ctx := withTimeout(t, time.Minute)
-				name := "reentry-lost-" + k.name + "-" + e.name
+				name := "reentry-lost-" + k.name + "-" + e.Name
 				c := e.renewalClient(t)
 				lock := k.lock(c, name)
 				parent := mustLock(t, ctx, lock)
 				// Behind the Go Client's back: the hash is deleted and a
 				// Java thread takes the lock.
-				rc := e.rueidisClient(t)
+				rc := e.RueidisClient(t)
 				require.NoError(t, rc.Do(ctx, rc.B().Del().Key(name).Build()).Error())
 				j := k.java(t, e, name)
 				ok, err := j.try(ctx)
@@ -121,10 +124,10 @@ func TestRedissonReentryThroughLostLeaseIsRefused(t *testing.T) {
 				defer cancel()
 				l, err := lock(rctx)
 				require.Nil(t, l)
-				require.ErrorIs(t, err, ErrNotHeld)
-				require.ErrorIs(t, err, ErrTakenOver)
+				require.ErrorIs(t, err, redisync.ErrNotHeld)
+				require.ErrorIs(t, err, redisync.ErrTakenOver)
 				require.NoError(t, rctx.Err(), "the re-entry waited")
-				require.ErrorIs(t, parent.Err(), ErrTakenOver, "the lease's loss is reported")
+				require.ErrorIs(t, parent.Err(), redisync.ErrTakenOver, "the lease's loss is reported")
 				if k.queue != nil {
 					require.Empty(t, k.queue(t, e, name), "the re-entry left an entry in the queue")
 				}
@@ -149,22 +152,22 @@ func TestRedissonReentryThroughLostLeaseIsRefused(t *testing.T) {
 
 // An Unlock of the outer lease while a re-entry's script already added its
 // hold, and its reply is not back, does not release that hold: the
-// re-entry's Lease holds the lock, and no Java thread takes it until the
+// re-entry's redisync.Lease holds the lock, and no Java thread takes it until the
 // re-entry unlocks.
 func TestRedissonUnlockKeepsReentryOnItsWay(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		for _, k := range redissonReentrants {
 			t.Run(k.name, func(t *testing.T) {
 				ctx := withTimeout(t, time.Minute)
-				name := "reentry-unlock-" + k.name + "-" + e.name
+				name := "reentry-unlock-" + k.name + "-" + e.Name
 				c, rf := e.faultyClient(t)
 				lock := k.lock(c, name)
 				j := k.java(t, e, name)
 				parent := mustLock(t, ctx, lock)
 
-				entry, openEntry := rf.gate(runsWith(k.acquire, name), 1, false)
+				entry, openEntry := rf.Gate(runsWith(k.acquire, name), 1, false)
 				type result struct {
-					l   *Lease
+					l   *redisync.Lease
 					err error
 				}
 				reentered := make(chan result, 1)
@@ -174,7 +177,7 @@ func TestRedissonUnlockKeepsReentryOnItsWay(t *testing.T) {
 				}()
 				<-entry.Ran()
 
-				release, openRelease := rf.gate(runsWith(k.unlock, name), 1, false)
+				release, openRelease := rf.Gate(runsWith(k.unlock, name), 1, false)
 				unlocked := make(chan error, 1)
 				go func() { unlocked <- parent.Unlock(ctx) }()
 				<-release.Ran()
@@ -208,7 +211,7 @@ func TestRedissonUnlockKeepsReentryOnItsWay(t *testing.T) {
 
 // Randomized: Go re-enters a Redisson lease while another goroutine
 // unlocks it, re-entries' replies held back at random, while Java threads
-// of the simulator contend for the lock. No Lease is delivered held (Err
+// of the simulator contend for the lock. No redisync.Lease is delivered held (Err
 // nil) while a Java thread holds the lock, no Java thread nor Go waiter
 // waits long for a lock held for milliseconds at a time, and the fair
 // lock's queue is left empty. The seed
@@ -219,7 +222,7 @@ func TestRedissonReentryVersusUnlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		for ki, k := range redissonReentrants {
 			t.Run(k.name, func(t *testing.T) {
-				runReentryVersusUnlock(t, e, k, rand.New(rand.NewPCG(seed, uint64(ki)<<8|uint64(len(e.name)))), rounds)
+				runReentryVersusUnlock(t, e, k, rand.New(rand.NewPCG(seed, uint64(ki)<<8|uint64(len(e.Name)))), rounds)
 			})
 		}
 	})
@@ -227,7 +230,7 @@ func TestRedissonReentryVersusUnlock(t *testing.T) {
 
 func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand.Rand, rounds int) {
 	ctx := withTimeout(t, time.Minute+time.Duration(rounds)*100*time.Millisecond)
-	name := "reentry-race-" + k.name + "-" + e.name
+	name := "reentry-race-" + k.name + "-" + e.Name
 	c, rf := e.faultyClient(t)
 	lock := k.lock(c, name)
 	dur := func(max time.Duration) time.Duration { return time.Duration(rnd.Int64N(int64(max))) }
@@ -242,9 +245,9 @@ func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand
 		report = append(report, fmt.Sprintf(what, args...))
 		mu.Unlock()
 	}
-	// heldCheck reports a Lease that says it holds while a Java thread
+	// heldCheck reports a redisync.Lease that says it holds while a Java thread
 	// holds the lock.
-	heldCheck := func(l *Lease, what string, round int) {
+	heldCheck := func(l *redisync.Lease, what string, round int) {
 		if javaHolds.Load() > 0 && l.Err() == nil {
 			violation("round %d: %s delivered held while a Java thread holds the lock", round, what)
 		}
@@ -302,11 +305,11 @@ func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand
 		if rnd.IntN(2) == 0 {
 			// The re-entry's reply comes back late: its hold is in Redis
 			// while the Unlock runs.
-			rf.hold(runsWith(k.acquire, name), 1, dur(5*time.Millisecond))
+			rf.Hold(runsWith(k.acquire, name), 1, dur(5*time.Millisecond))
 		}
 		cancelsWithParent := rnd.IntN(4) == 0
 		reentries := 1 + rnd.IntN(2)
-		parentID := parent.h
+		parentID := ownerOf(parent)
 		var wg sync.WaitGroup
 		wg.Add(1 + reentries)
 		go func() {
@@ -336,7 +339,7 @@ func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand
 					return
 				}
 				rmu.Lock()
-				if l.h == parentID {
+				if ownerOf(l) == parentID {
 					delivered++
 				} else {
 					fresh++
@@ -347,17 +350,17 @@ func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand
 				heldCheck(l, "a re-entry, a moment later,", round)
 				before := l.Err()
 				if err := l.Unlock(ctx); err != nil {
-					violation("round %d: a re-entry delivered held could not unlock: %v (before: %v; %d re-entries, cancels %v, fresh %v)", round, err, before, reentries, cancelsWithParent, l.h != parentID)
+					violation("round %d: a re-entry delivered held could not unlock: %v (before: %v; %d re-entries, cancels %v, fresh %v)", round, err, before, reentries, cancelsWithParent, ownerOf(l) != parentID)
 				}
 			}()
 		}
 		wg.Wait()
-		rf.clear()
+		rf.Clear()
 	}
 	stop.Store(true)
 	javas.Wait()
 
-	t.Logf("%s: %d rounds: %d re-entries granted, %d refused (the outer lease ended first), %d fresh acquisitions", e.name, rounds, delivered, refused, fresh)
+	t.Logf("%s: %d rounds: %d re-entries granted, %d refused (the outer lease ended first), %d fresh acquisitions", e.Name, rounds, delivered, refused, fresh)
 	mu.Lock()
 	for _, r := range report {
 		t.Log(r)
@@ -368,7 +371,7 @@ func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand
 	if k.queue != nil {
 		require.Empty(t, k.queue(t, e, name), "entries left in the queue")
 	}
-	rc := e.rueidisClient(t)
+	rc := e.RueidisClient(t)
 	n, err := rc.Do(ctx, rc.B().Exists().Key(name).Build()).AsInt64()
 	require.NoError(t, err)
 	require.Zero(t, n, "the lock is still held")

@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync"
 )
 
 // The Java side of Redisson's read-write lock in the simulator: the
@@ -135,15 +137,15 @@ func (j *javaRW) mustUnlock(t testing.TB, ctx context.Context, write bool, want 
 func TestRedissonRWJavaSimShare(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		name := "rw-share-" + e.name
+		name := "rw-share-" + e.Name
 		j := newJavaRW(t, e, name)
-		rw := e.client(t).RedissonReadWriteLock(name)
+		rw := e.client(t).ReadWriteLock(name)
 
 		j.mustTry(t, ctx, false)
 		r1 := mustLock(t, ctx, rw.TryRLock)
-		r2 := mustLock(t, ctx, e.client(t).RedissonReadWriteLock(name).TryRLock)
+		r2 := mustLock(t, ctx, e.client(t).ReadWriteLock(name).TryRLock)
 		_, err := rw.TryLock(ctx)
-		require.ErrorIs(t, err, ErrLocked)
+		require.ErrorIs(t, err, redisync.ErrLocked)
 		ok, ttl, err := j.try(ctx, true)
 		require.NoError(t, err)
 		require.False(t, ok, "Java's writer waits for the readers")
@@ -154,14 +156,14 @@ func TestRedissonRWJavaSimShare(t *testing.T) {
 		require.Len(t, st.Readers, 3)
 		require.Zero(t, st.Writer.Holds)
 		// A Go read hold has Redisson's hold key, with the lease.
-		pttl, err := j.rc.Do(ctx, j.rc.B().Pttl().Key("{"+name+"}:"+r1.h.owner+":rwlock_timeout:1").Build()).AsInt64()
+		pttl, err := j.rc.Do(ctx, j.rc.B().Pttl().Key("{"+name+"}:"+ownerOf(r1)+":rwlock_timeout:1").Build()).AsInt64()
 		require.NoError(t, err)
 		require.Greater(t, pttl, int64(20000))
 
 		j.mustUnlock(t, ctx, false, 0)
 		require.NoError(t, r1.Unlock(ctx))
 		require.NoError(t, r2.Unlock(ctx))
-		require.Empty(t, e.keys(t, "*"+name+"*"), "the last reader deleted the hash; no hold key left")
+		require.Empty(t, e.Keys(t, "*"+name+"*"), "the last reader deleted the hash; no hold key left")
 
 		// A Java writer keeps both sides of Go out; Java re-enters it and
 		// reads under it, as Redisson allows its writer.
@@ -169,13 +171,13 @@ func TestRedissonRWJavaSimShare(t *testing.T) {
 		j.mustTry(t, ctx, true)
 		j.mustTry(t, ctx, false)
 		_, err = rw.TryRLock(ctx)
-		require.ErrorIs(t, err, ErrLocked)
+		require.ErrorIs(t, err, redisync.ErrLocked)
 		_, err = rw.TryLock(ctx)
-		require.ErrorIs(t, err, ErrLocked)
+		require.ErrorIs(t, err, redisync.ErrLocked)
 		st, err = rw.Inspect(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "write", st.Mode)
-		require.Equal(t, RedissonHolder{Owner: j.field + ":write", Holds: 2}, st.Writer)
+		require.Equal(t, Holder{Owner: j.field + ":write", Holds: 2}, st.Writer)
 		require.Equal(t, j.field[:36], st.Writer.ClientID())
 		j.mustUnlock(t, ctx, true, 0)
 		j.mustUnlock(t, ctx, true, 1)
@@ -183,7 +185,7 @@ func TestRedissonRWJavaSimShare(t *testing.T) {
 		r1 = mustLock(t, ctx, rw.TryRLock)
 		j.mustUnlock(t, ctx, false, 0)
 		require.NoError(t, r1.Unlock(ctx))
-		require.Empty(t, e.keys(t, "*"+name+"*"))
+		require.Empty(t, e.Keys(t, "*"+name+"*"))
 	})
 }
 
@@ -193,9 +195,10 @@ func TestRedissonRWJavaSimShare(t *testing.T) {
 func TestRedissonRWReentry(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		name := "rw-reentry-" + e.name
+		name := "rw-reentry-" + e.Name
 		j := newJavaRW(t, e, name)
-		rw := e.client(t).RedissonReadWriteLock(name)
+		c := e.client(t)
+		rw := c.ReadWriteLock(name)
 
 		w := mustLock(t, ctx, rw.Lock)
 		w2 := mustLock(t, w.Context(), rw.Lock)
@@ -207,16 +210,16 @@ func TestRedissonRWReentry(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "write", st.Mode)
 		require.Equal(t, 3, st.Writer.Holds)
-		require.Equal(t, w.h.c.ID(), st.Writer.ClientID())
-		require.Equal(t, []RedissonHolder{{Owner: rd.h.owner, Holds: 3}}, st.Readers)
-		require.Equal(t, w.h.owner, rd.h.owner+":write")
-		require.Same(t, rd.h, rd2.h)
+		require.Equal(t, c.ID(), st.Writer.ClientID())
+		require.Equal(t, []Holder{{Owner: ownerOf(rd), Holds: 3}}, st.Readers)
+		require.Equal(t, ownerOf(w), ownerOf(rd)+":write")
+		require.Equal(t, ownerOf(rd), ownerOf(rd2), "the writer's reads share one ownership")
 		ok, _, err := j.try(ctx, false)
 		require.NoError(t, err)
 		require.False(t, ok, "Java's reader waits for the writer")
 
 		// The writer leaves, its reads stay: mode read, Java reads too.
-		for _, l := range []*Lease{w3, w2, w} {
+		for _, l := range []*redisync.Lease{w3, w2, w} {
 			require.NoError(t, l.Unlock(ctx))
 		}
 		st, err = rw.Inspect(ctx)
@@ -225,18 +228,18 @@ func TestRedissonRWReentry(t *testing.T) {
 		require.Zero(t, st.Writer.Holds)
 		j.mustTry(t, ctx, false)
 		j.mustUnlock(t, ctx, false, 0)
-		for _, l := range []*Lease{rd3, rd2, rd} {
+		for _, l := range []*redisync.Lease{rd3, rd2, rd} {
 			require.NoError(t, l.Unlock(ctx))
 		}
-		require.Empty(t, e.keys(t, "*"+name+"*"))
+		require.Empty(t, e.Keys(t, "*"+name+"*"))
 
 		// A plain reader re-enters; its upgrade is refused at once.
 		r := mustLock(t, ctx, rw.RLock)
 		r2 := mustLock(t, r.Context(), rw.RLock)
 		_, err = rw.Lock(r.Context())
-		require.ErrorIs(t, err, ErrUpgrade)
+		require.ErrorIs(t, err, redisync.ErrUpgrade)
 		gl := delivered(t, rw.Acquire(r2.Context()))
-		require.ErrorIs(t, gl.Err(), ErrUpgrade)
+		require.ErrorIs(t, gl.Err(), redisync.ErrUpgrade)
 		require.NoError(t, r2.Unlock(ctx))
 		require.NoError(t, r.Unlock(ctx))
 		j.mustTry(t, ctx, true)
@@ -249,9 +252,9 @@ func TestRedissonRWReentry(t *testing.T) {
 func TestRedissonRWJavaSimExclusion(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		const rounds = 8
-		name := "rw-excl-" + e.name
+		name := "rw-excl-" + e.Name
 		ctx := withTimeout(t, time.Minute)
-		locks := onClients(t, e, 2, func(c *Client) *RedissonReadWriteLock { return c.RedissonReadWriteLock(name) })
+		locks := onClients(t, e, 2, func(c *Client) *ReadWriteLock { return c.ReadWriteLock(name) })
 		var (
 			mu                      sync.Mutex
 			readers, writers        int
@@ -330,10 +333,10 @@ func TestRedissonRWJavaSimExclusion(t *testing.T) {
 		}
 		wg.Wait()
 		t.Logf("%s: %d writes (2 Go goroutines on 2 Clients, 1 Java thread) and %d reads (2 Go, 1 Java); %d overlaps; readers shared: %v",
-			e.name, count, readsIn, overlap, sharedReads)
+			e.Name, count, readsIn, overlap, sharedReads)
 		require.Zero(t, overlap)
 		require.Equal(t, 3*rounds, count, "no lost update")
-		require.Empty(t, e.keys(t, "*"+name+"*"))
+		require.Empty(t, e.Keys(t, "*"+name+"*"))
 	})
 }
 
@@ -342,10 +345,10 @@ func TestRedissonRWJavaSimExclusion(t *testing.T) {
 func TestRedissonRWJavaSimWakeUp(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		rounds := soak(8, 200)
-		name := "rw-wake-" + e.name
+		name := "rw-wake-" + e.Name
 		ctx := withTimeout(t, 5*time.Minute)
 		j := newJavaRW(t, e, name)
-		rw := e.client(t).RedissonReadWriteLock(name)
+		rw := e.client(t).ReadWriteLock(name)
 		var goWakes, javaWakes []time.Duration
 		for i := range 2 * rounds {
 			// Java holds the side that blocks the Go waiter's.
@@ -394,7 +397,7 @@ func TestRedissonRWJavaSimWakeUp(t *testing.T) {
 			}
 			j.mustUnlock(t, ctx, false, 1)
 		}
-		t.Logf("%s: Go waiter woken by a Java unlock: %s; Java reader woken by a Go writer's unlock: %s", e.name,
+		t.Logf("%s: Go waiter woken by a Java unlock: %s; Java reader woken by a Go writer's unlock: %s", e.Name,
 			wakeStats(goWakes), wakeStats(javaWakes))
 		require.Less(t, percentile(goWakes, 50), 250*time.Millisecond, "woken by the message, not the presence pass")
 		require.Less(t, percentile(javaWakes, 50), 250*time.Millisecond, "woken by the message, not its poll")
@@ -407,9 +410,9 @@ func TestRedissonRWJavaSimWakeUp(t *testing.T) {
 func TestRedissonRWWatchdogAndLoss(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		name := "rw-watchdog-" + e.name
+		name := "rw-watchdog-" + e.Name
 		j := newJavaRW(t, e, name)
-		rw := e.client(t, WithWatchdogLease(600*time.Millisecond)).RedissonReadWriteLock(name)
+		rw := e.client(t, redisync.WithWatchdogLease(600*time.Millisecond)).ReadWriteLock(name)
 
 		r := mustLock(t, ctx, rw.RLock)
 		r2 := mustLock(t, r.Context(), rw.RLock)
@@ -420,7 +423,7 @@ func TestRedissonRWWatchdogAndLoss(t *testing.T) {
 		require.False(t, ok, "the renewed readers keep Java's writer out")
 		require.Positive(t, ttl)
 		for n := 1; n <= 2; n++ {
-			pttl, err := j.rc.Do(ctx, j.rc.B().Pttl().Key("{"+name+"}:"+r.h.owner+":rwlock_timeout:"+strconv.Itoa(n)).Build()).AsInt64()
+			pttl, err := j.rc.Do(ctx, j.rc.B().Pttl().Key("{"+name+"}:"+ownerOf(r)+":rwlock_timeout:"+strconv.Itoa(n)).Build()).AsInt64()
 			require.NoError(t, err)
 			require.Positive(t, pttl, "read hold key %d renewed", n)
 		}
@@ -428,15 +431,15 @@ func TestRedissonRWWatchdogAndLoss(t *testing.T) {
 		found, err := j.eval(ctx, javaRWForce, []string{name, j.channel()}, "read", "0", j.pub).AsInt64()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, found)
-		for _, l := range []*Lease{r, r2} {
+		for _, l := range []*redisync.Lease{r, r2} {
 			select {
 			case <-l.Lost():
 			case <-time.After(5 * time.Second):
 				t.Fatal("the Go reader did not see the lock force-unlocked")
 			}
-			require.ErrorIs(t, l.Err(), ErrExpired)
+			require.ErrorIs(t, l.Err(), redisync.ErrExpired)
 		}
-		require.ErrorIs(t, r2.Unlock(ctx), ErrNotHeld)
+		require.ErrorIs(t, r2.Unlock(ctx), redisync.ErrNotHeld)
 
 		w := mustLock(t, ctx, rw.Lock)
 		time.Sleep(1500 * time.Millisecond)
@@ -451,7 +454,7 @@ func TestRedissonRWWatchdogAndLoss(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the Go writer did not see the lock deleted")
 		}
-		require.ErrorIs(t, w.Err(), ErrExpired)
+		require.ErrorIs(t, w.Err(), redisync.ErrExpired)
 
 		// Go's forced unlock of a Java writer, seen by Java's unlock.
 		j.mustTry(t, ctx, true)
@@ -472,26 +475,26 @@ func TestRedissonRWWrongLayout(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.client(t)
-		rc := e.rueidisClient(t)
-		str, rlock, fair := "rw-string-"+e.name, "rw-rlock-"+e.name, "rw-fair-"+e.name
+		rc := e.RueidisClient(t)
+		str, rlock, fair := "rw-string-"+e.Name, "rw-rlock-"+e.Name, "rw-fair-"+e.Name
 		require.NoError(t, rc.Do(ctx, rc.B().Set().Key(str).Value("5").Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Hset().Key(rlock).FieldValue().FieldValue("x:1", "1").Build()).Error())
 		require.NoError(t, rc.Do(ctx, rc.B().Rpush().Key("redisson_lock_queue:{"+fair+"}").Element("x:1").Build()).Error())
 		for _, name := range []string{str, rlock, fair} {
-			rw := c.RedissonReadWriteLock(name)
+			rw := c.ReadWriteLock(name)
 			_, err := rw.TryRLock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
 			_, err = rw.RLock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
 			_, err = rw.TryLock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
 			_, err = rw.Lock(ctx)
-			require.ErrorIs(t, err, ErrWrongType, name)
+			require.ErrorIs(t, err, redisync.ErrWrongType, name)
 			if name != fair {
 				_, err = rw.ForceUnlock(ctx)
-				require.ErrorIs(t, err, ErrWrongType, name)
+				require.ErrorIs(t, err, redisync.ErrWrongType, name)
 				_, err = rw.Inspect(ctx)
-				require.ErrorIs(t, err, ErrWrongType, name)
+				require.ErrorIs(t, err, redisync.ErrWrongType, name)
 			}
 		}
 		v, err := rc.Do(ctx, rc.B().Get().Key(str).Build()).ToString()
@@ -504,14 +507,14 @@ func TestRedissonRWWrongLayout(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n, "not taken")
 		// And the RLock side refuses a read-write lock.
-		l := mustLock(t, ctx, c.RedissonReadWriteLock(str+"-rw").RLock)
-		_, err = c.RedissonLock(str + "-rw").TryLock(ctx)
-		require.ErrorIs(t, err, ErrWrongType)
+		l := mustLock(t, ctx, c.ReadWriteLock(str+"-rw").RLock)
+		_, err = c.Lock(str + "-rw").TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrWrongType)
 		require.NoError(t, l.Unlock(ctx))
-		var nilRW *RedissonReadWriteLock
+		var nilRW *ReadWriteLock
 		_, err = nilRW.TryRLock(ctx)
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		_, err = c.RedissonReadWriteLock("").Lock(ctx)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+		_, err = c.ReadWriteLock("").Lock(ctx)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 	})
 }

@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/engine"
 
 	"github.com/redis/rueidis"
 )
@@ -29,35 +32,35 @@ import (
 
 // The scripts of Redisson's permit expirable semaphore.
 var (
-	redissonPSemAcquireScript = newRedissonPSemScript("redisson_psem_acquire")
-	redissonPSemReleaseScript = newRedissonPSemScript("redisson_psem_release")
-	redissonPSemRenewScript   = newRedissonPSemScript("redisson_psem_renew")
-	redissonPSemCountScript   = newRedissonPSemScript("redisson_psem_count")
-	redissonPSemSetScript     = newRedissonPSemScript("redisson_psem_set")
-	redissonPSemLeaseScript   = newRedissonPSemScript("redisson_psem_lease")
-	redissonPSemInspectScript = newRedissonPSemScript("redisson_psem_inspect")
+	redissonPSemAcquireScript = newRedissonPSemScript("psem_acquire")
+	redissonPSemReleaseScript = newRedissonPSemScript("psem_release")
+	redissonPSemRenewScript   = newRedissonPSemScript("psem_renew")
+	redissonPSemCountScript   = newRedissonPSemScript("psem_count")
+	redissonPSemSetScript     = newRedissonPSemScript("psem_set")
+	redissonPSemLeaseScript   = newRedissonPSemScript("psem_lease")
+	redissonPSemInspectScript = newRedissonPSemScript("psem_inspect")
 )
 
-func newRedissonPSemScript(name string) script {
-	return newScript("redisson_prelude", "redisson_sem_prelude", "redisson_psem_prelude", name)
+func newRedissonPSemScript(name string) engine.Script {
+	return newScript("prelude", "sem_prelude", "psem_prelude", name)
 }
 
-// RedissonNoLease is the lease of a Redisson permit that never expires:
+// NoLease is the lease of a Redisson permit that never expires:
 // what Java's acquire() without a lease time takes, what
-// RedissonPermitExpirableSemaphore.LeaseTime reports for one, and what
+// PermitExpirableSemaphore.LeaseTime reports for one, and what
 // UpdateLeaseTime sets as Java's updateLeaseTime(id, -1, unit) does.
-const RedissonNoLease time.Duration = -1
+const NoLease time.Duration = -1
 
 // redissonPermitsMax is the most permits one acquisition or release of a
-// RedissonPermitExpirableSemaphore takes or gives: each is an id sent to
+// PermitExpirableSemaphore takes or gives: each is an id sent to
 // Redis.
 const redissonPermitsMax = 1 << 16
 
 // redissonNoLeaseScore is Redisson's score of a permit without lease
-// (RedissonPermitExpirableSemaphore.nonExpirableTimeout).
+// (PermitExpirableSemaphore.nonExpirableTimeout).
 const redissonNoLeaseScore = 922337203685477
 
-// RedissonPermitExpirableSemaphore is a semaphore in the layout of
+// PermitExpirableSemaphore is a semaphore in the layout of
 // Redisson's RPermitExpirableSemaphore
 // (redisson.getPermitExpirableSemaphore(NAME) in Java): the string NAME
 // counts the permits available, and every permit taken is an id in the
@@ -71,14 +74,14 @@ const redissonNoLeaseScore = 922337203685477
 // default the Client's watchdog lease (WithWatchdogLease), renewed every
 // third of it by moving the permits' expiry, so that the permits of a
 // process that dies come back a watchdog lease later; with
-// WithRedissonLeaseTime(d) a fixed lease of d, as Java's acquire(d, unit),
+// WithLeaseTime(d) a fixed lease of d, as Java's acquire(d, unit),
 // which Lease.Extend moves as Java's updateLeaseTime does. A Lease reports
-// ErrExpired (Lost closes) when one of its permits is released by id
+// redisync.ErrExpired (Lost closes) when one of its permits is released by id
 // (Release, TryRelease, Java's release), reclaimed after its lease ran
-// out, or deleted with the semaphore; ErrConnectionLost when the watchdog
-// could not renew it in time; ErrClosed when its Client closes (the
+// out, or deleted with the semaphore; redisync.ErrConnectionLost when the watchdog
+// could not renew it in time; redisync.ErrClosed when its Client closes (the
 // permits are given back then). Its Unlock gives back every permit it
-// still holds, and reports ErrNotHeld when one of them was no longer held.
+// still holds, and reports redisync.ErrNotHeld when one of them was no longer held.
 // Changes made on the server (a release by id, a delete) are noticed at
 // the watchdog's next pass, within a third of the watchdog lease.
 //
@@ -92,26 +95,26 @@ const redissonNoLeaseScore = 922337203685477
 // token; waiters look again when the Client's presence pass finds the
 // permits changed, whatever messages were lost, and when the nearest
 // permit's lease ends.
-type RedissonPermitExpirableSemaphore struct {
+type PermitExpirableSemaphore struct {
 	c    *Client
 	name string
-	cfg  redissonConfig
+	cfg  config
 	err  error
 }
 
-// RedissonPermitExpirableSemaphore returns the Redisson
-// RPermitExpirableSemaphore of the given name. WithRedissonLeaseTime gives
-// its Leases a fixed lease, WithRedissonPubSub sets how it publishes; the
+// PermitExpirableSemaphore returns the Redisson
+// RPermitExpirableSemaphore of the given name. WithLeaseTime gives
+// its Leases a fixed lease, WithPubSub sets how it publishes; the
 // other Redisson options do not apply. An invalid name or option is
-// reported by every method, as ErrInvalidArgument.
-func (c *Client) RedissonPermitExpirableSemaphore(name string, opts ...RedissonOption) *RedissonPermitExpirableSemaphore {
-	s := &RedissonPermitExpirableSemaphore{c: c, name: name}
-	s.cfg, s.err = newRedissonConfig(c, name, opts)
+// reported by every method, as redisync.ErrInvalidArgument.
+func (c *Client) PermitExpirableSemaphore(name string, opts ...Option) *PermitExpirableSemaphore {
+	s := &PermitExpirableSemaphore{c: c, name: name}
+	s.cfg, s.err = newConfig(c, name, opts)
 	return s
 }
 
 // Name returns the semaphore's name.
-func (s *RedissonPermitExpirableSemaphore) Name() string {
+func (s *PermitExpirableSemaphore) Name() string {
 	if s == nil {
 		return ""
 	}
@@ -125,16 +128,16 @@ func redissonPSemKeys(name string) []string {
 	return []string{name, redissonSuffixName(name, "timeout"), redissonPrefixName("redisson_sc", name)}
 }
 
-func (s *RedissonPermitExpirableSemaphore) check(ctx context.Context) error {
+func (s *PermitExpirableSemaphore) check(ctx context.Context) error {
 	if s == nil {
-		return fmt.Errorf("%w: nil RedissonPermitExpirableSemaphore", ErrInvalidArgument)
+		return fmt.Errorf("%w: nil PermitExpirableSemaphore", redisync.ErrInvalidArgument)
 	}
-	return checkHandle("RedissonPermitExpirableSemaphore", s.c, s.err, ctx)
+	return checkHandle("PermitExpirableSemaphore", s.c, s.err, ctx)
 }
 
 // redissonPSemAcq is one acquisition of n permits, as a handle.
 type redissonPSemAcq struct {
-	s *RedissonPermitExpirableSemaphore
+	s *PermitExpirableSemaphore
 	n int
 }
 
@@ -143,12 +146,12 @@ func (a redissonPSemAcq) check(ctx context.Context) error {
 		return err
 	}
 	if a.n < 1 || a.n > redissonPermitsMax {
-		return fmt.Errorf("%w: %d permits: from 1 to %d", ErrInvalidArgument, a.n, redissonPermitsMax)
+		return fmt.Errorf("%w: %d permits: from 1 to %d", redisync.ErrInvalidArgument, a.n, redissonPermitsMax)
 	}
 	return nil
 }
 
-func (a redissonPSemAcq) spans() []*Client { return []*Client{a.s.c} }
+func (a redissonPSemAcq) client() *Client { return a.s.c }
 
 // Lock takes n permits, waiting as long as ctx allows: for Redisson's
 // message on the semaphore's channel, which the Client's waiters share one
@@ -158,23 +161,23 @@ func (a redissonPSemAcq) spans() []*Client { return []*Client{a.s.c} }
 // acquisition, which publishes nothing before). A
 // semaphore that was never set has no permits: Lock waits for them.
 //
-// It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
+// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: Lock retries them with
 // backoff until ctx ends. Errors Redis replies with are returned at once:
-// ErrWrongType when NAME holds something else than a number or
+// redisync.ErrWrongType when NAME holds something else than a number or
 // {NAME}:timeout something else than a zset. n must be from 1 to 65536
-// (ErrInvalidArgument). Whenever Lock returns an error nothing is held:
+// (redisync.ErrInvalidArgument). Whenever Lock returns an error nothing is held:
 // permits an attempt may have taken without its reply arriving are given
 // back, or, if that fails too, come back when their lease ends.
-func (s *RedissonPermitExpirableSemaphore) Lock(ctx context.Context, n int) (*Lease, error) {
+func (s *PermitExpirableSemaphore) Lock(ctx context.Context, n int) (*redisync.Lease, error) {
 	return lockHandle(ctx, redissonPSemAcq{s, n}, false)
 }
 
-// TryLock makes a single attempt: ErrNoPermits (which matches ErrLocked)
+// TryLock makes a single attempt: redisync.ErrNoPermits (which matches redisync.ErrLocked)
 // when fewer than n permits are available once expired ones are
-// reclaimed, ErrWrongType and ErrInvalidArgument as Lock, and any error
+// reclaimed, redisync.ErrWrongType and redisync.ErrInvalidArgument as Lock, and any error
 // from Redis or the connection at once.
-func (s *RedissonPermitExpirableSemaphore) TryLock(ctx context.Context, n int) (*Lease, error) {
+func (s *PermitExpirableSemaphore) TryLock(ctx context.Context, n int) (*redisync.Lease, error) {
 	return lockHandle(ctx, redissonPSemAcq{s, n}, true)
 }
 
@@ -182,7 +185,7 @@ func (s *RedissonPermitExpirableSemaphore) TryLock(ctx context.Context, n int) (
 // returned channel, then closes it, as Mutex.Acquire does: check the
 // Lease's Err first; cancel ctx to give up, and a Lease not yet received
 // when ctx ends gives its permits back.
-func (s *RedissonPermitExpirableSemaphore) Acquire(ctx context.Context, n int) <-chan *Lease {
+func (s *PermitExpirableSemaphore) Acquire(ctx context.Context, n int) <-chan *redisync.Lease {
 	return acquireHandle(ctx, redissonPSemAcq{s, n})
 }
 
@@ -196,7 +199,7 @@ func newRedissonPermitIDs(n int) []string {
 	return ids
 }
 
-func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) {
+func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	s, c := a.s, a.s.c
 	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub)
 	if err != nil {
@@ -205,7 +208,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 	kind := redissonPSemKinds[how]
 	lease, watchdog := s.cfg.lease, s.cfg.lease == 0
 	if watchdog {
-		lease = c.cfg.watchdogLease
+		lease = c.watchdogLease
 	}
 	keys := redissonPSemKeys(s.name)
 	ms := strconv.FormatInt(lease.Milliseconds(), 10)
@@ -240,23 +243,29 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 		defer unsureMu.Unlock()
 		return len(unsure) > 0
 	}
-	w := redissonWait{
-		c: c, channel: keys[2], classic: classic, sharded: sharded,
+	w := engine.Wait{
+		Channel: keys[2], Classic: classic, Sharded: sharded,
 		// The available permits change with every release, whatever
 		// message is lost; a permit that expires is looked at when its
 		// lease ends (the attempt's wait).
-		probe: redissonPermitsProbe(s.name), primitive: redissonPSemPrimitive, name: s.name,
-		busy: errorf("%w: Redisson permit expirable semaphore %s", ErrNoPermits, s.name),
-		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
+		Probe: redissonPermitsProbe(s.name), Primitive: redissonPSemPrimitive, Name: s.name,
+		Busy: fmt.Errorf("%w: Redisson permit expirable semaphore %s", redisync.ErrNoPermits, s.name),
+		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			// Fresh ids every attempt: an attempt whose reply was lost may
 			// have taken its own.
 			ids := newRedissonPermitIDs(a.n)
 			sent := time.Now()
-			res, err := c.execTaking(ctx, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
+			msgs, _, err := c.run(ctx, nil, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
 				release(ctx, ids)
-			}).AsIntSlice()
+			})
+			res := make([]int64, len(msgs))
+			for i, m := range msgs {
+				if res[i], err = m.AsInt64(); err != nil {
+					break
+				}
+			}
 			if err != nil {
-				if !isRedisReply(err) {
+				if _, reply := rueidis.IsRedisErr(err); !reply {
 					noteUnsure(ids)
 				}
 				return nil, 0, redisErr("acquire from Redisson permit expirable semaphore "+s.name, err)
@@ -274,8 +283,8 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 			if hasUnsure() {
 				c.cleanup(ctx, giveBack)
 			}
-			k := lockKeys{lock: keys[1], channel: keys[2]}
-			gl, err := c.grant(ctx, grant{kind: kind, name: s.name, keys: k, key: keys[1], owner: strings.Join(ids, ","), lease: lease, watchdog: watchdog, sent: sent})
+			k := engine.Keys{Lock: keys[1], Channel: keys[2]}
+			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: s.name, Keys: k, Key: keys[1], Owner: strings.Join(ids, ","), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The permits were found expired, or could not be checked
 				// after a late reply: whatever of them is still held goes
@@ -284,9 +293,9 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 			}
 			return gl, 0, err
 		},
-		undo: giveBack,
+		Undo: giveBack,
 	}
-	l, err := w.run(ctx, try)
+	l, err := c.wait(ctx, w, try)
 	if err != nil && hasUnsure() {
 		// A Redis error ended it (undo ran if ctx did).
 		c.cleanup(ctx, giveBack)
@@ -296,7 +305,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*Lease, error) 
 
 // redissonPSemKinds are the lease kinds of RPermitExpirableSemaphore
 // permit holders, by publishing mode.
-var redissonPSemKinds = map[string]*leaseKind{
+var redissonPSemKinds = map[string]*engine.Kind{
 	"c": newRedissonPSemKind("c"),
 	"s": newRedissonPSemKind("s"),
 	"b": newRedissonPSemKind("b"),
@@ -305,36 +314,36 @@ var redissonPSemKinds = map[string]*leaseKind{
 // redissonPSemPrimitive names the permit expirable semaphore in metrics.
 const redissonPSemPrimitive = "redisson_permit_expirable_semaphore"
 
-func newRedissonPSemKind(how string) *leaseKind {
-	return &leaseKind{
-		primitive: redissonPSemPrimitive,
-		renew:     redissonPSemRenewScript,
-		release:   redissonPSemReleaseScript,
-		releaseAll: func(h *holder) rueidis.LuaExec {
-			return rueidis.LuaExec{Keys: redissonPSemKeys(h.name), Args: append([]string{how, "each"}, redissonHolderIDs(h)...)}
+func newRedissonPSemKind(how string) *engine.Kind {
+	return &engine.Kind{
+		Primitive: redissonPSemPrimitive,
+		Renew:     redissonPSemRenewScript,
+		Release:   redissonPSemReleaseScript,
+		ReleaseAll: func(h engine.Holder) rueidis.LuaExec {
+			return rueidis.LuaExec{Keys: redissonPSemKeys(h.Name), Args: append([]string{how, "each"}, redissonHolderIDs(h.Owner)...)}
 		},
-		unlock: func(ctx context.Context, h *holder, _ string) (releaseState, error) {
-			ids := redissonHolderIDs(h)
-			n, _, err := redissonPSemRelease(ctx, h.c.rc, h.name, how, "each", ids)
+		Unlock: func(ctx context.Context, h engine.Holder, _ string, _ bool) (engine.State, bool, error) {
+			ids := redissonHolderIDs(h.Owner)
+			n, _, err := redissonPSemRelease(ctx, h.RC, h.Name, how, "each", ids)
 			switch {
 			case err != nil:
-				return notHeld, err
+				return engine.NotHeld, true, err
 			case n < len(ids):
 				// What was still held was given back; the rest had gone.
-				return notHeld, nil
+				return engine.NotHeld, true, nil
 			}
-			return freed, nil
+			return engine.Freed, true, nil
 		},
 	}
 }
 
 // redissonHolderIDs are the permit ids a holder of permits holds.
-func redissonHolderIDs(h *holder) []string { return strings.Split(h.owner, ",") }
+func redissonHolderIDs(owner string) []string { return strings.Split(owner, ",") }
 
 // redissonPSemRelease runs the release script in mode ("all" or "each")
 // for ids: the permits given back, and the ids that were not held.
 func redissonPSemRelease(ctx context.Context, rc rueidis.Client, name, how, mode string, ids []string) (int, []string, error) {
-	res, err := redissonPSemReleaseScript.exec(ctx, rc, redissonPSemKeys(name), append([]string{how, mode}, ids...)).AsIntSlice()
+	res, err := redissonPSemReleaseScript.Exec(ctx, rc, redissonPSemKeys(name), append([]string{how, mode}, ids...)).AsIntSlice()
 	if err != nil {
 		return 0, nil, redisErr("release to Redisson permit expirable semaphore "+name, err)
 	}
@@ -355,15 +364,12 @@ func redissonPSemRelease(ctx context.Context, rc rueidis.Client, name, how, mode
 // (release(id)) or read their lease (getLeaseTime(id)). It returns nil
 // when l is not a Lease of this semaphore (its name, on its Client).
 // It does not tell whether l still holds them: see Lease.Err.
-func (s *RedissonPermitExpirableSemaphore) PermitIDs(l *Lease) []string {
-	if s == nil || l == nil || l.h == nil {
+func (s *PermitExpirableSemaphore) PermitIDs(l *redisync.Lease) []string {
+	info, ok := leaseInfo(l)
+	if s == nil || s.c == nil || !ok || info.Kind == nil || info.Kind.Primitive != redissonPSemPrimitive || info.C != any(s.c.parent) || info.Name != s.name {
 		return nil
 	}
-	h := l.h
-	if h.kind.primitive != redissonPSemPrimitive || h.c != s.c || h.name != s.name {
-		return nil
-	}
-	return redissonHolderIDs(h)
+	return redissonHolderIDs(info.Owner)
 }
 
 // redissonPermitIDs checks permit ids given by a caller: 32 hex digits
@@ -371,18 +377,18 @@ func (s *RedissonPermitExpirableSemaphore) PermitIDs(l *Lease) []string {
 // least one. It returns them in lowercase.
 func redissonPermitIDs(ids []string) ([]string, error) {
 	if len(ids) == 0 || len(ids) > redissonPermitsMax {
-		return nil, fmt.Errorf("%w: %d permit ids: from 1 to %d", ErrInvalidArgument, len(ids), redissonPermitsMax)
+		return nil, fmt.Errorf("%w: %d permit ids: from 1 to %d", redisync.ErrInvalidArgument, len(ids), redissonPermitsMax)
 	}
 	out := make([]string, len(ids))
 	seen := make(map[string]bool, len(ids))
 	for i, id := range ids {
 		b, err := hex.DecodeString(id)
 		if err != nil || len(b) != 16 {
-			return nil, fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidArgument, id)
+			return nil, fmt.Errorf("%w: permit id %q is not 32 hex digits", redisync.ErrInvalidArgument, id)
 		}
 		out[i] = hex.EncodeToString(b)
 		if seen[out[i]] {
-			return nil, fmt.Errorf("%w: permit id %s given twice", ErrInvalidArgument, out[i])
+			return nil, fmt.Errorf("%w: permit id %s given twice", redisync.ErrInvalidArgument, out[i])
 		}
 		seen[out[i]] = true
 	}
@@ -393,13 +399,13 @@ func redissonPermitIDs(ids []string) ([]string, error) {
 // Go Lease, whose holder then loses them, or Java), as Java's
 // release(List) does: only if every one of them is held (taken, not
 // released, its lease not over). Otherwise nothing is given back and
-// Release returns ErrNotHeld naming the ids that were not held. It wakes
+// Release returns redisync.ErrNotHeld naming the ids that were not held. It wakes
 // the waiters. An id must be 32 hex digits, and at least one must be
-// given, each once (ErrInvalidArgument). ErrWrongType when NAME or
+// given, each once (redisync.ErrInvalidArgument). redisync.ErrWrongType when NAME or
 // {NAME}:timeout holds something else; an error from Redis or the
 // connection, or ctx's end, is returned as it comes, and then the permits
 // may or may not have been given back.
-func (s *RedissonPermitExpirableSemaphore) Release(ctx context.Context, ids ...string) error {
+func (s *PermitExpirableSemaphore) Release(ctx context.Context, ids ...string) error {
 	ids, err := s.releaseArgs(ctx, ids)
 	if err != nil {
 		return err
@@ -413,7 +419,7 @@ func (s *RedissonPermitExpirableSemaphore) Release(ctx context.Context, ids ...s
 		return err
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: Redisson permit expirable semaphore %s: permits %s have been released, have expired or do not exist", ErrNotHeld, s.name, strings.Join(missing, ", "))
+		return fmt.Errorf("%w: Redisson permit expirable semaphore %s: permits %s have been released, have expired or do not exist", redisync.ErrNotHeld, s.name, strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -421,7 +427,7 @@ func (s *RedissonPermitExpirableSemaphore) Release(ctx context.Context, ids ...s
 // TryRelease gives back those of the permits of the given ids that are
 // held, as Java's tryRelease(id) does for each, and returns how many it
 // gave back. Ids not held are skipped. Errors as Release.
-func (s *RedissonPermitExpirableSemaphore) TryRelease(ctx context.Context, ids ...string) (int, error) {
+func (s *PermitExpirableSemaphore) TryRelease(ctx context.Context, ids ...string) (int, error) {
 	ids, err := s.releaseArgs(ctx, ids)
 	if err != nil {
 		return 0, err
@@ -434,7 +440,7 @@ func (s *RedissonPermitExpirableSemaphore) TryRelease(ctx context.Context, ids .
 	return n, err
 }
 
-func (s *RedissonPermitExpirableSemaphore) releaseArgs(ctx context.Context, ids []string) ([]string, error) {
+func (s *PermitExpirableSemaphore) releaseArgs(ctx context.Context, ids []string) ([]string, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
@@ -442,7 +448,7 @@ func (s *RedissonPermitExpirableSemaphore) releaseArgs(ctx context.Context, ids 
 }
 
 // count runs the count script in mode.
-func (s *RedissonPermitExpirableSemaphore) count(ctx context.Context, mode string) (int64, error) {
+func (s *PermitExpirableSemaphore) count(ctx context.Context, mode string) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
@@ -450,7 +456,7 @@ func (s *RedissonPermitExpirableSemaphore) count(ctx context.Context, mode strin
 	if err != nil {
 		return 0, err
 	}
-	v, err := redissonPSemCountScript.exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode}).AsInt64()
+	v, err := redissonPSemCountScript.Exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode}).AsInt64()
 	if err != nil {
 		return 0, redisErr("count Redisson permit expirable semaphore "+s.name, err)
 	}
@@ -460,28 +466,28 @@ func (s *RedissonPermitExpirableSemaphore) count(ctx context.Context, mode strin
 // AvailablePermits returns the permits available (0 when the semaphore
 // does not exist), as Java's availablePermits: it first reclaims the
 // permits whose lease is over, and wakes the waiters if it did.
-// ErrWrongType when NAME or {NAME}:timeout holds something else; an error
+// redisync.ErrWrongType when NAME or {NAME}:timeout holds something else; an error
 // from Redis or the connection, or ctx's end, is returned as it comes.
-func (s *RedissonPermitExpirableSemaphore) AvailablePermits(ctx context.Context) (int64, error) {
+func (s *PermitExpirableSemaphore) AvailablePermits(ctx context.Context) (int64, error) {
 	return s.count(ctx, "available")
 }
 
 // AcquiredPermits returns the permits taken and not yet given back, as
 // Java's acquiredPermits; expired ones are reclaimed first. Errors as
 // AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) AcquiredPermits(ctx context.Context) (int64, error) {
+func (s *PermitExpirableSemaphore) AcquiredPermits(ctx context.Context) (int64, error) {
 	return s.count(ctx, "acquired")
 }
 
 // Permits returns the permits available and acquired together (0 when the
 // semaphore has no value), as Java's getPermits; expired ones are
 // reclaimed first. Errors as AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) Permits(ctx context.Context) (int64, error) {
+func (s *PermitExpirableSemaphore) Permits(ctx context.Context) (int64, error) {
 	return s.count(ctx, "permits")
 }
 
 // set runs the set script in mode with n.
-func (s *RedissonPermitExpirableSemaphore) set(ctx context.Context, mode string, n int64) (int64, error) {
+func (s *PermitExpirableSemaphore) set(ctx context.Context, mode string, n int64) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
@@ -489,7 +495,7 @@ func (s *RedissonPermitExpirableSemaphore) set(ctx context.Context, mode string,
 	if err != nil {
 		return 0, err
 	}
-	v, err := redissonPSemSetScript.exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode, strconv.FormatInt(n, 10)}).AsInt64()
+	v, err := redissonPSemSetScript.Exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode, strconv.FormatInt(n, 10)}).AsInt64()
 	if err != nil {
 		return 0, redisErr("set Redisson permit expirable semaphore "+s.name, err)
 	}
@@ -499,10 +505,10 @@ func (s *RedissonPermitExpirableSemaphore) set(ctx context.Context, mode string,
 // TrySetPermits sets the permits available when the semaphore has no
 // value yet (NAME does not exist), as Java's trySetPermits, wakes its
 // waiters, and reports whether it set them. n must not be negative
-// (ErrInvalidArgument). Errors as AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) TrySetPermits(ctx context.Context, n int64) (bool, error) {
+// (redisync.ErrInvalidArgument). Errors as AvailablePermits.
+func (s *PermitExpirableSemaphore) TrySetPermits(ctx context.Context, n int64) (bool, error) {
 	if n < 0 {
-		return false, fmt.Errorf("%w: %d permits", ErrInvalidArgument, n)
+		return false, fmt.Errorf("%w: %d permits", redisync.ErrInvalidArgument, n)
 	}
 	v, err := s.set(ctx, "try", n)
 	return v == 1, err
@@ -512,10 +518,10 @@ func (s *RedissonPermitExpirableSemaphore) TrySetPermits(ctx context.Context, n 
 // Java's setPermits does: it adds the difference to the permits
 // available, which can leave fewer than none available while more are
 // acquired. It wakes the waiters and returns the permits available after.
-// n must not be negative (ErrInvalidArgument). Errors as AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) SetPermits(ctx context.Context, n int64) (int64, error) {
+// n must not be negative (redisync.ErrInvalidArgument). Errors as AvailablePermits.
+func (s *PermitExpirableSemaphore) SetPermits(ctx context.Context, n int64) (int64, error) {
 	if n < 0 {
-		return 0, fmt.Errorf("%w: %d permits", ErrInvalidArgument, n)
+		return 0, fmt.Errorf("%w: %d permits", redisync.ErrInvalidArgument, n)
 	}
 	return s.set(ctx, "set", n)
 }
@@ -524,12 +530,12 @@ func (s *RedissonPermitExpirableSemaphore) SetPermits(ctx context.Context, n int
 // negative, which can leave fewer than none), as Java's addPermits, wakes
 // the waiters, and returns the permits available after. A semaphore that
 // has no value starts from 0. Errors as AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) AddPermits(ctx context.Context, n int64) (int64, error) {
+func (s *PermitExpirableSemaphore) AddPermits(ctx context.Context, n int64) (int64, error) {
 	return s.set(ctx, "add", n)
 }
 
 // lease runs the lease script for one id.
-func (s *RedissonPermitExpirableSemaphore) lease(ctx context.Context, mode, id string, d time.Duration) (int64, error) {
+func (s *PermitExpirableSemaphore) lease(ctx context.Context, mode, id string, d time.Duration) (int64, error) {
 	ids, err := s.releaseArgs(ctx, []string{id})
 	if err != nil {
 		return 0, err
@@ -539,10 +545,10 @@ func (s *RedissonPermitExpirableSemaphore) lease(ctx context.Context, mode, id s
 		return 0, err
 	}
 	ms := strconv.FormatInt(d.Milliseconds(), 10)
-	if d == RedissonNoLease {
+	if d == NoLease {
 		ms = "-1"
 	}
-	v, err := redissonPSemLeaseScript.exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode, ids[0], ms}).AsInt64()
+	v, err := redissonPSemLeaseScript.Exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode, ids[0], ms}).AsInt64()
 	if err != nil {
 		return 0, redisErr("lease of Redisson permit expirable semaphore "+s.name, err)
 	}
@@ -550,41 +556,41 @@ func (s *RedissonPermitExpirableSemaphore) lease(ctx context.Context, mode, id s
 }
 
 // UpdateLeaseTime sets the lease of the permit id to d from now
-// (RedissonNoLease: the permit never expires), as Java's updateLeaseTime,
+// (NoLease: the permit never expires), as Java's updateLeaseTime,
 // and reports whether the permit was held. The watchdog of a Go Lease
 // holding the permit sets it back to the watchdog lease at its next pass:
 // for a Lease's own permits, use Lease.Extend on a fixed lease. d must be
-// RedissonNoLease or at least a millisecond, id 32 hex digits
-// (ErrInvalidArgument). Errors as AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) UpdateLeaseTime(ctx context.Context, id string, d time.Duration) (bool, error) {
-	if d != RedissonNoLease && d < time.Millisecond {
-		return false, fmt.Errorf("%w: lease %v: RedissonNoLease or at least a millisecond", ErrInvalidArgument, d)
+// NoLease or at least a millisecond, id 32 hex digits
+// (redisync.ErrInvalidArgument). Errors as AvailablePermits.
+func (s *PermitExpirableSemaphore) UpdateLeaseTime(ctx context.Context, id string, d time.Duration) (bool, error) {
+	if d != NoLease && d < time.Millisecond {
+		return false, fmt.Errorf("%w: lease %v: NoLease or at least a millisecond", redisync.ErrInvalidArgument, d)
 	}
 	v, err := s.lease(ctx, "update", id, d)
 	return v == 1, err
 }
 
 // LeaseTime returns what is left of the lease of the permit id, as Java's
-// getLeaseTime: RedissonNoLease for a permit that never expires, and
-// ErrNotHeld for one that is not held (released, expired, never taken).
-// id must be 32 hex digits (ErrInvalidArgument). Errors as
+// getLeaseTime: NoLease for a permit that never expires, and
+// redisync.ErrNotHeld for one that is not held (released, expired, never taken).
+// id must be 32 hex digits (redisync.ErrInvalidArgument). Errors as
 // AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
+func (s *PermitExpirableSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
 	v, err := s.lease(ctx, "get", id, 0)
 	switch {
 	case err != nil:
 		return 0, err
 	case v == -2:
-		return 0, fmt.Errorf("%w: Redisson permit expirable semaphore %s: permit %s has been released, has expired or does not exist", ErrNotHeld, s.name, id)
+		return 0, fmt.Errorf("%w: Redisson permit expirable semaphore %s: permit %s has been released, has expired or does not exist", redisync.ErrNotHeld, s.name, id)
 	case v == -1:
-		return RedissonNoLease, nil
+		return NoLease, nil
 	}
 	return time.Duration(v) * time.Millisecond, nil
 }
 
-// RedissonPermitExpirableSemaphoreState is a snapshot of a semaphore in
+// PermitExpirableSemaphoreState is a snapshot of a semaphore in
 // Redisson's RPermitExpirableSemaphore layout.
-type RedissonPermitExpirableSemaphoreState struct {
+type PermitExpirableSemaphoreState struct {
 	// Exists tells whether NAME exists (the permits were set).
 	Exists bool
 	// Available is the permits available, not counting expired permits
@@ -595,15 +601,15 @@ type RedissonPermitExpirableSemaphoreState struct {
 	TTL time.Duration
 	// Permits are the permits acquired, the nearest expiry first,
 	// expired ones included until they are reclaimed.
-	Permits []RedissonPermit
+	Permits []Permit
 }
 
-// RedissonPermit is one acquired permit of a Redisson permit expirable
+// Permit is one acquired permit of a Redisson permit expirable
 // semaphore.
-type RedissonPermit struct {
+type Permit struct {
 	// ID is the permit's id as Java shows it: 32 lowercase hex digits.
 	ID string
-	// Lease is what is left of its lease: RedissonNoLease for a permit
+	// Lease is what is left of its lease: NoLease for a permit
 	// that never expires; 0 or less once it has expired.
 	Lease time.Duration
 	// Expired tells that its lease is over: it is no longer held, and the
@@ -613,25 +619,25 @@ type RedissonPermit struct {
 
 // Inspect reads the semaphore's state in one round trip, changing nothing:
 // expired permits are listed, not reclaimed. Errors as AvailablePermits.
-func (s *RedissonPermitExpirableSemaphore) Inspect(ctx context.Context) (RedissonPermitExpirableSemaphoreState, error) {
+func (s *PermitExpirableSemaphore) Inspect(ctx context.Context) (PermitExpirableSemaphoreState, error) {
 	if err := s.check(ctx); err != nil {
-		return RedissonPermitExpirableSemaphoreState{}, err
+		return PermitExpirableSemaphoreState{}, err
 	}
-	return InspectRedissonPermitExpirableSemaphore(ctx, s.c.rc, s.name)
+	return InspectPermitExpirableSemaphore(ctx, s.c.rc, s.name)
 }
 
-// InspectRedissonPermitExpirableSemaphore reads the state of the Redisson
+// InspectPermitExpirableSemaphore reads the state of the Redisson
 // permit expirable semaphore of the given name through rc, changing
 // nothing: what `redisync inspect` shows. A name whose keys hold something
 // else (NAME anything but a string holding an integer, {NAME}:timeout
-// anything but a zset of 16-byte members) is ErrWrongType; a name with no
+// anything but a zset of 16-byte members) is redisync.ErrWrongType; a name with no
 // semaphore is a state with Exists false and no permits.
-func InspectRedissonPermitExpirableSemaphore(ctx context.Context, rc rueidis.Client, name string) (RedissonPermitExpirableSemaphoreState, error) {
-	var st RedissonPermitExpirableSemaphoreState
+func InspectPermitExpirableSemaphore(ctx context.Context, rc rueidis.Client, name string) (PermitExpirableSemaphoreState, error) {
+	var st PermitExpirableSemaphoreState
 	if rc == nil || ctx == nil || name == "" {
-		return st, fmt.Errorf("%w: nil client or context, or empty name", ErrInvalidArgument)
+		return st, fmt.Errorf("%w: nil client or context, or empty name", redisync.ErrInvalidArgument)
 	}
-	res, err := redissonPSemInspectScript.exec(ctx, rc, redissonPSemKeys(name)[:2], nil).ToArray()
+	res, err := redissonPSemInspectScript.Exec(ctx, rc, redissonPSemKeys(name)[:2], nil).ToArray()
 	if err != nil {
 		return st, redisErr("inspect Redisson permit expirable semaphore "+name, err)
 	}
@@ -648,9 +654,9 @@ func InspectRedissonPermitExpirableSemaphore(ctx context.Context, rc rueidis.Cli
 		member, _ := res[i].ToString()
 		score, _ := res[i+1].AsFloat64()
 		if len(member) != 16 {
-			return RedissonPermitExpirableSemaphoreState{}, fmt.Errorf("%w: %s holds a member of %d bytes, not a Redisson permit id", ErrWrongType, redissonSuffixName(name, "timeout"), len(member))
+			return PermitExpirableSemaphoreState{}, fmt.Errorf("%w: %s holds a member of %d bytes, not a Redisson permit id", redisync.ErrWrongType, redissonSuffixName(name, "timeout"), len(member))
 		}
-		p := RedissonPermit{ID: hex.EncodeToString([]byte(member)), Lease: RedissonNoLease}
+		p := Permit{ID: hex.EncodeToString([]byte(member)), Lease: NoLease}
 		if score < redissonNoLeaseScore {
 			left := int64(score) - now
 			p.Lease, p.Expired = time.Duration(left)*time.Millisecond, left <= 0

@@ -1,10 +1,13 @@
-package redisync
+package redisson
 
 import (
 	"context"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/engine"
 
 	"github.com/redis/rueidis"
 )
@@ -16,13 +19,13 @@ import (
 //	zset redisson_lock_timeout:{NAME}: waiter id -> when it counts as gone,
 //	     in ms of the clients' wall clocks
 //	channel redisson_lock__channel:{NAME}:UUID:THREADID, one per waiter,
-//	     message "0" to the queue's head when the lock is freed
+//	     message "0" to the queue's head when the lock is engine.Freed
 
 // defaultRedissonFairWait is Redisson's fairLockWaitTimeout: how long a
 // queued waiter may stay away before the others pass it.
 const defaultRedissonFairWait = 5 * time.Minute
 
-// WithRedissonFairWait sets how long a fair lock waiter of this handle
+// WithFairWait sets how long a fair lock waiter of this handle
 // counts as waiting after the waiter ahead of it (Redisson's
 // fairLockWaitTimeout, 5 minutes by default; a tryLock's wait time in
 // Java): a waiter that has not taken the lock by then is passed over, and
@@ -30,32 +33,32 @@ const defaultRedissonFairWait = 5 * time.Minute
 // whose ctx has a deadline uses the time left to it instead, as Java's
 // tryLock(waitTime) does. Other Redisson handles ignore it. d must be at
 // least a millisecond.
-func WithRedissonFairWait(d time.Duration) RedissonOption {
-	return func(c *redissonConfig) {
+func WithFairWait(d time.Duration) Option {
+	return func(c *config) {
 		c.fairWait = d
 		if d < time.Millisecond {
-			c.bad = fmt.Errorf("%w: Redisson fair wait %v is under a millisecond", ErrInvalidArgument, d)
+			c.bad = fmt.Errorf("%w: Redisson fair wait %v is under a millisecond", redisync.ErrInvalidArgument, d)
 		}
 	}
 }
 
 // The scripts of Redisson's fair lock.
 var (
-	redissonFairLockScript    = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_lock")
-	redissonFairUnlockScript  = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_unlock")
-	redissonFairReleaseScript = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_release")
-	redissonFairForceScript   = newScript("redisson_prelude", "redisson_fair_prelude", "redisson_fair_force")
+	redissonFairLockScript    = newScript("prelude", "fair_prelude", "fair_lock")
+	redissonFairUnlockScript  = newScript("prelude", "fair_prelude", "fair_unlock")
+	redissonFairReleaseScript = newScript("prelude", "fair_prelude", "fair_release")
+	redissonFairForceScript   = newScript("prelude", "fair_prelude", "fair_force")
 )
 
-// RedissonFairLock is a lock in the layout of Redisson's RFairLock
+// FairLock is a lock in the layout of Redisson's RFairLock
 // (redisson.getFairLock(NAME) in Java): first come, first served among
 // Java and Go waiters alike. It is a cheap handle: make one per use or
 // share one, from many goroutines.
 //
-// Holders are as with RedissonLock: field UUID:THREADID, re-entry through
+// Holders are as with Lock: field UUID:THREADID, re-entry through
 // a Lease's Context, the Client's watchdog and loss detection, the unlock
 // latch. A waiter joins Redisson's queue with a timeout after the waiter
-// ahead of it (WithRedissonFairWait), and is told on its own channel when
+// ahead of it (WithFairWait), and is told on its own channel when
 // its turn comes; a Lock that gives up (ctx ended, Client closed, an
 // error) leaves the queue, bringing the timeouts of those behind it
 // forward, as Java's acquireFailed does. A waiter that went away without
@@ -65,62 +68,62 @@ var (
 // What it cannot keep of FairMutex: the timeouts are wall-clock times of
 // the clients that wrote them (Redisson's choice), so clock skew between
 // hosts moves them; there is no fencing token; a forced unlock is
-// reported as ErrExpired.
-type RedissonFairLock struct {
+// reported as redisync.ErrExpired.
+type FairLock struct {
 	c    *Client
 	name string
-	keys lockKeys
-	cfg  redissonConfig
+	keys engine.Keys
+	cfg  config
 	err  error
 }
 
-// RedissonFairLock returns the Redisson RFairLock of the given name. An
+// FairLock returns the Redisson RFairLock of the given name. An
 // invalid name or option is reported by every method, as
-// ErrInvalidArgument.
-func (c *Client) RedissonFairLock(name string, opts ...RedissonOption) *RedissonFairLock {
-	l := &RedissonFairLock{c: c, name: name, keys: redissonLockKeys(name)}
-	l.cfg, l.err = newRedissonConfig(c, name, opts)
+// redisync.ErrInvalidArgument.
+func (c *Client) FairLock(name string, opts ...Option) *FairLock {
+	l := &FairLock{c: c, name: name, keys: redissonLockKeys(name)}
+	l.cfg, l.err = newConfig(c, name, opts)
 	return l
 }
 
 // Name returns the lock's name.
-func (l *RedissonFairLock) Name() string {
+func (l *FairLock) Name() string {
 	if l == nil {
 		return ""
 	}
 	return l.name
 }
 
-func (l *RedissonFairLock) check(ctx context.Context) error {
+func (l *FairLock) check(ctx context.Context) error {
 	if l == nil {
-		return fmt.Errorf("%w: nil RedissonFairLock", ErrInvalidArgument)
+		return fmt.Errorf("%w: nil FairLock", redisync.ErrInvalidArgument)
 	}
-	return checkHandle("RedissonFairLock", l.c, l.err, ctx)
+	return checkHandle("FairLock", l.c, l.err, ctx)
 }
 
-func (l *RedissonFairLock) spans() []*Client { return []*Client{l.c} }
+func (l *FairLock) client() *Client { return l.c }
 
 // Lock acquires the lock in its turn, waiting as long as ctx allows: in
 // Redisson's queue, for the message on its own channel, and looking again
 // when the Client's presence pass (a second apart by default) finds the
 // lock free or taken by another holder, whatever messages were lost.
 //
-// It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
+// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
 // is closed; either way it leaves the queue. Connection errors do not end
 // the wait: Lock retries them with backoff until ctx ends. Errors Redis
-// replies with are returned at once: ErrWrongType when the name, its queue
+// replies with are returned at once: redisync.ErrWrongType when the name, its queue
 // or its timeouts hold something else than a Redisson fair lock writes
 // (a string, a read-write lock). Whenever Lock returns an error nothing is
 // held.
-func (l *RedissonFairLock) Lock(ctx context.Context) (*Lease, error) {
+func (l *FairLock) Lock(ctx context.Context) (*redisync.Lease, error) {
 	return lockHandle(ctx, l, false)
 }
 
 // TryLock makes a single attempt, without queueing: it takes the lock
 // only when it is free and nobody waits for it (Java's tryLock()). It
-// returns ErrLocked otherwise, ErrWrongType as Lock does, and any error
+// returns redisync.ErrLocked otherwise, redisync.ErrWrongType as Lock does, and any error
 // from Redis or the connection at once.
-func (l *RedissonFairLock) TryLock(ctx context.Context) (*Lease, error) {
+func (l *FairLock) TryLock(ctx context.Context) (*redisync.Lease, error) {
 	return lockHandle(ctx, l, true)
 }
 
@@ -128,24 +131,24 @@ func (l *RedissonFairLock) TryLock(ctx context.Context) (*Lease, error) {
 // the returned channel, then closes it, as Mutex.Acquire does: the Lease
 // reports failure through Err, so check Err first; cancel ctx to give up,
 // and a Lease not yet received when ctx ends is released.
-func (l *RedissonFairLock) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, l) }
+func (l *FairLock) Acquire(ctx context.Context) <-chan *redisync.Lease { return acquireHandle(ctx, l) }
 
 func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 
-func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error) {
+func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	c := l.c
 	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
 	if err != nil {
 		return nil, err
 	}
 	kind := redissonFairKinds[how]
-	parent := leaseFrom(ctx, c, l.keys)
+	parent, pinfo := c.parentOf(ctx, l.keys.Lock)
 	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
 	if watchdog {
-		lease = c.cfg.watchdogLease
+		lease = c.watchdogLease
 	}
 	if parent != nil {
-		owner, lease, watchdog = parent.h.owner, parent.h.lease, parent.h.watchdog
+		owner, lease, watchdog = pinfo.Owner, pinfo.Lease, pinfo.Watchdog
 	}
 	wait := l.cfg.fairWait
 	if dl, ok := ctx.Deadline(); ok {
@@ -162,7 +165,7 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 	case try:
 		queue = "0"
 	}
-	keys := []string{l.keys.lock, l.keys.queue, l.keys.waiters}
+	keys := []string{l.keys.Lock, l.keys.Queue, l.keys.Waiters}
 	leaseMs := strconv.FormatInt(lease.Milliseconds(), 10)
 	queued := false
 	undo := func(ctx context.Context) {
@@ -174,13 +177,13 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 		}
 		l.leave(ctx, owner, how, waitMs)
 	}
-	w := redissonWait{
-		c: c, channel: l.keys.channel + ":" + owner, classic: classic, sharded: sharded,
-		probe: redissonHolderProbe(l.name), primitive: kind.primitive, name: l.name,
-		busy: errorf("%w: Redisson fair lock %s", ErrLocked, l.name),
-		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
+	w := engine.Wait{
+		Channel: l.keys.Channel + ":" + owner, Classic: classic, Sharded: sharded,
+		Probe: redissonHolderProbe(l.name), Primitive: kind.Primitive, Name: l.name,
+		Busy: fmt.Errorf("%w: Redisson fair lock %s", redisync.ErrLocked, l.name),
+		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.redissonAttempt(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
+			res, done, err := c.run(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
 			defer done()
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson fair lock "+l.name, err)
@@ -188,25 +191,22 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 			if len(res) < 2 {
 				return nil, 0, fmt.Errorf("redisync: acquire Redisson fair lock: unexpected reply of %d elements", len(res))
 			}
-			if err := redissonRefused(parent, res); err != nil {
-				return nil, 0, err
-			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				queued = !try
 				ttl, _ := res[1].AsInt64()
 				return nil, time.Duration(ttl) * time.Millisecond, nil
 			}
 			queued = false
-			gl, err := c.grant(ctx, grant{kind: kind, name: l.name, keys: l.keys, key: l.keys.lock, parent: parent, owner: owner, hold: redissonHold(l.cfg.latch), lease: lease, watchdog: watchdog, sent: sent})
+			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.
 				l.releaseHold(owner, how, lease)
 			}
 			return gl, 0, err
 		},
-		undo: undo,
+		Undo: undo,
 	}
-	gl, err := w.run(ctx, try)
+	gl, err := c.wait(ctx, w, try)
 	if err != nil && queued {
 		// Given up: leave the queue, as Java's acquireFailed does.
 		c.cleanup(ctx, func(ctx context.Context) { l.leave(ctx, owner, how, waitMs) })
@@ -215,77 +215,77 @@ func (l *RedissonFairLock) acquire(ctx context.Context, try bool) (*Lease, error
 }
 
 // leave takes owner off the queue and releases what it may hold.
-func (l *RedissonFairLock) leave(ctx context.Context, owner, how, waitMs string) {
-	err := redissonFairReleaseScript.exec(ctx, l.c.rc, []string{l.keys.lock, l.keys.queue, l.keys.waiters, l.keys.channel},
+func (l *FairLock) leave(ctx context.Context, owner, how, waitMs string) {
+	err := redissonFairReleaseScript.Exec(ctx, l.c.rc, []string{l.keys.Lock, l.keys.Queue, l.keys.Waiters, l.keys.Channel},
 		[]string{owner, how, nowMs(), waitMs}).Error()
 	if err != nil {
-		l.c.log.Warn("redisync: could not leave the queue of a Redisson fair lock; the waiters behind wait for its timeout", "key", l.keys.lock, "err", err)
+		l.c.log.Warn("redisync: could not leave the queue of a Redisson fair lock; the waiters behind wait for its timeout", "key", l.keys.Lock, "err", err)
 	}
 }
 
 // releaseHold gives back one hold taken for a lease that could not be made.
-func (l *RedissonFairLock) releaseHold(owner, how string, lease time.Duration) {
-	ctx, cancel := detached(context.Background())
+func (l *FairLock) releaseHold(owner, how string, lease time.Duration) {
+	ctx, cancel := l.c.detached(context.Background())
 	defer cancel()
-	redissonFairUnlockScript.exec(ctx, l.c.rc, redissonFairUnlockKeys(l.name, l.keys, redissonRequestID()),
+	redissonFairUnlockScript.Exec(ctx, l.c.rc, redissonFairUnlockKeys(l.name, l.keys, redissonRequestID()),
 		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, "1", how, "0", nowMs()})
 }
 
-func redissonFairUnlockKeys(name string, keys lockKeys, request string) []string {
-	return []string{keys.lock, keys.queue, keys.waiters, keys.channel, redissonLatchKey(name, request)}
+func redissonFairUnlockKeys(name string, keys engine.Keys, request string) []string {
+	return []string{keys.Lock, keys.Queue, keys.Waiters, keys.Channel, redissonLatchKey(name, request)}
 }
 
 // redissonFairKinds are the lease kinds of RFairLock holders, by
 // publishing mode.
-var redissonFairKinds = map[string]*leaseKind{
+var redissonFairKinds = map[string]*engine.Kind{
 	"c": newRedissonFairKind("c"),
 	"s": newRedissonFairKind("s"),
 	"b": newRedissonFairKind("b"),
 }
 
-func newRedissonFairKind(how string) *leaseKind {
-	return &leaseKind{
-		primitive:  "redisson_fair_lock",
-		tracked:    true,
-		ownerField: true,
-		renew:      redissonRenewScript,
-		release:    redissonFairReleaseScript,
-		releaseAll: func(h *holder) rueidis.LuaExec {
-			return rueidis.LuaExec{Keys: []string{h.key, h.keys.queue, h.keys.waiters, h.keys.channel}, Args: []string{h.owner, how, nowMs(), ""}}
+func newRedissonFairKind(how string) *engine.Kind {
+	return &engine.Kind{
+		Primitive: "redisson_fair_lock",
+		Tracked:   true,
+		Counted:   true,
+		Renew:     redissonRenewScript,
+		Release:   redissonFairReleaseScript,
+		ReleaseAll: func(h engine.Holder) rueidis.LuaExec {
+			return rueidis.LuaExec{Keys: []string{h.Key, h.Keys.Queue, h.Keys.Waiters, h.Keys.Channel}, Args: []string{h.Owner, how, nowMs(), ""}}
 		},
-		unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
-			return redissonFairUnlock(ctx, h, hold, how)
+		Unlock: func(ctx context.Context, h engine.Holder, hold string, all bool) (engine.State, bool, error) {
+			return redissonFairUnlock(ctx, h, hold, all, how)
 		},
 	}
 }
 
 // redissonFairUnlock is redissonUnlock for a fair lock: a lock freed is
 // told to the queue's head.
-func redissonFairUnlock(ctx context.Context, h *holder, hold, how string) (releaseState, error) {
-	return redissonRelease(ctx, h, hold, redissonFairUnlockScript, "unlock Redisson fair lock", func(req string) ([]string, string) {
-		keys := redissonFairUnlockKeys(h.name, h.keys, req)
+func redissonFairUnlock(ctx context.Context, h engine.Holder, hold string, all bool, how string) (engine.State, bool, error) {
+	return redissonRelease(ctx, h, hold, all, redissonFairUnlockScript, "unlock Redisson fair lock", func(req string) ([]string, string) {
+		keys := redissonFairUnlockKeys(h.Name, h.Keys, req)
 		return keys, keys[4]
 	}, how, nowMs())
 }
 
 // Inspect reads the lock's state: holders, TTL, and the length of its
-// queue (Waiters). A key of another layout is ErrWrongType; an error from
+// queue (Waiters). A key of another layout is redisync.ErrWrongType; an error from
 // Redis or the connection, or ctx's end, is returned as it comes. It
 // changes nothing.
-func (l *RedissonFairLock) Inspect(ctx context.Context) (RedissonLockState, error) {
+func (l *FairLock) Inspect(ctx context.Context) (LockState, error) {
 	if err := l.check(ctx); err != nil {
-		return RedissonLockState{}, err
+		return LockState{}, err
 	}
-	return InspectRedissonLock(ctx, l.c.rc, l.name)
+	return InspectLock(ctx, l.c.rc, l.name)
 }
 
 // ForceUnlock deletes the lock whoever holds it and tells the queue's
 // head, as Java's forceUnlock of a fair lock. It reports whether the lock
-// was held. A Go holder's Lease reports ErrExpired (about one round trip
+// was held. A Go holder's Lease reports redisync.ErrExpired (about one round trip
 // later with DetectOnChange, at its next renewal otherwise). A key of
-// another layout is left alone: ErrWrongType. For operators: a holder that
+// another layout is left alone: redisync.ErrWrongType. For operators: a holder that
 // is alive loses mutual exclusion.
-func (l *RedissonFairLock) ForceUnlock(ctx context.Context) (bool, error) {
+func (l *FairLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
@@ -294,5 +294,5 @@ func (l *RedissonFairLock) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return l.c.runFound(ctx, redissonFairForceScript, "force unlock Redisson fair lock "+l.name,
-		[]string{l.keys.lock, l.keys.queue, l.keys.waiters, l.keys.channel}, []string{how, nowMs()})
+		[]string{l.keys.Lock, l.keys.Queue, l.keys.Waiters, l.keys.Channel}, []string{how, nowMs()})
 }

@@ -1,4 +1,4 @@
-package redisync
+package redisson
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/engine"
 
 	"github.com/redis/rueidis"
 )
@@ -25,18 +28,18 @@ import (
 
 // The scripts of Redisson's read-write lock.
 var (
-	redissonRWReadScript    = newScript("redisson_prelude", "redisson_rw_prelude", "redisson_rw_read")
-	redissonRWWriteScript   = newScript("redisson_prelude", "redisson_rw_prelude", "redisson_rw_write")
-	redissonRWUnlockScript  = newScript("redisson_prelude", "redisson_rw_prelude", "redisson_rw_unlock")
-	redissonRWReleaseScript = newScript("redisson_prelude", "redisson_rw_prelude", "redisson_rw_release")
-	redissonRWRenewScript   = newScript("redisson_prelude", "redisson_rw_prelude", "redisson_rw_renew")
-	redissonRWForceScript   = newScript("redisson_prelude", "redisson_rw_prelude", "redisson_rw_force")
+	redissonRWReadScript    = newScript("prelude", "rw_prelude", "rw_read")
+	redissonRWWriteScript   = newScript("prelude", "rw_prelude", "rw_write")
+	redissonRWUnlockScript  = newScript("prelude", "rw_prelude", "rw_unlock")
+	redissonRWReleaseScript = newScript("prelude", "rw_prelude", "rw_release")
+	redissonRWRenewScript   = newScript("prelude", "rw_prelude", "rw_renew")
+	redissonRWForceScript   = newScript("prelude", "rw_prelude", "rw_force")
 )
 
 // redissonWriteSuffix ends the field of a Redisson writer.
 const redissonWriteSuffix = ":write"
 
-// RedissonReadWriteLock is a lock in the layout of Redisson's
+// ReadWriteLock is a lock in the layout of Redisson's
 // RReadWriteLock (redisson.getReadWriteLock(NAME) in Java, its readLock()
 // and writeLock()): many readers or one writer, Java and Go alike. It is a
 // cheap handle: make one per use or share one, from many goroutines.
@@ -59,7 +62,7 @@ const redissonWriteSuffix = ":write"
 //     then Unlock its write lease and keep reading, and the lock turns to
 //     mode read with no writer in between.
 //   - Lock with a context that carries a read lease and no write lease
-//     returns ErrUpgrade at once: Redisson waits there for ever, as the
+//     returns redisync.ErrUpgrade at once: Redisson waits there for ever, as the
 //     reader waits for itself.
 //
 // Re-entries and a writer's read keep the lease duration and mode of the
@@ -68,46 +71,46 @@ const redissonWriteSuffix = ":write"
 // Compared with RWMutex, which keeps its own layout: Redisson's lock is
 // not fair and a stream of readers can keep a writer out for ever
 // (readers are let in while the lock is in mode read, whoever waits);
-// there is no fencing token; a forced unlock is reported as ErrExpired; a
+// there is no fencing token; a forced unlock is reported as redisync.ErrExpired; a
 // reader that crashed holds the lock until its hold keys expire, a lease
 // after its last renewal. A message lost costs the waiters of this Client
 // up to their Client's next presence pass (a second apart by default), and
 // Java waiters up to the holder's remaining lease.
-type RedissonReadWriteLock struct {
+type ReadWriteLock struct {
 	c    *Client
 	name string
-	keys lockKeys
-	cfg  redissonConfig
+	keys engine.Keys
+	cfg  config
 	err  error
 }
 
-// RedissonReadWriteLock returns the Redisson RReadWriteLock of the given
+// ReadWriteLock returns the Redisson RReadWriteLock of the given
 // name: the hash NAME, as Java's redisson.getReadWriteLock(NAME). An
 // invalid name or option is reported by every method, as
-// ErrInvalidArgument.
-func (c *Client) RedissonReadWriteLock(name string, opts ...RedissonOption) *RedissonReadWriteLock {
-	l := &RedissonReadWriteLock{c: c, name: name, keys: lockKeys{
-		lock:    name,
-		channel: redissonPrefixName("redisson_rwlock", name),
-		queue:   redissonPrefixName("redisson_lock_queue", name),
+// redisync.ErrInvalidArgument.
+func (c *Client) ReadWriteLock(name string, opts ...Option) *ReadWriteLock {
+	l := &ReadWriteLock{c: c, name: name, keys: engine.Keys{
+		Lock:    name,
+		Channel: redissonPrefixName("redisson_rwlock", name),
+		Queue:   redissonPrefixName("redisson_lock_queue", name),
 	}}
-	l.cfg, l.err = newRedissonConfig(c, name, opts)
+	l.cfg, l.err = newConfig(c, name, opts)
 	return l
 }
 
 // Name returns the lock's name.
-func (l *RedissonReadWriteLock) Name() string {
+func (l *ReadWriteLock) Name() string {
 	if l == nil {
 		return ""
 	}
 	return l.name
 }
 
-func (l *RedissonReadWriteLock) check(ctx context.Context) error {
+func (l *ReadWriteLock) check(ctx context.Context) error {
 	if l == nil {
-		return fmt.Errorf("%w: nil RedissonReadWriteLock", ErrInvalidArgument)
+		return fmt.Errorf("%w: nil ReadWriteLock", redisync.ErrInvalidArgument)
 	}
-	return checkHandle("RedissonReadWriteLock", l.c, l.err, ctx)
+	return checkHandle("ReadWriteLock", l.c, l.err, ctx)
 }
 
 // RLock takes a read hold, waiting as long as ctx allows while a writer
@@ -117,66 +120,66 @@ func (l *RedissonReadWriteLock) check(ctx context.Context) error {
 // apart by default) finds the lock's mode changed, whatever messages were
 // lost.
 //
-// It returns ctx.Err() when ctx ends first, and ErrClosed when the Client
+// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: RLock retries them
 // with backoff until ctx ends, then returns ctx's error wrapping the last
-// of them. Errors Redis replies with are returned at once: ErrWrongType
+// of them. Errors Redis replies with are returned at once: redisync.ErrWrongType
 // when the name holds something else than a Redisson read-write lock (a
 // string, an RLock's hash, a fair lock with queued waiters). A re-entry
-// whose outer lease no longer holds fails with ErrNotHeld. Whenever RLock
+// whose outer lease no longer holds fails with redisync.ErrNotHeld. Whenever RLock
 // returns an error nothing is held.
-func (l *RedissonReadWriteLock) RLock(ctx context.Context) (*Lease, error) {
+func (l *ReadWriteLock) RLock(ctx context.Context) (*redisync.Lease, error) {
 	return lockHandle(ctx, redissonRWSide{l, false}, false)
 }
 
-// TryRLock makes a single read attempt. It returns ErrLocked when a writer
-// holds the lock, ErrWrongType and ErrNotHeld as RLock does, and any error
+// TryRLock makes a single read attempt. It returns redisync.ErrLocked when a writer
+// holds the lock, redisync.ErrWrongType and redisync.ErrNotHeld as RLock does, and any error
 // from Redis or the connection at once.
-func (l *RedissonReadWriteLock) TryRLock(ctx context.Context) (*Lease, error) {
+func (l *ReadWriteLock) TryRLock(ctx context.Context) (*redisync.Lease, error) {
 	return lockHandle(ctx, redissonRWSide{l, false}, true)
 }
 
 // RAcquire takes a read hold in the background and delivers one Lease on
 // the returned channel, then closes it, as Mutex.Acquire does: the Lease
-// reports failure through Err (ctx's error, ErrClosed, ErrWrongType, a
+// reports failure through Err (ctx's error, redisync.ErrClosed, redisync.ErrWrongType, a
 // Redis error), so check Err first; cancel ctx to give up, and a Lease not
 // yet received when ctx ends is released.
-func (l *RedissonReadWriteLock) RAcquire(ctx context.Context) <-chan *Lease {
+func (l *ReadWriteLock) RAcquire(ctx context.Context) <-chan *redisync.Lease {
 	return acquireHandle(ctx, redissonRWSide{l, false})
 }
 
 // Lock takes the write lock, waiting as long as ctx allows while readers
 // or another writer hold it, as RLock waits. Errors are as for RLock, and
-// ErrUpgrade is returned at once when ctx carries a read lease of this
+// redisync.ErrUpgrade is returned at once when ctx carries a read lease of this
 // lock and no write lease. Whenever Lock returns an error nothing is
 // held.
-func (l *RedissonReadWriteLock) Lock(ctx context.Context) (*Lease, error) {
+func (l *ReadWriteLock) Lock(ctx context.Context) (*redisync.Lease, error) {
 	return lockHandle(ctx, redissonRWSide{l, true}, false)
 }
 
-// TryLock makes a single write attempt: ErrLocked when readers or another
-// writer hold the lock, ErrUpgrade, ErrWrongType and ErrNotHeld as Lock,
+// TryLock makes a single write attempt: redisync.ErrLocked when readers or another
+// writer hold the lock, redisync.ErrUpgrade, redisync.ErrWrongType and redisync.ErrNotHeld as Lock,
 // and any error from Redis or the connection at once.
-func (l *RedissonReadWriteLock) TryLock(ctx context.Context) (*Lease, error) {
+func (l *ReadWriteLock) TryLock(ctx context.Context) (*redisync.Lease, error) {
 	return lockHandle(ctx, redissonRWSide{l, true}, true)
 }
 
 // Acquire takes the write lock in the background and delivers one Lease
 // on the returned channel, then closes it, as RAcquire does; an upgrade is
-// delivered at once as a Lease whose Err is ErrUpgrade.
-func (l *RedissonReadWriteLock) Acquire(ctx context.Context) <-chan *Lease {
+// delivered at once as a Lease whose Err is redisync.ErrUpgrade.
+func (l *ReadWriteLock) Acquire(ctx context.Context) <-chan *redisync.Lease {
 	return acquireHandle(ctx, redissonRWSide{l, true})
 }
 
 // redissonRWSide is one side of a read-write lock, as a handle.
 type redissonRWSide struct {
-	l     *RedissonReadWriteLock
+	l     *ReadWriteLock
 	write bool
 }
 
 func (s redissonRWSide) check(ctx context.Context) error { return s.l.check(ctx) }
 
-func (s redissonRWSide) spans() []*Client { return []*Client{s.l.c} }
+func (s redissonRWSide) client() *Client { return s.l.c }
 
 // redissonWriterKey finds, in a context, the write lease of one Redisson
 // read-write lock and the read holder its writer took.
@@ -190,13 +193,15 @@ type redissonWriterKey struct {
 // it. sem serializes the writer's read acquisitions, so that they share
 // one read holder.
 type redissonWriterBox struct {
-	l      *Lease
-	sem    chan struct{}
-	reader *holder
+	l   *redisync.Lease
+	sem chan struct{}
+	// reader is the first Lease of the writer's read holder: later reads
+	// re-enter its ownership while it lives.
+	reader *redisync.Lease
 }
 
 // writerFrom returns the box of the live write lease ctx carries, if any.
-func (l *RedissonReadWriteLock) writerFrom(ctx context.Context) *redissonWriterBox {
+func (l *ReadWriteLock) writerFrom(ctx context.Context) *redissonWriterBox {
 	b, _ := ctx.Value(redissonWriterKey{l.c, l.name}).(*redissonWriterBox)
 	if b == nil || b.l == nil || b.l.Err() != nil {
 		return nil
@@ -204,14 +209,11 @@ func (l *RedissonReadWriteLock) writerFrom(ctx context.Context) *redissonWriterB
 	return b
 }
 
-// holderLive reports whether h still holds (neither released nor lost).
-func holderLive(h *holder) bool {
-	if h == nil {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return !h.done
+// ownershipLive reports whether the ownership of l still holds (neither
+// released nor lost), whether or not l itself was released.
+func ownershipLive(l *redisync.Lease) bool {
+	info, ok := leaseInfo(l)
+	return ok && info.Live
 }
 
 // redissonModeProbe reads the mode of the Redisson read-write lock hash
@@ -221,20 +223,20 @@ func redissonModeProbe(name string) probe {
 	return func(rc rueidis.Client) rueidis.Completed { return rc.B().Hget().Key(name).Field("mode").Build() }
 }
 
-func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
+func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	l, c := s.l, s.l.c
 	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
 	if err != nil {
 		return nil, err
 	}
-	parent := leaseFrom(ctx, c, l.keys)
-	if parent != nil && !isRedissonRWKind(parent.h.kind) {
+	parent, pinfo := c.parentOf(ctx, l.keys.Lock)
+	if parent != nil && !isRedissonRWKind(pinfo.Kind) {
 		parent = nil // a lease of another kind of lock of this name
 	}
 	box := l.writerFrom(ctx)
 	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
 	if watchdog {
-		lease = c.cfg.watchdogLease
+		lease = c.watchdogLease
 	}
 	side := 0
 	if s.write {
@@ -244,13 +246,14 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 	switch {
 	case s.write && box != nil:
 		parent = box.l
-		owner, lease, watchdog = parent.h.owner, parent.h.lease, parent.h.watchdog
+		w, _ := leaseInfo(box.l)
+		owner, lease, watchdog = w.Owner, w.Lease, w.Watchdog
 	case s.write && parent != nil:
-		return nil, fmt.Errorf("%w: Redisson read-write lock %q", ErrUpgrade, l.name)
+		return nil, fmt.Errorf("%w: Redisson read-write lock %q", redisync.ErrUpgrade, l.name)
 	case s.write:
 		owner += redissonWriteSuffix
-	case parent != nil && !isRedissonWriteKind(parent.h.kind):
-		owner, lease, watchdog = parent.h.owner, parent.h.lease, parent.h.watchdog
+	case parent != nil && !isRedissonWriteKind(pinfo.Kind):
+		owner, lease, watchdog = pinfo.Owner, pinfo.Lease, pinfo.Watchdog
 	case box != nil:
 		// The writer reads: its reads share one holder, made by the first.
 		select {
@@ -259,19 +262,19 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 			return nil, ctx.Err()
 		}
 		defer func() { <-box.sem }()
-		w := box.l.h
-		owner, lease, watchdog = strings.TrimSuffix(w.owner, redissonWriteSuffix), w.lease, w.watchdog
+		w, _ := leaseInfo(box.l)
+		owner, lease, watchdog = strings.TrimSuffix(w.Owner, redissonWriteSuffix), w.Lease, w.Watchdog
 		parent = nil
-		if holderLive(box.reader) {
-			parent = &Lease{h: box.reader}
+		if ownershipLive(box.reader) {
+			parent = box.reader
 		}
 	default:
 		parent = nil
 	}
-	if parent != nil && parent.h.owner != owner {
+	if p, ok := leaseInfo(parent); ok && p.Owner != owner {
 		parent = nil
 	}
-	script, keys, args := redissonRWReadScript, []string{l.keys.lock, l.keys.queue},
+	script, keys, args := redissonRWReadScript, []string{l.keys.Lock, l.keys.Queue},
 		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, owner + redissonWriteSuffix, reentryMode(parent)}
 	if s.write {
 		script, args = redissonRWWriteScript, []string{args[0], args[1], args[3]}
@@ -291,17 +294,17 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 			// Unlock releases every hold (see redissonAttempt).
 			return
 		}
-		if err := redissonRWReleaseScript.exec(ctx, c.rc, []string{l.keys.lock, l.keys.channel}, []string{owner, how, rwSideArg(s.write)}).Error(); err != nil {
-			c.log.Warn("redisync: could not undo a Redisson read-write lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.lock, "err", err)
+		if err := redissonRWReleaseScript.Exec(ctx, c.rc, []string{l.keys.Lock, l.keys.Channel}, []string{owner, how, rwSideArg(s.write)}).Error(); err != nil {
+			c.log.Warn("redisync: could not undo a Redisson read-write lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.Lock, "err", err)
 		}
 	}
-	w := redissonWait{
-		c: c, channel: l.keys.channel, classic: classic, sharded: sharded,
-		probe: redissonModeProbe(l.name), primitive: kind.primitive, name: l.name,
-		busy: errorf("%w: Redisson read-write lock %s", ErrLocked, l.name),
-		attempt: func(ctx context.Context) (*Lease, time.Duration, error) {
+	w := engine.Wait{
+		Channel: l.keys.Channel, Classic: classic, Sharded: sharded,
+		Probe: redissonModeProbe(l.name), Primitive: kind.Primitive, Name: l.name,
+		Busy: fmt.Errorf("%w: Redisson read-write lock %s", redisync.ErrLocked, l.name),
+		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.redissonAttempt(ctx, parent, script, keys, args, undo)
+			res, done, err := c.run(ctx, parent, script, keys, args, undo)
 			defer done()
 			if err != nil {
 				return nil, 0, redisErr(what+"-lock Redisson read-write lock "+l.name, err)
@@ -309,14 +312,11 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 			if len(res) < 2 {
 				return nil, 0, fmt.Errorf("redisync: %s-lock Redisson read-write lock: unexpected reply of %d elements", what, len(res))
 			}
-			if err := redissonRefused(parent, res); err != nil {
-				return nil, 0, err
-			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				pttl, _ := res[1].AsInt64()
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
-			gl, err := c.grant(ctx, grant{kind: kind, name: l.name, keys: l.keys, key: l.keys.lock, parent: parent, owner: owner, hold: redissonHold(l.cfg.latch), lease: lease, watchdog: watchdog, sent: sent})
+			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.
 				l.releaseHold(owner, how, lease, s.write)
@@ -326,20 +326,20 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*Lease, error) {
 			case wbox != nil:
 				wbox.l = gl
 			case box != nil && !s.write && parent == nil:
-				box.reader = gl.h
+				box.reader = gl
 			}
 			return gl, 0, nil
 		},
-		undo: undo,
+		Undo: undo,
 	}
-	return w.run(ctx, try)
+	return c.wait(ctx, w, try)
 }
 
 // releaseHold gives back one hold taken for a lease that could not be made.
-func (l *RedissonReadWriteLock) releaseHold(owner, how string, lease time.Duration, write bool) {
-	ctx, cancel := detached(context.Background())
+func (l *ReadWriteLock) releaseHold(owner, how string, lease time.Duration, write bool) {
+	ctx, cancel := l.c.detached(context.Background())
 	defer cancel()
-	redissonRWUnlockScript.exec(ctx, l.c.rc, []string{l.keys.lock, l.keys.channel, redissonLatchKey(l.name, redissonRequestID())},
+	redissonRWUnlockScript.Exec(ctx, l.c.rc, []string{l.keys.Lock, l.keys.Channel, redissonLatchKey(l.name, redissonRequestID())},
 		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, "1", how, "0", rwSideArg(write)})
 }
 
@@ -352,80 +352,82 @@ func rwSideArg(write bool) string {
 
 // redissonRWKinds are the lease kinds of read-write lock holders, by
 // publishing mode: readers, then writers.
-var redissonRWKinds = map[string][2]*leaseKind{
+var redissonRWKinds = map[string][2]*engine.Kind{
 	"c": {newRedissonRWKind("c", false), newRedissonRWKind("c", true)},
 	"s": {newRedissonRWKind("s", false), newRedissonRWKind("s", true)},
 	"b": {newRedissonRWKind("b", false), newRedissonRWKind("b", true)},
 }
 
-func isRedissonRWKind(k *leaseKind) bool {
-	return k.primitive == "redisson_read_lock" || k.primitive == "redisson_write_lock"
+func isRedissonRWKind(k *engine.Kind) bool {
+	return k != nil && (k.Primitive == "redisson_read_lock" || k.Primitive == "redisson_write_lock")
 }
 
-func isRedissonWriteKind(k *leaseKind) bool { return k.primitive == "redisson_write_lock" }
+func isRedissonWriteKind(k *engine.Kind) bool {
+	return k != nil && k.Primitive == "redisson_write_lock"
+}
 
-func newRedissonRWKind(how string, write bool) *leaseKind {
+func newRedissonRWKind(how string, write bool) *engine.Kind {
 	primitive := "redisson_read_lock"
 	if write {
 		primitive = "redisson_write_lock"
 	}
 	side := rwSideArg(write)
-	return &leaseKind{
-		primitive:  primitive,
-		tracked:    true,
-		ownerField: true,
-		renew:      redissonRWRenewScript,
-		release:    redissonRWReleaseScript,
-		releaseAll: func(h *holder) rueidis.LuaExec {
-			return rueidis.LuaExec{Keys: []string{h.key, h.keys.channel}, Args: []string{h.owner, how, side}}
+	return &engine.Kind{
+		Primitive: primitive,
+		Tracked:   true,
+		Counted:   true,
+		Renew:     redissonRWRenewScript,
+		Release:   redissonRWReleaseScript,
+		ReleaseAll: func(h engine.Holder) rueidis.LuaExec {
+			return rueidis.LuaExec{Keys: []string{h.Key, h.Keys.Channel}, Args: []string{h.Owner, how, side}}
 		},
-		unlock: func(ctx context.Context, h *holder, hold string) (releaseState, error) {
-			return redissonRWUnlock(ctx, h, hold, how, side)
+		Unlock: func(ctx context.Context, h engine.Holder, hold string, all bool) (engine.State, bool, error) {
+			return redissonRWUnlock(ctx, h, hold, all, how, side)
 		},
 	}
 }
 
 // redissonRWUnlock releases one hold of a read-write lock holder ("" for
 // every hold), on side, as redissonRelease does for an RLock.
-func redissonRWUnlock(ctx context.Context, h *holder, hold, how, side string) (releaseState, error) {
-	return redissonRelease(ctx, h, hold, redissonRWUnlockScript, "unlock Redisson read-write lock", func(req string) ([]string, string) {
-		latch := redissonLatchKey(h.name, req)
-		return []string{h.key, h.keys.channel, latch}, latch
+func redissonRWUnlock(ctx context.Context, h engine.Holder, hold string, all bool, how, side string) (engine.State, bool, error) {
+	return redissonRelease(ctx, h, hold, all, redissonRWUnlockScript, "unlock Redisson read-write lock", func(req string) ([]string, string) {
+		latch := redissonLatchKey(h.Name, req)
+		return []string{h.Key, h.Keys.Channel, latch}, latch
 	}, how, side)
 }
 
-// RedissonRWLockState is a snapshot of a lock in Redisson's RReadWriteLock
+// ReadWriteLockState is a snapshot of a lock in Redisson's RReadWriteLock
 // layout.
-type RedissonRWLockState struct {
+type ReadWriteLockState struct {
 	// Mode is "read", "write", or "" when the lock is free.
 	Mode string
 	// Readers are the fields UUID:THREADID with their read holds, sorted.
-	Readers []RedissonHolder
+	Readers []Holder
 	// Writer is the field UUID:THREADID:write with its write holds; Holds
 	// is 0 when there is no writer.
-	Writer RedissonHolder
+	Writer Holder
 	// TTL is the hash's remaining time; negative when it has no expiry.
 	TTL time.Duration
 }
 
 // Inspect reads the lock's state. A key of another layout is
-// ErrWrongType; an error from Redis or the connection, or ctx's end, is
+// redisync.ErrWrongType; an error from Redis or the connection, or ctx's end, is
 // returned as it comes. It changes nothing.
-func (l *RedissonReadWriteLock) Inspect(ctx context.Context) (RedissonRWLockState, error) {
+func (l *ReadWriteLock) Inspect(ctx context.Context) (ReadWriteLockState, error) {
 	if err := l.check(ctx); err != nil {
-		return RedissonRWLockState{}, err
+		return ReadWriteLockState{}, err
 	}
-	return InspectRedissonReadWriteLock(ctx, l.c.rc, l.name)
+	return InspectReadWriteLock(ctx, l.c.rc, l.name)
 }
 
-// InspectRedissonReadWriteLock reads the state of the Redisson read-write
+// InspectReadWriteLock reads the state of the Redisson read-write
 // lock of the given name through rc: what `redisync inspect` shows. A key
-// of another layout is ErrWrongType; a name with no lock is a state with
+// of another layout is redisync.ErrWrongType; a name with no lock is a state with
 // Mode "".
-func InspectRedissonReadWriteLock(ctx context.Context, rc rueidis.Client, name string) (RedissonRWLockState, error) {
-	var st RedissonRWLockState
+func InspectReadWriteLock(ctx context.Context, rc rueidis.Client, name string) (ReadWriteLockState, error) {
+	var st ReadWriteLockState
 	if rc == nil || ctx == nil || name == "" {
-		return st, fmt.Errorf("%w: nil client or context, or empty name", ErrInvalidArgument)
+		return st, fmt.Errorf("%w: nil client or context, or empty name", redisync.ErrInvalidArgument)
 	}
 	res := rc.DoMulti(ctx, rc.B().Type().Key(name).Build(), rc.B().Pttl().Key(name).Build())
 	for _, r := range res {
@@ -438,7 +440,7 @@ func InspectRedissonReadWriteLock(ctx context.Context, rc rueidis.Client, name s
 		return st, nil
 	case "hash":
 	default:
-		return st, fmt.Errorf("%w: %s holds a %s, not a Redisson read-write lock", ErrWrongType, name, t)
+		return st, fmt.Errorf("%w: %s holds a %s, not a Redisson read-write lock", redisync.ErrWrongType, name, t)
 	}
 	all, err := rc.Do(ctx, rc.B().Hgetall().Key(name).Build()).AsStrMap()
 	if err != nil {
@@ -446,16 +448,16 @@ func InspectRedissonReadWriteLock(ctx context.Context, rc rueidis.Client, name s
 	}
 	st.Mode = all["mode"]
 	if st.Mode != "read" && st.Mode != "write" {
-		return RedissonRWLockState{}, fmt.Errorf("%w: %s is a hash without a read or write mode, not a Redisson read-write lock", ErrWrongType, name)
+		return ReadWriteLockState{}, fmt.Errorf("%w: %s is a hash without a read or write mode, not a Redisson read-write lock", redisync.ErrWrongType, name)
 	}
 	for f, v := range all {
 		n, _ := strconv.Atoi(v)
 		switch {
 		case f == "mode":
 		case strings.HasSuffix(f, redissonWriteSuffix):
-			st.Writer = RedissonHolder{Owner: f, Holds: n}
+			st.Writer = Holder{Owner: f, Holds: n}
 		default:
-			st.Readers = append(st.Readers, RedissonHolder{Owner: f, Holds: n})
+			st.Readers = append(st.Readers, Holder{Owner: f, Holds: n})
 		}
 	}
 	sort.Slice(st.Readers, func(i, j int) bool { return st.Readers[i].Owner < st.Readers[j].Owner })
@@ -467,12 +469,12 @@ func InspectRedissonReadWriteLock(ctx context.Context, rc rueidis.Client, name s
 // ForceUnlock deletes the lock whoever holds it, readers or writer, and
 // publishes Redisson's unlock message of its mode, as Java's forceUnlock
 // of its read or write lock does. It reports whether the lock was held.
-// Go holders' Leases report ErrExpired (about one round trip later when
+// Go holders' Leases report redisync.ErrExpired (about one round trip later when
 // their Client's LossDetection is DetectOnChange, at their next renewal
 // otherwise); Java holders learn it at their next renewal or unlock. A key
-// of another layout is left alone: ErrWrongType. For operators: holders
+// of another layout is left alone: redisync.ErrWrongType. For operators: holders
 // that are alive lose mutual exclusion.
-func (l *RedissonReadWriteLock) ForceUnlock(ctx context.Context) (bool, error) {
+func (l *ReadWriteLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
@@ -480,5 +482,5 @@ func (l *RedissonReadWriteLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return l.c.runFound(ctx, redissonRWForceScript, "force unlock Redisson read-write lock "+l.name, []string{l.keys.lock, l.keys.channel}, []string{how})
+	return l.c.runFound(ctx, redissonRWForceScript, "force unlock Redisson read-write lock "+l.name, []string{l.keys.Lock, l.keys.Channel}, []string{how})
 }

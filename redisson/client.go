@@ -1,0 +1,229 @@
+package redisson
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/engine"
+)
+
+// Client is a redisync.Client seen as a Redisson client: it makes the
+// handles of Redisson's objects (Lock, FencedLock, FairLock,
+// ReadWriteLock, Semaphore, PermitExpirableSemaphore, CountDownLatch) and
+// holds the settings they share, as Java's RedissonClient and its Config
+// do. It is a cheap value: make one per redisync.Client and share it, from
+// many goroutines. Its handles are held through the redisync.Client's
+// machinery (its watchdog, its tracking, its Close), and their Leases are
+// redisync Leases.
+type Client struct {
+	parent        *redisync.Client
+	eng           engine.Client
+	rc            rueidis.Client
+	log           *slog.Logger
+	cluster       bool
+	watchdogLease time.Duration
+	// defaults are the options New was given: every handle applies them
+	// before its own.
+	defaults []Option
+	err      error
+	// shards caches whether PubSubAuto means sharded pub/sub: 0 not known
+	// yet, 1 classic, 2 sharded.
+	shards atomic.Int32
+}
+
+// New returns the Redisson client of c, with opts as the defaults of every
+// handle it makes (a handle's own options override them). A nil or zero
+// c, or an invalid option, is reported by every method of every handle,
+// as redisync.ErrInvalidArgument; New itself never fails.
+func New(c *redisync.Client, opts ...Option) *Client {
+	r := &Client{parent: c, defaults: opts}
+	r.eng, r.err = engine.H.Client(c)
+	if r.err == nil {
+		r.rc, r.log, r.cluster, r.watchdogLease = r.eng.RC, r.eng.Log, r.eng.Cluster, r.eng.WatchdogLease
+		var cfg config
+		for _, o := range opts {
+			if o != nil {
+				o(&cfg)
+			}
+		}
+		r.err = cfg.bad
+	}
+	return r
+}
+
+// invalid reports a Client that cannot be used: nil, or made of a nil or
+// zero redisync.Client, or with an invalid option.
+func (c *Client) invalid() error {
+	if c == nil {
+		return fmt.Errorf("%w: nil redisson.Client", redisync.ErrInvalidArgument)
+	}
+	return c.err
+}
+
+func (c *Client) newOwner() string { return c.eng.NewOwner() }
+
+// cleanup runs f, an undo of what an acquisition that ended without its
+// lease may have taken, with a detached context (see engine.Client).
+func (c *Client) cleanup(ctx context.Context, f func(context.Context)) { c.eng.Cleanup(ctx, f) }
+
+// detached returns a context for work that must finish though ctx ended.
+func (c *Client) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return c.eng.Detached(ctx)
+}
+
+// checkHandle checks what every method of a handle checks: the error its
+// constructor found, that a Client made it, ctx, and that the Client is
+// open.
+func checkHandle(what string, c *Client, err error, ctx context.Context) error {
+	switch {
+	case err != nil:
+		return err
+	case c == nil:
+		return fmt.Errorf("%w: %s not made by a redisson.Client", redisync.ErrInvalidArgument, what)
+	}
+	return c.eng.Check(what, ctx)
+}
+
+// handle is one way of acquiring: a handle's Lock, TryLock and Acquire
+// run it through the Client's three forms of acquiring.
+type handle interface {
+	// check reports why the handle cannot acquire with ctx; the receiver
+	// may be nil.
+	check(ctx context.Context) error
+	// acquire runs one acquisition: a single attempt if try.
+	acquire(ctx context.Context, try bool) (*redisync.Lease, error)
+	// client is the handle's Client, called only after check passed.
+	client() *Client
+}
+
+func seam(h handle) engine.Handle {
+	return engine.Handle{
+		Check:   h.check,
+		Client:  func() any { return h.client().parent },
+		Acquire: func(ctx context.Context, try bool) (any, error) { return asAny(h.acquire(ctx, try)) },
+	}
+}
+
+// lockHandle is Lock (try false) and TryLock (try true) of h.
+func lockHandle(ctx context.Context, h handle, try bool) (*redisync.Lease, error) {
+	return asLease(engine.H.Lock(ctx, seam(h), try))
+}
+
+// acquireHandle is Acquire of h.
+func acquireHandle(ctx context.Context, h handle) <-chan *redisync.Lease {
+	return engine.H.Async(ctx, seam(h)).(<-chan *redisync.Lease)
+}
+
+// asLease is the Lease a hook returned.
+func asLease(v any, err error) (*redisync.Lease, error) {
+	l, _ := v.(*redisync.Lease)
+	return l, err
+}
+
+// asAny is a Lease for a hook: nil, not a nil *Lease, when there is none.
+func asAny(l *redisync.Lease, err error) (any, error) {
+	if l == nil {
+		return nil, err
+	}
+	return l, err
+}
+
+// wait runs w (see engine.Wait).
+func (c *Client) wait(ctx context.Context, w engine.Wait, try bool) (*redisync.Lease, error) {
+	w.C = c.parent
+	return asLease(engine.H.Wait(ctx, w, try))
+}
+
+// grant makes the Lease of g.
+func (c *Client) grant(ctx context.Context, g engine.Grant) (*redisync.Lease, error) {
+	g.C = c.parent
+	var parent any
+	if g.Parent != nil {
+		parent = g.Parent
+	}
+	g.Parent = parent
+	return asLease(engine.H.Grant(ctx, g))
+}
+
+// run runs s, which may take something, as engine.Hooks.Run says: a
+// re-entry of parent when parent is not nil.
+func (c *Client) run(ctx context.Context, parent *redisync.Lease, s engine.Script, keys, args []string, undo func(context.Context)) ([]rueidis.RedisMessage, func(), error) {
+	var p any
+	if parent != nil {
+		p = parent
+	}
+	return engine.H.Run(ctx, c.parent, p, s, keys, args, undo)
+}
+
+// parentOf returns the live lease ctx carries for the lock key of c, and
+// what it holds: the parent of a re-entry; nil if none.
+func (c *Client) parentOf(ctx context.Context, key string) (*redisync.Lease, engine.LeaseInfo) {
+	l, _ := engine.H.Parent(ctx, c.parent, key).(*redisync.Lease)
+	if l == nil {
+		return nil, engine.LeaseInfo{}
+	}
+	info, _ := engine.H.Lease(l)
+	return l, info
+}
+
+// leaseInfo tells what l holds; false for a nil or failed Lease.
+func leaseInfo(l *redisync.Lease) (engine.LeaseInfo, bool) {
+	if l == nil {
+		return engine.LeaseInfo{}, false
+	}
+	return engine.H.Lease(l)
+}
+
+// redisErr wraps an error from Redis or the connection as the root's
+// errors are wrapped.
+func redisErr(op string, err error) error { return engine.H.Err(op, err) }
+
+// runFound runs a script s that answers 1 when it found something to act
+// on, and reports whether it did. op names the operation in errors.
+func (c *Client) runFound(ctx context.Context, s engine.Script, op string, keys, args []string) (bool, error) {
+	n, err := s.Exec(ctx, c.rc, keys, args).AsInt64()
+	if err != nil {
+		return false, redisErr(op, err)
+	}
+	return n == 1, nil
+}
+
+// probe is what the Client's presence pass reads for the waiters of a
+// channel.
+type probe = func(rc rueidis.Client) rueidis.Completed
+
+// The scripts, in lua/: each one is sent as its files joined in order
+// (prelude.lua: publishing and the re-entry rules; the *_prelude.lua
+// files: each object's layout).
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// newScript makes the script of the named files of lua/, joined in order.
+func newScript(files ...string) engine.Script {
+	return engine.NewScript(engine.Source(luaFiles, "lua", files...))
+}
+
+// validName checks an object's name.
+func validName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty lock name", redisync.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// clientIDOf returns the id of the Client an owner id (ID:N) is of.
+func clientIDOf(owner string) string {
+	if i := strings.LastIndexByte(owner, ':'); i >= 0 {
+		return owner[:i]
+	}
+	return owner
+}

@@ -1,0 +1,49 @@
+// Package redisson shares locks with Java and Node services: use it to
+// share a lock with services that use Redisson (3.x, the Java client) or
+// node-redisson, on the same Redis. It takes Redisson's locks,
+// semaphores and latches in Redisson's own layout (its keys, fields,
+// channels and messages), so that a Go service and a Java service exclude
+// each other on one name and wake each other's waiters. Package
+// redisync's own locks (Mutex, FairMutex, RWMutex, Semaphore, Latch) keep
+// a layout of their own, which Java cannot read: between Go services, use
+// them.
+//
+// A Client is made from a *redisync.Client, as a RedissonClient is made
+// from a Config, and holds the settings its handles share; each handle is
+// Java's object of the same name:
+//
+//	Java (Redisson)                              Go (this package)
+//	RedissonClient r = Redisson.create(config)   r := redisson.New(c, opts...)
+//	r.getLock(name).lock()                       l, err := r.Lock(name).Lock(ctx)
+//	r.getLock(name).tryLock()                    l, err := r.Lock(name).TryLock(ctx)
+//	r.getLock(name).lockAsync()                  ch := r.Lock(name).Acquire(ctx)
+//	lock.lock(leaseTime, unit)                   r.Lock(name, redisson.WithLeaseTime(d)).Lock(ctx)
+//	lock.unlock()                                l.Unlock(ctx)
+//	lock.forceUnlock()                           r.Lock(name).ForceUnlock(ctx)
+//	lock.isLocked(), getHoldCount()              r.Lock(name).Inspect(ctx)
+//	r.getFencedLock(name).lockAndGetToken()      l, err := r.FencedLock(name).Lock(ctx); l.Token()
+//	r.getFairLock(name)                          r.FairLock(name)
+//	r.getReadWriteLock(name).readLock().lock()   r.ReadWriteLock(name).RLock(ctx)
+//	r.getReadWriteLock(name).writeLock().lock()  r.ReadWriteLock(name).Lock(ctx)
+//	r.getSemaphore(name).acquire(n)              r.Semaphore(name).Lock(ctx, n)
+//	r.getPermitExpirableSemaphore(name)          r.PermitExpirableSemaphore(name)
+//	r.getCountDownLatch(name).await()            r.CountDownLatch(name).Wait(ctx)
+//	Config.lockWatchdogTimeout                   redisync.WithWatchdogLease(d), on the redisync.Client
+//	Config.fairLockWaitTimeout                   redisson.WithFairWait(d)
+//	ClusterServersConfig.shardedSubscriptionMode redisson.WithPubSub(mode)
+//
+// Ownership is a redisync.Lease, not a thread: the lock's field is
+// UUID:THREADID, where UUID is the redisync Client's ID and THREADID a
+// number the Client gives each ownership; re-entry goes through the
+// lease's Context (Lock with l.Context() adds a hold), and Unlock may come
+// from any goroutine. The Leases are held through the redisync Client's
+// machinery: its watchdog renews them (a third of the lease, as
+// Redisson's), its tracking reports them lost (Lost, Err), its Close
+// releases them.
+//
+// Java wraps NAME in {...} in the names of channels and auxiliary keys
+// unless NAME contains a '{' (RedissonObject.prefixName), and so does this
+// package. On Cluster a NAME that contains '{' without a hash tag ("a{b")
+// puts the lock and its channel in different slots: Redisson fails on it
+// there, and this package rejects it (redisync.ErrInvalidArgument).
+package redisson
