@@ -34,8 +34,8 @@ type Client struct {
 	// before its own.
 	defaults []Option
 	err      error
-	// shards caches whether PubSubAuto means sharded pub/sub: 0 not known
-	// yet, 1 classic, 2 sharded.
+	// shards caches whether the servers have sharded pub/sub: 0 not known
+	// yet, 1 no, 2 yes.
 	shards atomic.Int32
 }
 

@@ -25,28 +25,35 @@ import (
 //	RFencedLock   as RLock, and the counter redisson_lock_token:{NAME}
 
 // PubSub is how the Redisson locks of a Client publish their
-// messages and listen for them. It must match what the Redisson clients
-// sharing the locks use: Redisson 3.22.0 and later, on Redis Cluster 7.0
-// or newer, use sharded pub/sub (SPUBLISH, SSUBSCRIBE) unless their
-// ClusterServersConfig.shardedSubscriptionMode (3.29.0 and later) is OFF;
-// they use classic pub/sub on standalone Redis, Sentinel, older Clusters,
-// and in older versions. Waiters listen on both kinds on Cluster whatever
-// the mode, so a publisher of either kind wakes them; the waiters of a
-// Client share one subscription per channel and kind.
+// messages. Redisson 3.22.0 and later, on Redis Cluster 7.0 or newer,
+// publish and subscribe with sharded pub/sub (SPUBLISH, SSUBSCRIBE) unless
+// their ClusterServersConfig.shardedSubscriptionMode (3.29.0 and later) is
+// OFF; they use classic pub/sub on standalone Redis, Sentinel, older
+// Clusters, and in older versions, as node-redisson does. The default,
+// PubSubAuto, publishes both ways wherever the servers have sharded
+// pub/sub, so that it wakes every kind of Java or Node waiter. Go waiters
+// listen on both kinds wherever the servers have sharded pub/sub,
+// whatever the mode, so a publisher of either kind wakes them; the
+// waiters of a Client share one subscription per channel and kind.
 type PubSub int
 
 const (
-	// PubSubAuto is Redisson's default: sharded on a Cluster whose
-	// servers have sharded pub/sub, classic everywhere else.
+	// PubSubAuto, the default, publishes every message both ways
+	// (PUBLISH and SPUBLISH) on servers that have sharded pub/sub
+	// (Redis 7.0 or newer, standalone or Cluster), classic elsewhere:
+	// it reaches Java waiters whatever their Redisson version and
+	// shardedSubscriptionMode, and Node waiters.
 	PubSubAuto PubSub = iota
-	// PubSubClassic publishes with PUBLISH: Redisson before 3.22.0,
-	// shardedSubscriptionMode OFF, and node-redisson.
+	// PubSubClassic publishes with PUBLISH alone: it reaches Redisson
+	// before 3.22.0, shardedSubscriptionMode OFF, node-redisson, and not
+	// a Redisson that subscribes sharded.
 	PubSubClassic
-	// PubSubSharded publishes with SPUBLISH (Redis 7.0 or newer):
-	// shardedSubscriptionMode ON.
+	// PubSubSharded publishes with SPUBLISH alone (Redis 7.0 or newer):
+	// it reaches shardedSubscriptionMode ON (AUTO on a Cluster of Redis 7)
+	// and not a client that subscribes classically.
 	PubSubSharded
-	// PubSubBoth publishes every message both ways, for fleets that
-	// mix the two (Java on sharded and Node.js on classic pub/sub).
+	// PubSubBoth publishes every message both ways, as PubSubAuto does
+	// on servers that have sharded pub/sub; it needs them.
 	PubSubBoth
 )
 
@@ -86,10 +93,11 @@ func WithLeaseTime(d time.Duration) Option {
 }
 
 // WithPubSub sets how the lock publishes its messages (default
-// PubSubAuto). A mode that no other client of the lock listens on
-// delays their waiters: Go waiters until their Client's next presence pass
-// (a second apart by default), Redisson's until the holder's remaining
-// lease runs out.
+// PubSubAuto, which reaches every kind of waiter). A mode that the other
+// clients of the lock do not listen on delays their waiters: Go waiters
+// until their Client's next presence pass (a second apart by default),
+// Redisson's until the holder's remaining lease runs out. Give it to New
+// for every handle of a Client, or to one handle.
 func WithPubSub(m PubSub) Option {
 	return func(c *config) {
 		c.pubsub = m
@@ -185,30 +193,56 @@ func redissonHolderProbe(name string) probe {
 	return func(rc rueidis.Client) rueidis.Completed { return rc.B().Hrandfield().Key(name).Build() }
 }
 
-// redissonSharded reports whether PubSubAuto means sharded pub/sub
-// on c: on a Cluster whose servers answer PUBSUB SHARDNUMSUB, as Redisson
-// finds out.
+// redissonSharded reports whether c's servers have sharded pub/sub
+// (Redis 7.0 or newer: they answer PUBSUB SHARDNUMSUB), found out once.
+// The question is sent as the Client's other commands that must not
+// outlive their call are (engine.Client.Cleanup): the caller waits for the
+// answer until its call's grace passed at most, so that a server that does
+// not answer does not hold the call past its ctx.
 func (c *Client) redissonSharded(ctx context.Context) (bool, error) {
-	if !c.cluster {
-		return false, nil
-	}
 	if v := c.shards.Load(); v != 0 {
 		return v == 2, nil
 	}
-	err := c.rc.Do(ctx, c.rc.B().PubsubShardnumsub().Build()).Error()
-	if _, reply := rueidis.IsRedisErr(err); err != nil && !reply {
+	failed := make(chan error, 1)
+	c.cleanup(ctx, func(ctx context.Context) {
+		err := c.rc.Do(ctx, c.rc.B().PubsubShardnumsub().Build()).Error()
+		if _, reply := rueidis.IsRedisErr(err); err != nil && !reply {
+			failed <- err
+			return
+		}
+		v := int32(1)
+		if err == nil {
+			v = 2
+		}
+		c.shards.Store(v)
+	})
+	if v := c.shards.Load(); v != 0 {
+		return v == 2, nil
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	select {
+	case err := <-failed:
 		return false, redisErr("PUBSUB SHARDNUMSUB", err)
+	default:
+		return false, redisErr("PUBSUB SHARDNUMSUB", context.DeadlineExceeded)
 	}
-	v := int32(1)
-	if err == nil {
-		v = 2
-	}
-	c.shards.Store(v)
-	return v == 2, nil
 }
 
 // redissonPubSub returns how to publish ('c' classic, 's' sharded, 'b'
 // both) and which kinds to listen on.
+//
+// PubSubAuto publishes both ways wherever the servers have sharded pub/sub,
+// and Go waiters listen both ways there whatever the mode: a Java fleet
+// subscribes classically or sharded depending on its Redisson version and
+// shardedSubscriptionMode, which this side cannot see, and a message its
+// waiters do not hear costs them the holder's whole remaining lease. Asking
+// Redis who listens (PUBSUB NUMSUB, SHARDNUMSUB) would cost a round trip
+// per release and still miss a subscriber that comes between the question
+// and the release, or listens on another node of a Cluster; the second
+// PUBLISH or SPUBLISH in the release script costs no round trip (see the
+// package doc for its measured cost).
 func (c *Client) redissonPubSub(ctx context.Context, m PubSub) (how string, classic, sharded bool, err error) {
 	has, err := c.redissonSharded(ctx)
 	if err != nil {
@@ -224,7 +258,7 @@ func (c *Client) redissonPubSub(ctx context.Context, m PubSub) (how string, clas
 	default:
 		how = "c"
 		if has {
-			how = "s"
+			how = "b"
 		}
 	}
 	return how, true, has || how != "c", nil
