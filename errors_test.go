@@ -153,3 +153,79 @@ func TestBusyIsErrLocked(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitEndedNamesTheLock: a blocking call whose ctx ends while the
+// thing is taken returns an error that names it and matches both ctx's
+// error and the error a single attempt gives (ErrLocked; ErrNoPermits,
+// which matches it, for a semaphore; ctx's error alone for a latch, which
+// nobody holds), for a deadline and a cancel. A single attempt still
+// gives ErrLocked alone.
+func TestWaitEndedNamesTheLock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		c := e.client(t)
+		base := "wait-ended-" + e.name
+		hold := func(l *Lease, err error) {
+			t.Helper()
+			require.NoError(t, err)
+			t.Cleanup(func() { l.Unlock(context.Background()) })
+		}
+		hold(c.Mutex(base + "-mutex").Lock(ctx))
+		hold(c.FairMutex(base + "-fair").Lock(ctx))
+		hold(c.RWMutex(base + "-rw").Lock(ctx))
+		hold(c.RWMutex(base + "-rwr").RLock(ctx))
+		sem := c.Semaphore(base + "-sem")
+		_, err := sem.SetSize(ctx, 1)
+		require.NoError(t, err)
+		hold(sem.Lock(ctx, 1))
+		hold(c.Mutex("{" + base + "-group}:b").Lock(ctx))
+		hold(c.Mutex(base + "-quorum").Lock(ctx))
+		latch := c.Latch(base + "-latch")
+		_, err = latch.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { latch.CountDown(context.Background()) })
+
+		waits := []struct {
+			name string
+			busy error
+			wait func(ctx context.Context) error
+		}{
+			{base + "-mutex", ErrLocked, func(ctx context.Context) error { return locked(c.Mutex(base + "-mutex").Lock(ctx)) }},
+			{base + "-fair", ErrLocked, func(ctx context.Context) error { return locked(c.FairMutex(base + "-fair").Lock(ctx)) }},
+			{base + "-rw", ErrLocked, func(ctx context.Context) error { return locked(c.RWMutex(base + "-rw").RLock(ctx)) }},
+			{base + "-rwr", ErrLocked, func(ctx context.Context) error { return locked(c.RWMutex(base + "-rwr").Lock(ctx)) }},
+			{base + "-sem", ErrNoPermits, func(ctx context.Context) error { return locked(sem.Lock(ctx, 1)) }},
+			{"{" + base + "-group}", ErrLocked, func(ctx context.Context) error {
+				return locked(NewGroup(c.Mutex("{"+base+"-group}:a"), c.Mutex("{"+base+"-group}:b")).Lock(ctx))
+			}},
+			{base + "-quorum", ErrLocked, func(ctx context.Context) error { return locked(NewQuorum(base+"-quorum", []*Client{c}).Lock(ctx)) }},
+			{base + "-mutex", ErrLocked, func(ctx context.Context) error { return acquired(c.Mutex(base + "-mutex").Acquire(ctx)) }},
+			{base + "-latch", nil, latch.Wait},
+		}
+		for _, w := range waits {
+			dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			err := w.wait(dctx)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded, w.name)
+			require.Contains(t, err.Error(), w.name, "the error names what it waited for")
+			if w.busy != nil {
+				require.ErrorIs(t, err, w.busy, w.name)
+				require.ErrorIs(t, err, ErrLocked, w.name)
+			} else {
+				require.NotErrorIs(t, err, ErrLocked, w.name)
+			}
+			t.Logf("%v", err)
+
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(100*time.Millisecond, cancel)
+			err = w.wait(cctx)
+			require.ErrorIs(t, err, context.Canceled, w.name)
+			require.Contains(t, err.Error(), w.name)
+		}
+
+		_, err = c.Mutex(base + "-mutex").TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+		require.NotContains(t, err.Error(), "wait for")
+	})
+}

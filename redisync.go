@@ -63,6 +63,15 @@ var (
 	// returns ErrNoPermits, which matches ErrLocked; Quorum.TryLock returns
 	// ErrNoQuorum, which wraps ErrLocked when servers found the lock held by
 	// another owner.
+	//
+	// A wait that its ctx ended (Lock, RLock, Acquire; Latch.Wait) returns an
+	// error that names what it waited for and matches ctx's error
+	// (context.DeadlineExceeded or context.Canceled) and, where something
+	// held it, ErrLocked (ErrNoPermits for a Semaphore): "redisync: wait for
+	// mutex "orders" ended: context deadline exceeded; locked by another
+	// owner". A single attempt's ErrLocked never matches ctx's error: it
+	// means taken at that one attempt. To tell a timed-out wait from other
+	// errors, match ctx's error.
 	ErrLocked = errors.New("redisync: locked by another owner")
 	// ErrNotHeld reports an Unlock of a lease that no longer holds its lock:
 	// it was already released, it was lost, or it was never acquired.

@@ -127,7 +127,9 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // Wait returns nil once the count is zero: at once when it is, else on
 // Redisson's message, or when the Client's presence pass (a second apart
 // by default) finds the count changed or gone, whatever messages were
-// lost. It returns ctx.Err() when ctx ends first, redisync.ErrClosed when the
+// lost. It returns, when ctx ends first, an error naming the latch that
+// matches ctx.Err() (and not redisync.ErrLocked: nobody holds a latch),
+// redisync.ErrClosed when the
 // Client is closed, and redisync.ErrWrongType at once when NAME holds something
 // else. Connection errors are retried with backoff until ctx ends.
 func (l *CountDownLatch) Wait(ctx context.Context) error {

@@ -169,3 +169,60 @@ func TestRedissonLockContention(t *testing.T) {
 		require.Equal(t, 12*20, count, "no lost update")
 	})
 }
+
+// TestRedissonWaitEndedNamesTheLock: a Redisson wait whose ctx ends while
+// the thing is taken returns an error that names it and matches ctx's
+// error and the error a single attempt gives (redisync.ErrLocked;
+// redisync.ErrNoPermits, which matches it, for the semaphores; ctx's
+// error alone for a latch).
+func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		r := e.client(t)
+		base := "rwait-ended-" + e.Name
+		hold := func(l *redisync.Lease, err error) {
+			t.Helper()
+			require.NoError(t, err)
+			t.Cleanup(func() { l.Unlock(context.Background()) })
+		}
+		hold(r.Lock(base + "-lock").Lock(ctx))
+		hold(r.FairLock(base + "-fair").Lock(ctx))
+		hold(r.ReadWriteLock(base + "-rw").Lock(ctx))
+		sem := r.Semaphore(base + "-sem")
+		psem := r.PermitExpirableSemaphore(base + "-psem")
+		latch := r.CountDownLatch(base + "-latch")
+		_, err := latch.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { latch.CountDown(context.Background()) })
+
+		waits := []struct {
+			name string
+			busy error
+			wait func(ctx context.Context) error
+		}{
+			{base + "-lock", redisync.ErrLocked, func(ctx context.Context) error { return unlocked(r.Lock(base + "-lock").Lock(ctx)) }},
+			{base + "-fair", redisync.ErrLocked, func(ctx context.Context) error { return unlocked(r.FairLock(base + "-fair").Lock(ctx)) }},
+			{base + "-rw", redisync.ErrLocked, func(ctx context.Context) error { return unlocked(r.ReadWriteLock(base + "-rw").RLock(ctx)) }},
+			{base + "-sem", redisync.ErrNoPermits, func(ctx context.Context) error { return unlocked(sem.Lock(ctx, 1)) }},
+			{base + "-psem", redisync.ErrNoPermits, func(ctx context.Context) error { return unlocked(psem.Lock(ctx, 1)) }},
+			{base + "-latch", nil, latch.Wait},
+		}
+		for _, w := range waits {
+			dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			err := w.wait(dctx)
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded, w.name)
+			require.Contains(t, err.Error(), w.name, "the error names what it waited for")
+			if w.busy != nil {
+				require.ErrorIs(t, err, w.busy, w.name)
+				require.ErrorIs(t, err, redisync.ErrLocked, w.name)
+			} else {
+				require.NotErrorIs(t, err, redisync.ErrLocked, w.name)
+			}
+			t.Logf("%v", err)
+		}
+		_, err = r.Lock(base + "-lock").TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrLocked)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	})
+}

@@ -161,7 +161,9 @@ func (a redissonPSemAcq) client() *Client { return a.s.c }
 // acquisition, which publishes nothing before). A
 // semaphore that was never set has no permits: Lock waits for them.
 //
-// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
+// It returns, when ctx ends first, an error naming the semaphore that matches both
+// ctx.Err() and redisync.ErrNoPermits (a single attempt's redisync.ErrNoPermits never matches
+// ctx's error), and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: Lock retries them with
 // backoff until ctx ends. Errors Redis replies with are returned at once:
 // redisync.ErrWrongType when NAME holds something else than a number or

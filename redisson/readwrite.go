@@ -120,7 +120,9 @@ func (l *ReadWriteLock) check(ctx context.Context) error {
 // apart by default) finds the lock's mode changed, whatever messages were
 // lost.
 //
-// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
+// It returns, when ctx ends first, an error naming the lock that matches both
+// ctx.Err() and redisync.ErrLocked (a single attempt's redisync.ErrLocked never matches
+// ctx's error), and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: RLock retries them
 // with backoff until ctx ends, then returns ctx's error wrapping the last
 // of them. Errors Redis replies with are returned at once: redisync.ErrWrongType
