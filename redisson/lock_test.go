@@ -3,6 +3,7 @@ package redisson
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,5 +225,69 @@ func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 		_, err = r.Lock(base + "-lock").TryLock(ctx)
 		require.ErrorIs(t, err, redisync.ErrLocked)
 		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	})
+}
+
+// TestRedissonOwner: Owner gives the field of the Redisson hash that a
+// Lease holds by, as Inspect shows it, for every lock kind and side, the
+// same for a re-entry and after Unlock; "" where a Lease holds no field.
+func TestRedissonOwner(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		r := e.client(t)
+		base := "rowner-" + e.Name
+		fieldOf := func(st LockState) string {
+			require.Len(t, st.Holders, 1)
+			return st.Holders[0].Owner
+		}
+		for _, lk := range []struct {
+			name    string
+			lock    func(context.Context) (*redisync.Lease, error)
+			inspect func(context.Context) (LockState, error)
+		}{
+			{"lock", r.Lock(base + "-lock").Lock, r.Lock(base + "-lock").Inspect},
+			{"fenced", r.FencedLock(base + "-fenced").Lock, r.FencedLock(base + "-fenced").Inspect},
+			{"fair", r.FairLock(base + "-fair").Lock, r.FairLock(base + "-fair").Inspect},
+		} {
+			l := mustLock(t, ctx, lk.lock)
+			st, err := lk.inspect(ctx)
+			require.NoError(t, err)
+			require.Equal(t, fieldOf(st), Owner(l), lk.name)
+			require.Equal(t, r.ID(), st.Holders[0].ClientID(), lk.name)
+			inner := mustLock(t, l.Context(), lk.lock)
+			require.Equal(t, Owner(l), Owner(inner), "%s: a re-entry holds by its outer Lease's field", lk.name)
+			require.NoError(t, inner.Unlock(ctx))
+			require.NoError(t, l.Unlock(ctx))
+			require.Equal(t, fieldOf(st), Owner(l), "%s: the same once ended", lk.name)
+		}
+
+		rw := r.ReadWriteLock(base + "-rw")
+		rl := mustLock(t, ctx, rw.RLock)
+		st, err := rw.Inspect(ctx)
+		require.NoError(t, err)
+		require.Len(t, st.Readers, 1)
+		require.Equal(t, st.Readers[0].Owner, Owner(rl))
+		require.NoError(t, rl.Unlock(ctx))
+		wl := mustLock(t, ctx, rw.Lock)
+		st, err = rw.Inspect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, st.Writer.Owner, Owner(wl))
+		require.True(t, strings.HasSuffix(Owner(wl), ":write"))
+		require.Equal(t, r.ID(), st.Writer.ClientID())
+		require.NoError(t, wl.Unlock(ctx))
+
+		sem := r.Semaphore(base + "-sem")
+		_, err = sem.AddPermits(ctx, 1)
+		require.NoError(t, err)
+		sl, err := sem.Lock(ctx, 1)
+		require.NoError(t, err)
+		require.Empty(t, Owner(sl), "a semaphore's permits are nobody's field")
+		require.NoError(t, sl.Unlock(ctx))
+		require.Empty(t, Owner(nil))
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		failed := <-r.Lock(base + "-lock").Acquire(cctx)
+		require.Error(t, failed.Err())
+		require.Empty(t, Owner(failed), "a failed acquisition holds no field")
 	})
 }

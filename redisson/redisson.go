@@ -559,6 +559,31 @@ func (h Holder) ClientID() string {
 	return clientIDOf(strings.TrimSuffix(h.Owner, redissonWriteSuffix))
 }
 
+// Owner returns the field of the Redisson lock hash that l holds by, as
+// Inspect shows it in Holder.Owner and Java's logs and isHeldByThread see
+// it: UUID:THREADID for a Lease of a Lock, FencedLock or FairLock and for
+// a read Lease of a ReadWriteLock, UUID:THREADID:write for a write Lease,
+// where UUID is the ID of the redisync.Client that took it (see
+// Holder.ClientID) and THREADID the number that Client gave the ownership;
+// re-entries share their outer Lease's. It stays the same once the Lease
+// ended. It returns "" for a nil Lease, one whose acquisition failed, and
+// one that holds no field of a Redisson lock hash: a semaphore's permits,
+// a lock of package redisync.
+func Owner(l *redisync.Lease) string {
+	info, ok := leaseInfo(l)
+	if !ok || info.Kind == nil {
+		return ""
+	}
+	switch info.Kind.Primitive {
+	case redissonLockKinds["c"].Primitive, redissonFairKinds["c"].Primitive:
+		return info.Owner
+	}
+	if isRedissonRWKind(info.Kind) {
+		return info.Owner
+	}
+	return ""
+}
+
 // Inspect reads the lock's state (two round trips when it is held). A key
 // of another layout is redisync.ErrWrongType; an error from Redis or the connection,
 // or ctx's end, is returned as it comes. It changes nothing.
