@@ -32,6 +32,39 @@
 //	Config.fairLockWaitTimeout                   redisson.WithFairWait(d)
 //	ClusterServersConfig.shardedSubscriptionMode redisson.WithPubSub(mode): default both ways
 //
+// Differences a Java developer trips on, side by side:
+//
+//	Java (Redisson)                              Go (this package)
+//	lock.lockAsync(), semaphore.acquireAsync()   Acquire(ctx): it returns at once; the
+//	  the future may be dropped                    Lease it delivers holds until Unlock, and
+//	                                               one nobody received until ctx ends: a
+//	                                               statement r.Lock(name).Acquire(ctx) holds
+//	                                               the lock until ctx ends. Lock(ctx) waits.
+//	RLock: the lock interface (getLock)          Lock; RLock(ctx) is the read side,
+//	                                               r.ReadWriteLock(name).RLock(ctx), Java's
+//	                                               readLock().lock()
+//	fencedLock.lockAndGetToken() on re-entry     the counter is counted up as in Java, but
+//	  returns the new, higher token                a re-entry's Lease.Token() is its outer
+//	                                               Lease's token, the one the guarded
+//	                                               resource has seen
+//	rw.readLock() inside writeLock(), same       a read Lease taken with the write Lease's
+//	  thread                                       Context
+//	a thread owns the lock; unlock() from        a Lease owns it; l.Unlock(ctx) from any
+//	  another thread is refused                    goroutine; re-entry through l.Context()
+//	Thread.getId() in the field                  redisson.Owner(l) gives the field
+//	getPermitExpirableSemaphore: acquire()       permits always carry a lease: the
+//	  without leaseTime never expires              watchdog lease, renewed, or
+//	                                               WithLeaseTime(d); a dead process's
+//	                                               permits come back
+//	getSemaphore: permits are nobody's, and      Semaphore's Lease holds them (Unlock gives
+//	  anyone may release(n)                        them back, Close releases them); nothing
+//	                                               in Redis records the holder, as in Java
+//	lock(), await() until interrupted            Lock(ctx) until ctx ends: an error that
+//	                                               names the lock and matches both ctx's
+//	                                               error and redisync.ErrLocked; Wait(ctx):
+//	                                               ctx's error, naming the latch
+//	tryLock(): false                             TryLock(ctx): redisync.ErrLocked
+//
 // Ownership is a redisync.Lease, not a thread: the lock's field is
 // UUID:THREADID, where UUID is the redisync Client's ID and THREADID a
 // number the Client gives each ownership; re-entry goes through the
