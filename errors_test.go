@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // requireOnePrefix checks that err's message has the package's prefix once,
@@ -165,63 +167,36 @@ func TestWaitEndedNamesTheLock(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		c := e.client(t)
 		base := "wait-ended-" + e.name
-		hold := func(l *Lease, err error) {
-			t.Helper()
-			require.NoError(t, err)
-			t.Cleanup(func() { l.Unlock(context.Background()) })
-		}
-		hold(c.Mutex(base + "-mutex").Lock(ctx))
-		hold(c.FairMutex(base + "-fair").Lock(ctx))
-		hold(c.RWMutex(base + "-rw").Lock(ctx))
-		hold(c.RWMutex(base + "-rwr").RLock(ctx))
+		// Held until the Client closes.
+		mustLock(t, ctx, c.Mutex(base+"-mutex").Lock)
+		mustLock(t, ctx, c.FairMutex(base+"-fair").Lock)
+		mustLock(t, ctx, c.RWMutex(base+"-rw").Lock)
+		mustLock(t, ctx, c.RWMutex(base+"-rwr").RLock)
 		sem := c.Semaphore(base + "-sem")
 		_, err := sem.SetSize(ctx, 1)
 		require.NoError(t, err)
-		hold(sem.Lock(ctx, 1))
-		hold(c.Mutex("{" + base + "-group}:b").Lock(ctx))
-		hold(c.Mutex(base + "-quorum").Lock(ctx))
+		_, err = sem.Lock(ctx, 1)
+		require.NoError(t, err)
+		mustLock(t, ctx, c.Mutex("{"+base+"-group}:b").Lock)
+		mustLock(t, ctx, c.Mutex(base+"-quorum").Lock)
 		latch := c.Latch(base + "-latch")
 		_, err = latch.TrySetCount(ctx, 1)
 		require.NoError(t, err)
 		t.Cleanup(func() { latch.CountDown(context.Background()) })
 
-		waits := []struct {
-			name string
-			busy error
-			wait func(ctx context.Context) error
-		}{
-			{base + "-mutex", ErrLocked, func(ctx context.Context) error { return locked(c.Mutex(base + "-mutex").Lock(ctx)) }},
-			{base + "-fair", ErrLocked, func(ctx context.Context) error { return locked(c.FairMutex(base + "-fair").Lock(ctx)) }},
-			{base + "-rw", ErrLocked, func(ctx context.Context) error { return locked(c.RWMutex(base + "-rw").RLock(ctx)) }},
-			{base + "-rwr", ErrLocked, func(ctx context.Context) error { return locked(c.RWMutex(base + "-rwr").Lock(ctx)) }},
-			{base + "-sem", ErrNoPermits, func(ctx context.Context) error { return locked(sem.Lock(ctx, 1)) }},
-			{"{" + base + "-group}", ErrLocked, func(ctx context.Context) error {
+		testenv.RequireWaitsEnd(t, ctx, ErrLocked, []testenv.WaitCase{
+			{Name: base + "-mutex", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.Mutex(base + "-mutex").Lock(ctx)) }},
+			{Name: base + "-fair", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.FairMutex(base + "-fair").Lock(ctx)) }},
+			{Name: base + "-rw", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.RWMutex(base + "-rw").RLock(ctx)) }},
+			{Name: base + "-rwr", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.RWMutex(base + "-rwr").Lock(ctx)) }},
+			{Name: base + "-sem", Busy: ErrNoPermits, Wait: func(ctx context.Context) error { return locked(sem.Lock(ctx, 1)) }},
+			{Name: "{" + base + "-group}", Busy: ErrLocked, Wait: func(ctx context.Context) error {
 				return locked(NewGroup(c.Mutex("{"+base+"-group}:a"), c.Mutex("{"+base+"-group}:b")).Lock(ctx))
 			}},
-			{base + "-quorum", ErrLocked, func(ctx context.Context) error { return locked(NewQuorum(base+"-quorum", []*Client{c}).Lock(ctx)) }},
-			{base + "-mutex", ErrLocked, func(ctx context.Context) error { return acquired(c.Mutex(base + "-mutex").Acquire(ctx)) }},
-			{base + "-latch", nil, latch.Wait},
-		}
-		for _, w := range waits {
-			dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			err := w.wait(dctx)
-			cancel()
-			require.ErrorIs(t, err, context.DeadlineExceeded, w.name)
-			require.Contains(t, err.Error(), w.name, "the error names what it waited for")
-			if w.busy != nil {
-				require.ErrorIs(t, err, w.busy, w.name)
-				require.ErrorIs(t, err, ErrLocked, w.name)
-			} else {
-				require.NotErrorIs(t, err, ErrLocked, w.name)
-			}
-			t.Logf("%v", err)
-
-			cctx, cancel := context.WithCancel(ctx)
-			time.AfterFunc(100*time.Millisecond, cancel)
-			err = w.wait(cctx)
-			require.ErrorIs(t, err, context.Canceled, w.name)
-			require.Contains(t, err.Error(), w.name)
-		}
+			{Name: base + "-quorum", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(NewQuorum(base+"-quorum", []*Client{c}).Lock(ctx)) }},
+			{Name: base + "-mutex", Busy: ErrLocked, Wait: func(ctx context.Context) error { return acquired(c.Mutex(base + "-mutex").Acquire(ctx)) }},
+			{Name: base + "-latch", Busy: nil, Wait: latch.Wait},
+		})
 
 		_, err = c.Mutex(base + "-mutex").TryLock(ctx)
 		require.ErrorIs(t, err, ErrLocked)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // requireRedissonHeld checks that the Redisson lock is held by l's owner
@@ -181,14 +182,10 @@ func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 		ctx := withTimeout(t, time.Minute)
 		r := e.client(t)
 		base := "rwait-ended-" + e.Name
-		hold := func(l *redisync.Lease, err error) {
-			t.Helper()
-			require.NoError(t, err)
-			t.Cleanup(func() { l.Unlock(context.Background()) })
-		}
-		hold(r.Lock(base + "-lock").Lock(ctx))
-		hold(r.FairLock(base + "-fair").Lock(ctx))
-		hold(r.ReadWriteLock(base + "-rw").Lock(ctx))
+		// Held until the Client closes.
+		mustLock(t, ctx, r.Lock(base+"-lock").Lock)
+		mustLock(t, ctx, r.FairLock(base+"-fair").Lock)
+		mustLock(t, ctx, r.ReadWriteLock(base+"-rw").Lock)
 		sem := r.Semaphore(base + "-sem")
 		psem := r.PermitExpirableSemaphore(base + "-psem")
 		latch := r.CountDownLatch(base + "-latch")
@@ -196,32 +193,14 @@ func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { latch.CountDown(context.Background()) })
 
-		waits := []struct {
-			name string
-			busy error
-			wait func(ctx context.Context) error
-		}{
-			{base + "-lock", redisync.ErrLocked, func(ctx context.Context) error { return unlocked(r.Lock(base + "-lock").Lock(ctx)) }},
-			{base + "-fair", redisync.ErrLocked, func(ctx context.Context) error { return unlocked(r.FairLock(base + "-fair").Lock(ctx)) }},
-			{base + "-rw", redisync.ErrLocked, func(ctx context.Context) error { return unlocked(r.ReadWriteLock(base + "-rw").RLock(ctx)) }},
-			{base + "-sem", redisync.ErrNoPermits, func(ctx context.Context) error { return unlocked(sem.Lock(ctx, 1)) }},
-			{base + "-psem", redisync.ErrNoPermits, func(ctx context.Context) error { return unlocked(psem.Lock(ctx, 1)) }},
-			{base + "-latch", nil, latch.Wait},
-		}
-		for _, w := range waits {
-			dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			err := w.wait(dctx)
-			cancel()
-			require.ErrorIs(t, err, context.DeadlineExceeded, w.name)
-			require.Contains(t, err.Error(), w.name, "the error names what it waited for")
-			if w.busy != nil {
-				require.ErrorIs(t, err, w.busy, w.name)
-				require.ErrorIs(t, err, redisync.ErrLocked, w.name)
-			} else {
-				require.NotErrorIs(t, err, redisync.ErrLocked, w.name)
-			}
-			t.Logf("%v", err)
-		}
+		testenv.RequireWaitsEnd(t, ctx, redisync.ErrLocked, []testenv.WaitCase{
+			{Name: base + "-lock", Busy: redisync.ErrLocked, Wait: func(ctx context.Context) error { return unlocked(r.Lock(base + "-lock").Lock(ctx)) }},
+			{Name: base + "-fair", Busy: redisync.ErrLocked, Wait: func(ctx context.Context) error { return unlocked(r.FairLock(base + "-fair").Lock(ctx)) }},
+			{Name: base + "-rw", Busy: redisync.ErrLocked, Wait: func(ctx context.Context) error { return unlocked(r.ReadWriteLock(base + "-rw").RLock(ctx)) }},
+			{Name: base + "-sem", Busy: redisync.ErrNoPermits, Wait: func(ctx context.Context) error { return unlocked(sem.Lock(ctx, 1)) }},
+			{Name: base + "-psem", Busy: redisync.ErrNoPermits, Wait: func(ctx context.Context) error { return unlocked(psem.Lock(ctx, 1)) }},
+			{Name: base + "-latch", Busy: nil, Wait: latch.Wait},
+		})
 		_, err = r.Lock(base + "-lock").TryLock(ctx)
 		require.ErrorIs(t, err, redisync.ErrLocked)
 		require.NotErrorIs(t, err, context.DeadlineExceeded)

@@ -358,18 +358,7 @@ func TestRedissonRWJavaSimWakeUp(t *testing.T) {
 			if javaWrite {
 				lock = rw.RLock
 			}
-			got := make(chan time.Time, 1)
-			go func() {
-				// Unlocked before the next round's Java lock.
-				l, err := lock(ctx)
-				at := time.Now()
-				if err == nil {
-					l.Unlock(ctx)
-				} else {
-					t.Error(err)
-				}
-				got <- at
-			}()
+			got := lockedAt(t, ctx, lock)
 			awaitGoWaiting(t, rw.c, j.channel())
 			sent := time.Now()
 			j.mustUnlock(t, ctx, javaWrite, 1)

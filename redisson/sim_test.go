@@ -125,18 +125,7 @@ func javaWakeRounds(t *testing.T, ctx context.Context, j *javaRLock, rl *Lock, r
 		ok, _, err := j.tryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		got := make(chan time.Time, 1)
-		go func() {
-			// Unlocked before the next round's Java lock.
-			l, err := rl.Lock(ctx)
-			at := time.Now()
-			if err == nil {
-				l.Unlock(ctx)
-			} else {
-				t.Error(err)
-			}
-			got <- at
-		}()
+		got := lockedAt(t, ctx, rl.Lock)
 		awaitGoWaiting(t, rl.c, j.channel())
 		sent := time.Now()
 		r, err := j.unlock(ctx)
@@ -171,6 +160,24 @@ func javaWakeRounds(t *testing.T, ctx context.Context, j *javaRLock, rl *Lock, r
 		require.EqualValues(t, 1, n)
 	}
 	return goWakes, javaWakes
+}
+
+// lockedAt takes a lease with lock on a goroutine, and delivers when it got
+// it; the lease is unlocked before that, so before the next round's Java
+// lock.
+func lockedAt(t *testing.T, ctx context.Context, lock func(context.Context) (*redisync.Lease, error)) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := lock(ctx)
+		at := time.Now()
+		if err == nil {
+			l.Unlock(ctx)
+		} else {
+			t.Error(err)
+		}
+		got <- at
+	}()
+	return got
 }
 
 // A Java holder's hold and a Go holder's exclude each other, and either
