@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,9 @@ type Client struct {
 	// shards caches whether the servers have sharded pub/sub: 0 not known
 	// yet, 1 no, 2 yes.
 	shards atomic.Int32
+	// narrow holds the names warnNarrow logged, narrowed counts them.
+	narrow   sync.Map
+	narrowed atomic.Int64
 }
 
 // New returns the Redisson client of c, with opts as the defaults of every

@@ -84,7 +84,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	if count < 1 {
 		return false, fmt.Errorf("%w: count %d: at least 1", redisync.ErrInvalidArgument, count)
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}
@@ -103,7 +103,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) (int64, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +152,7 @@ func (w latchWait) client() *Client { return w.l.c }
 // or an error.
 func (w latchWait) acquire(ctx context.Context, _ bool) (*redisync.Lease, error) {
 	l := w.l
-	_, classic, sharded, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	_, classic, sharded, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +191,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}

@@ -91,7 +91,8 @@
 // way); on standalone about 1 µs. Asking Redis who listens instead
 // (PUBSUB NUMSUB, SHARDNUMSUB) costs a round trip per release, and misses
 // a waiter that subscribes after the question. WithPubSub narrows it to
-// one way, for fleets that are known to listen that way.
+// one way, for fleets that are known to listen that way; the Client then
+// logs at WARN, once per object name, the waiters it cannot reach.
 //
 // Java wraps NAME in {...} in the names of channels and auxiliary keys
 // unless NAME contains a '{' (RedissonObject.prefixName), and so does this

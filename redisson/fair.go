@@ -139,7 +139,7 @@ func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 
 func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	c := l.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +291,7 @@ func (l *FairLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}

@@ -2,6 +2,7 @@ package redisson
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,5 +269,47 @@ func TestRedissonOwner(t *testing.T) {
 		failed := <-r.Lock(base + "-lock").Acquire(cctx)
 		require.Error(t, failed.Err())
 		require.Empty(t, Owner(failed), "a failed acquisition holds no field")
+	})
+}
+
+// syncBuffer is a log destination for the tests, safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestRedissonNarrowPubSubWarnsOncePerName: a handle that publishes one way
+// alone (WithPubSub) on servers that have both kinds of pub/sub is logged at
+// WARN once per name, naming the waiters it cannot reach; the default is
+// not.
+func TestRedissonNarrowPubSubWarnsOncePerName(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		logs := &syncBuffer{}
+		r := e.client(t, redisync.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		base := "rnarrow-" + e.Name
+		for range 2 {
+			require.NoError(t, mustLock(t, ctx, r.Lock(base+"-classic", WithPubSub(PubSubClassic)).Lock).Unlock(ctx))
+		}
+		require.NoError(t, mustLock(t, ctx, r.Lock(base+"-sharded", WithPubSub(PubSubSharded)).Lock).Unlock(ctx))
+		require.NoError(t, mustLock(t, ctx, r.Lock(base+"-auto").Lock).Unlock(ctx))
+		out := logs.String()
+		t.Log(out)
+		require.Equal(t, 2, strings.Count(out, "level=WARN"), "one warning per name that publishes one way")
+		require.Regexp(t, `classic pub/sub \(PUBLISH\) alone.*waiters that subscribe sharded.*name=`+base+`-classic\n`, out)
+		require.Regexp(t, `sharded pub/sub \(SPUBLISH\) alone.*waiters that subscribe classically.*name=`+base+`-sharded\n`, out)
+		require.NotContains(t, out, base+"-auto")
 	})
 }

@@ -203,7 +203,7 @@ func newRedissonPermitIDs(n int) []string {
 
 func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	s, c := a.s, a.s.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +412,7 @@ func (s *PermitExpirableSemaphore) Release(ctx context.Context, ids ...string) e
 	if err != nil {
 		return err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return err
 	}
@@ -434,7 +434,7 @@ func (s *PermitExpirableSemaphore) TryRelease(ctx context.Context, ids ...string
 	if err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}
@@ -454,7 +454,7 @@ func (s *PermitExpirableSemaphore) count(ctx context.Context, mode string) (int6
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}
@@ -493,7 +493,7 @@ func (s *PermitExpirableSemaphore) set(ctx context.Context, mode string, n int64
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}
@@ -542,7 +542,7 @@ func (s *PermitExpirableSemaphore) lease(ctx context.Context, mode, id string, d
 	if err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}

@@ -96,8 +96,10 @@ func WithLeaseTime(d time.Duration) Option {
 // PubSubAuto, which reaches every kind of waiter). A mode that the other
 // clients of the lock do not listen on delays their waiters: Go waiters
 // until their Client's next presence pass (a second apart by default),
-// Redisson's until the holder's remaining lease runs out. Give it to New
-// for every handle of a Client, or to one handle.
+// Redisson's until the holder's remaining lease runs out: on servers that
+// have both kinds, the Client logs at WARN, the first time per object name,
+// that a narrowed mode cannot reach waiters that listen the other way. Give
+// it to New for every handle of a Client, or to one handle.
 func WithPubSub(m PubSub) Option {
 	return func(c *config) {
 		c.pubsub = m
@@ -243,10 +245,17 @@ func (c *Client) redissonSharded(ctx context.Context) (bool, error) {
 // and the release, or listens on another node of a Cluster; the second
 // PUBLISH or SPUBLISH in the release script costs no round trip (see the
 // package doc for its measured cost).
-func (c *Client) redissonPubSub(ctx context.Context, m PubSub) (how string, classic, sharded bool, err error) {
+//
+// A mode narrowed to one way (PubSubClassic, PubSubSharded) on servers that
+// have both cannot reach waiters that listen the other way: it is logged at
+// WARN, once per object (see warnNarrow).
+func (c *Client) redissonPubSub(ctx context.Context, m PubSub, name string) (how string, classic, sharded bool, err error) {
 	has, err := c.redissonSharded(ctx)
 	if err != nil {
 		return "", false, false, err
+	}
+	if has && (m == PubSubClassic || m == PubSubSharded) {
+		c.warnNarrow(name, m)
 	}
 	switch m {
 	case PubSubClassic:
@@ -262,6 +271,38 @@ func (c *Client) redissonPubSub(ctx context.Context, m PubSub) (how string, clas
 		}
 	}
 	return how, true, has || how != "c", nil
+}
+
+// maxNarrowWarnings bounds the names a Client remembers having warned
+// about (warnNarrow): names may be made per request.
+const maxNarrowWarnings = 1024
+
+// warnNarrow logs at WARN, the first time per name, that the object of
+// that name publishes one way (m) on servers that have both kinds of
+// pub/sub, so that a waiter that listens the other way (a Java fleet whose
+// Redisson version and shardedSubscriptionMode say so) is woken only when
+// the holder's lease runs out. After maxNarrowWarnings names it says so
+// once and stops.
+func (c *Client) warnNarrow(name string, m PubSub) {
+	if _, seen := c.narrow.Load(name); seen {
+		return
+	}
+	n := c.narrowed.Add(1)
+	if n > maxNarrowWarnings {
+		if n == maxNarrowWarnings+1 {
+			c.log.Warn("redisync: more Redisson objects publish their messages one way only; not logged any more")
+		}
+		return
+	}
+	if _, seen := c.narrow.LoadOrStore(name, struct{}{}); seen {
+		return
+	}
+	only, missed := "classic pub/sub (PUBLISH)", "subscribe sharded (Redisson 3.22.0 and later on a Cluster of Redis 7, shardedSubscriptionMode AUTO or ON)"
+	if m == PubSubSharded {
+		only, missed = "sharded pub/sub (SPUBLISH)", "subscribe classically (Redisson before 3.22.0, shardedSubscriptionMode OFF, node-redisson)"
+	}
+	c.log.Warn("redisync: this Redisson object publishes its releases by "+only+" alone, set by WithPubSub: waiters that "+missed+
+		" are woken only when the holder's lease runs out; the default, PubSubAuto, reaches both", "name", name)
 }
 
 // redissonRequestID is a fresh request id, as Redisson's generateId: 16
@@ -372,7 +413,7 @@ func (l *Lock) Acquire(ctx context.Context) <-chan *redisync.Lease { return acqu
 
 func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	c := l.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return nil, err
 	}
@@ -655,7 +696,7 @@ func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}

@@ -141,7 +141,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) <-chan *redisync.Lease {
 
 func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	s, c := a.s, a.s.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 0 {
 		return false, fmt.Errorf("%w: %d permits", redisync.ErrInvalidArgument, n)
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return false, err
 	}
@@ -255,7 +255,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}
