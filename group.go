@@ -239,7 +239,7 @@ func (g *Group) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 	start := time.Now()
 	if !try {
 		// A member's wait names that member already.
-		defer func() { err = waitEnded(ctx, err, groupPrimitive, g.name, ErrLocked) }()
+		defer func() { err = waitEnded(ctx, err, groupPrimitive, g.name, "", ErrLocked) }()
 	}
 	if g.atomic {
 		l, err = g.acquireAtomic(ctx, try)

@@ -324,7 +324,13 @@ type scriptWait struct {
 // latch's) any other value that ends the wait.
 func (w *scriptWait) run(ctx context.Context, try bool) (_ any, err error) {
 	if !try {
-		defer func() { err = waitEnded(ctx, err, w.w.Primitive, w.w.Name, w.w.Busy) }()
+		defer func() {
+			var holder string
+			if w.w.Holder != nil {
+				holder = w.w.Holder()
+			}
+			err = waitEnded(ctx, err, w.w.Primitive, w.w.Name, holder, w.w.Busy)
+		}()
 	}
 	var subs waitSet
 	defer subs.leave()

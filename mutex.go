@@ -324,7 +324,7 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	}
 	// A wait for a local pass ends as a wait in the queue does.
 	l, err := m.c.acquireLocally(ctx, m)
-	return l, waitEnded(ctx, err, mutexKind.primitive, m.name, ErrLocked)
+	return l, waitEnded(ctx, err, mutexKind.primitive, m.name, "", ErrLocked)
 }
 
 // passesLocally reports whether the mutex is passed on locally: a budget

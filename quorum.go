@@ -239,7 +239,7 @@ const quorumPrimitive = "quorum"
 func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 	since := time.Now()
 	if !try {
-		defer func() { err = waitEnded(ctx, err, quorumPrimitive, q.name, ErrLocked) }()
+		defer func() { err = waitEnded(ctx, err, quorumPrimitive, q.name, "", ErrLocked) }()
 	}
 	if f := q.clients[0].cfg.metrics.Acquired; f != nil {
 		defer func() {

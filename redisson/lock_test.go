@@ -177,14 +177,14 @@ func TestRedissonLockContention(t *testing.T) {
 // the thing is taken returns an error that names it and matches ctx's
 // error and the error a single attempt gives (redisync.ErrLocked;
 // redisync.ErrNoPermits, which matches it, for the semaphores; ctx's
-// error alone for a latch).
+// error alone for a latch); a Lock's names the holder too.
 func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
 		r := e.client(t)
 		base := "rwait-ended-" + e.Name
 		// Held until the Client closes.
-		mustLock(t, ctx, r.Lock(base+"-lock").Lock)
+		held := mustLock(t, ctx, r.Lock(base+"-lock").Lock)
 		mustLock(t, ctx, r.FairLock(base+"-fair").Lock)
 		mustLock(t, ctx, r.ReadWriteLock(base+"-rw").Lock)
 		sem := r.Semaphore(base + "-sem")
@@ -202,6 +202,12 @@ func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 			{Name: base + "-psem", Busy: redisync.ErrNoPermits, Wait: func(ctx context.Context) error { return unlocked(psem.Lock(ctx, 1)) }},
 			{Name: base + "-latch", Busy: nil, Wait: latch.Wait},
 		})
+		// A Lock's error names the holder its last attempt saw.
+		dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err = r.Lock(base + "-lock").Lock(dctx)
+		cancel()
+		require.ErrorContains(t, err, "(held by "+Owner(held)+")")
+
 		_, err = r.Lock(base + "-lock").TryLock(ctx)
 		require.ErrorIs(t, err, redisync.ErrLocked)
 		require.NotErrorIs(t, err, context.DeadlineExceeded)
