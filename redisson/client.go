@@ -231,3 +231,27 @@ func clientIDOf(owner string) string {
 	}
 	return owner
 }
+
+// lastHolder is the holder's field that the last attempt of a wait that
+// found the lock taken saw (the third element of its script's reply), for
+// the error of a wait that its ctx ends (engine.Wait.Holder).
+type lastHolder struct{ p atomic.Pointer[string] }
+
+// saw records the holder in the reply of an attempt that found the lock
+// taken: none when the reply names none (a fair lock free for the head
+// of its queue).
+func (h *lastHolder) saw(res []rueidis.RedisMessage) {
+	var f string
+	if len(res) > 2 {
+		f, _ = res[2].ToString()
+	}
+	h.p.Store(&f)
+}
+
+// get returns the holder last seen, "" if none.
+func (h *lastHolder) get() string {
+	if f := h.p.Load(); f != nil {
+		return *f
+	}
+	return ""
+}

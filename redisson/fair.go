@@ -179,10 +179,12 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 		}
 		l.leave(ctx, owner, how, waitMs)
 	}
+	var holder lastHolder
 	w := engine.Wait{
 		Channel: l.keys.Channel + ":" + owner, Classic: classic, Sharded: sharded,
 		Probe: redissonHolderProbe(l.name), Primitive: kind.Primitive, Name: l.name,
-		Busy: fmt.Errorf("%w: Redisson fair lock %s", redisync.ErrLocked, l.name),
+		Busy:   fmt.Errorf("%w: Redisson fair lock %s", redisync.ErrLocked, l.name),
+		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			res, done, err := c.run(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
@@ -196,6 +198,7 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				queued = !try
 				ttl, _ := res[1].AsInt64()
+				holder.saw(res)
 				return nil, time.Duration(ttl) * time.Millisecond, nil
 			}
 			queued = false

@@ -177,7 +177,7 @@ func TestRedissonLockContention(t *testing.T) {
 // the thing is taken returns an error that names it and matches ctx's
 // error and the error a single attempt gives (redisync.ErrLocked;
 // redisync.ErrNoPermits, which matches it, for the semaphores; ctx's
-// error alone for a latch); a Lock's names the holder too.
+// error alone for a latch); a lock's names the holder too.
 func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
@@ -185,8 +185,8 @@ func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 		base := "rwait-ended-" + e.Name
 		// Held until the Client closes.
 		held := mustLock(t, ctx, r.Lock(base+"-lock").Lock)
-		mustLock(t, ctx, r.FairLock(base+"-fair").Lock)
-		mustLock(t, ctx, r.ReadWriteLock(base+"-rw").Lock)
+		heldFair := mustLock(t, ctx, r.FairLock(base+"-fair").Lock)
+		heldRW := mustLock(t, ctx, r.ReadWriteLock(base+"-rw").Lock)
 		sem := r.Semaphore(base + "-sem")
 		psem := r.PermitExpirableSemaphore(base + "-psem")
 		latch := r.CountDownLatch(base + "-latch")
@@ -202,11 +202,21 @@ func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
 			{Name: base + "-psem", Busy: redisync.ErrNoPermits, Wait: func(ctx context.Context) error { return unlocked(psem.Lock(ctx, 1)) }},
 			{Name: base + "-latch", Busy: nil, Wait: latch.Wait},
 		})
-		// A Lock's error names the holder its last attempt saw.
-		dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		_, err = r.Lock(base + "-lock").Lock(dctx)
-		cancel()
-		require.ErrorContains(t, err, "(held by "+Owner(held)+")")
+		// A lock's error names the holder its last attempt saw.
+		for _, h := range []struct {
+			held *redisync.Lease
+			lock func(context.Context) (*redisync.Lease, error)
+		}{
+			{held, r.Lock(base + "-lock").Lock},
+			{heldFair, r.FairLock(base + "-fair").Lock},
+			{heldRW, r.ReadWriteLock(base + "-rw").RLock},
+			{heldRW, r.ReadWriteLock(base + "-rw").Lock},
+		} {
+			dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			_, err = h.lock(dctx)
+			cancel()
+			require.ErrorContains(t, err, "(held by "+Owner(h.held)+")")
+		}
 
 		_, err = r.Lock(base + "-lock").TryLock(ctx)
 		require.ErrorIs(t, err, redisync.ErrLocked)
@@ -278,24 +288,6 @@ func TestRedissonOwner(t *testing.T) {
 	})
 }
 
-// syncBuffer is a log destination for the tests, safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestRedissonNarrowPubSubWarnsOncePerName: a handle that publishes one way
 // alone (WithPubSub) on servers that have both kinds of pub/sub is logged at
 // WARN once per name, naming the waiters it cannot reach; the default is
@@ -303,7 +295,7 @@ func (b *syncBuffer) String() string {
 func TestRedissonNarrowPubSubWarnsOncePerName(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
-		logs := &syncBuffer{}
+		logs := &testenv.LogBuffer{}
 		r := e.client(t, redisync.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 		base := "rnarrow-" + e.Name
 		for range 2 {

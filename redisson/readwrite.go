@@ -300,10 +300,12 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 			c.log.Warn("redisync: could not undo a Redisson read-write lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.Lock, "err", err)
 		}
 	}
+	var holder lastHolder
 	w := engine.Wait{
 		Channel: l.keys.Channel, Classic: classic, Sharded: sharded,
 		Probe: redissonModeProbe(l.name), Primitive: kind.Primitive, Name: l.name,
-		Busy: fmt.Errorf("%w: Redisson read-write lock %s", redisync.ErrLocked, l.name),
+		Busy:   fmt.Errorf("%w: Redisson read-write lock %s", redisync.ErrLocked, l.name),
+		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			res, done, err := c.run(ctx, parent, script, keys, args, undo)
@@ -316,6 +318,7 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				pttl, _ := res[1].AsInt64()
+				holder.saw(res)
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
 			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redisync/redisync"
@@ -443,18 +442,12 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 			c.log.Warn("redisync: could not undo a Redisson lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.Lock, "err", err)
 		}
 	}
-	// The holder the last attempt that found the lock taken saw.
-	var holder atomic.Pointer[string]
+	var holder lastHolder
 	w := engine.Wait{
 		Channel: l.keys.Channel, Classic: classic, Sharded: sharded,
 		Probe: redissonHolderProbe(l.name), Primitive: kind.Primitive, Name: l.name,
-		Busy: fmt.Errorf("%w: Redisson lock %s", redisync.ErrLocked, l.name),
-		Holder: func() string {
-			if h := holder.Load(); h != nil {
-				return *h
-			}
-			return ""
-		},
+		Busy:   fmt.Errorf("%w: Redisson lock %s", redisync.ErrLocked, l.name),
+		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			res, done, err := c.run(ctx, parent, redissonLockScript, keys, args, undo)
@@ -467,10 +460,7 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				pttl, _ := res[1].AsInt64()
-				if len(res) > 2 {
-					h, _ := res[2].ToString()
-					holder.Store(&h)
-				}
+				holder.saw(res)
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
 			token, _ := res[2].AsInt64()

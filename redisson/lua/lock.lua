@@ -30,4 +30,4 @@ if t == 'none' or redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   return {1, holds, token}
 end
-return {0, redis.call('PTTL', KEYS[1]), redis.call('HKEYS', KEYS[1])[1]}
+return {0, redis.call('PTTL', KEYS[1]), rholder(KEYS[1])}
