@@ -28,7 +28,8 @@
 //	r.getSemaphore(name).acquire(n)              r.Semaphore(name).Lock(ctx, n)
 //	r.getPermitExpirableSemaphore(name)          r.PermitExpirableSemaphore(name)
 //	r.getCountDownLatch(name).await()            r.CountDownLatch(name).Wait(ctx)
-//	Config.lockWatchdogTimeout                   redisync.WithWatchdogLease(d), on the redisync.Client
+//	Config.lockWatchdogTimeout                   redisync.WithWatchdogLease(d), on the redisync.Client;
+//	                                               per handle redisson.WithRenewedLease(d)
 //	Config.fairLockWaitTimeout                   redisson.WithFairWait(d)
 //	ClusterServersConfig.shardedSubscriptionMode redisson.WithPubSub(mode): default both ways
 //

@@ -145,10 +145,8 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 	}
 	kind := redissonFairKinds[how]
 	parent, pinfo := c.parentOf(ctx, l.keys.Lock)
-	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	owner := c.newOwner()
+	lease, watchdog := l.cfg.leaseOn(c)
 	if parent != nil {
 		owner, lease, watchdog = pinfo.Owner, pinfo.Lease, pinfo.Watchdog
 	}

@@ -311,3 +311,70 @@ func TestRedissonNarrowPubSubWarnsOncePerName(t *testing.T) {
 		require.NotContains(t, out, base+"-auto")
 	})
 }
+
+// TestRedissonRenewedLease: WithRenewedLease gives a handle's Leases a
+// lease the watchdog renews in place of the Client's watchdog lease (30 s
+// here): the keys expire within it, stay held while the holder lives, and
+// a handle's option overrides the Client's WithLeaseTime.
+func TestRedissonRenewedLease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		const d = 900 * time.Millisecond
+		c := e.client(t)
+		r := New(c.parent, WithLeaseTime(5*time.Second)) // overridden by each handle
+		rc := e.RueidisClient(t)
+		base := "rrenewed-" + e.Name
+		psem := r.PermitExpirableSemaphore(base+"-psem", WithRenewedLease(d))
+		_, err := psem.TrySetPermits(ctx, 1)
+		require.NoError(t, err)
+		leases := []struct {
+			key string
+			l   *redisync.Lease
+		}{
+			{base + "-lock", mustLock(t, ctx, r.Lock(base+"-lock", WithRenewedLease(d)).Lock)},
+			{base + "-fair", mustLock(t, ctx, r.FairLock(base+"-fair", WithRenewedLease(d)).Lock)},
+			{base + "-rw", mustLock(t, ctx, r.ReadWriteLock(base+"-rw", WithRenewedLease(d)).Lock)},
+			{"{" + base + "-psem}:timeout", mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return psem.Lock(ctx, 1) })},
+		}
+		for range 3 {
+			time.Sleep(d)
+			for _, h := range leases {
+				require.NoError(t, h.l.Err(), h.key)
+				if h.key == "{"+base+"-psem}:timeout" {
+					continue // the permits' zset never expires; their scores move
+				}
+				pttl, err := rc.Do(ctx, rc.B().Pttl().Key(h.key).Build()).AsInt64()
+				require.NoError(t, err)
+				require.Greater(t, pttl, int64(0), "%s still held", h.key)
+				require.LessOrEqual(t, pttl, d.Milliseconds(), "%s has the handle's lease, not the Client's", h.key)
+			}
+		}
+		for _, h := range leases {
+			require.NoError(t, h.l.Unlock(ctx), h.key)
+		}
+		_, err = r.Lock(base+"-bad", WithRenewedLease(0)).TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+	})
+}
+
+// TestRedissonRenewedLeaseHolderDies: a holder cut off from Redis keeps a
+// lock with WithRenewedLease(d) about d, not the Client's watchdog lease:
+// another Client gets it then.
+func TestRedissonRenewedLeaseHolderDies(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := withTimeout(t, time.Minute)
+	const d = 900 * time.Millisecond
+	a, p := e.proxied(t)
+	b := e.client(t)
+	name := "rrenewed-dies"
+	l := mustLock(t, ctx, a.Lock(name, WithRenewedLease(d)).Lock)
+	p.Blackhole()
+	cut := time.Now()
+	got := mustLock(t, ctx, b.Lock(name).Lock)
+	took := time.Since(cut)
+	t.Logf("the other Client got the lock %v after the holder was cut off", took.Round(time.Millisecond))
+	require.Less(t, took, 3*d, "the holder's renewed lease, not the Client's watchdog lease")
+	require.NoError(t, got.Unlock(ctx))
+	p.Heal()
+	<-l.Lost()
+}

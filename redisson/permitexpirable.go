@@ -71,8 +71,8 @@ const redissonNoLeaseScore = 922337203685477
 // locks, holding n ids (PermitIDs returns them, as Java's acquire(n)
 // does). Unlike Redisson, whose acquire() takes permits that never expire
 // unless given a lease time, a Lease's permits always have a lease: by
-// default the Client's watchdog lease (WithWatchdogLease), renewed every
-// third of it by moving the permits' expiry, so that the permits of a
+// default the Client's watchdog lease (WithWatchdogLease; WithRenewedLease
+// gives a handle its own), renewed every third of it by moving the permits' expiry, so that the permits of a
 // process that dies come back a watchdog lease later; with
 // WithLeaseTime(d) a fixed lease of d, as Java's acquire(d, unit),
 // which Lease.Extend moves as Java's updateLeaseTime does. A Lease reports
@@ -208,10 +208,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease
 		return nil, err
 	}
 	kind := redissonPSemKinds[how]
-	lease, watchdog := s.cfg.lease, s.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	lease, watchdog := s.cfg.leaseOn(c)
 	keys := redissonPSemKeys(s.name)
 	ms := strconv.FormatInt(lease.Milliseconds(), 10)
 	// The ids of attempts whose reply never came: they may hold permits,

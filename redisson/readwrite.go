@@ -236,10 +236,8 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 		parent = nil // a lease of another kind of lock of this name
 	}
 	box := l.writerFrom(ctx)
-	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	owner := c.newOwner()
+	lease, watchdog := l.cfg.leaseOn(c)
 	side := 0
 	if s.write {
 		side = 1

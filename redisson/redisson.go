@@ -64,9 +64,12 @@ const (
 type Option func(*config)
 
 type config struct {
-	lease  time.Duration // 0: renewed by the watchdog
-	pubsub PubSub
-	latch  time.Duration
+	lease time.Duration // 0: renewed by the watchdog
+	// renewed is the lease the watchdog renews, 0 for the Client's
+	// watchdog lease.
+	renewed time.Duration
+	pubsub  PubSub
+	latch   time.Duration
 	// fairWait is RFairLock's wait of a queued waiter.
 	fairWait time.Duration
 	bad      error
@@ -85,11 +88,44 @@ const defaultRedissonLatch = 20 * time.Second
 // millisecond.
 func WithLeaseTime(d time.Duration) Option {
 	return func(c *config) {
-		c.lease = d
+		c.lease, c.renewed = d, 0
 		if d < time.Millisecond {
 			c.bad = fmt.Errorf("%w: Redisson lease time %v is under a millisecond", redisync.ErrInvalidArgument, d)
 		}
 	}
+}
+
+// WithRenewedLease gives every acquisition a lease of d that the watchdog
+// renews, every third of d, in place of the Client's watchdog lease
+// (WithWatchdogLease, Redisson's lockWatchdogTimeout), as
+// redisync.WithRenewedLease does for the library's own locks: what a crash
+// of the holder costs the next one is d, while a live holder keeps the
+// lock. A Lease is reported lost (redisync.ErrConnectionLost) when no
+// renewal succeeded for nine tenths of d. It applies to Lock, FencedLock,
+// FairLock, ReadWriteLock and PermitExpirableSemaphore; re-entries keep the
+// lease of their outer Lease. Of WithLeaseTime and WithRenewedLease, the
+// last given wins, so a handle's overrides the Client's. d must be at
+// least a millisecond.
+func WithRenewedLease(d time.Duration) Option {
+	return func(c *config) {
+		c.renewed, c.lease = d, 0
+		if d < time.Millisecond {
+			c.bad = fmt.Errorf("%w: Redisson renewed lease %v is under a millisecond", redisync.ErrInvalidArgument, d)
+		}
+	}
+}
+
+// leaseOn is the lease of an acquisition on c, and whether the watchdog
+// renews it: WithLeaseTime's fixed lease, or WithRenewedLease's, or the
+// Client's watchdog lease.
+func (cfg config) leaseOn(c *Client) (time.Duration, bool) {
+	switch {
+	case cfg.lease > 0:
+		return cfg.lease, false
+	case cfg.renewed > 0:
+		return cfg.renewed, true
+	}
+	return c.watchdogLease, true
 }
 
 // WithPubSub sets how the lock publishes its messages (default
@@ -419,10 +455,8 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	}
 	kind := redissonLockKinds[how]
 	parent, pinfo := c.parentOf(ctx, l.keys.Lock)
-	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	owner := c.newOwner()
+	lease, watchdog := l.cfg.leaseOn(c)
 	if parent != nil {
 		owner, lease, watchdog = pinfo.Owner, pinfo.Lease, pinfo.Watchdog
 	}
