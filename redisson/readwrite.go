@@ -51,6 +51,17 @@ const redissonWriteSuffix = ":write"
 // keys and the hash every third of the lease, as Redisson's read lock
 // watchdog does; a writer's hash is renewed as an RLock's.
 //
+// Readers share the hash, and a Java reader's renewal sets its expiry to
+// that reader's lease (lockWatchdogTimeout), shorter or not. When a Java
+// reader with a shorter lease dies, the hash expires that lease after its
+// last renewal unless a Go reader renews it first: a Go reader renews
+// every third of its own lease, so one whose lease is longer than three
+// times the shortest Java reader's loses the read lock then (reported
+// redisync.ErrExpired), and a writer gets in. Give the read handles
+// WithRenewedLease(d) with d at most the shortest lockWatchdogTimeout of
+// the Java readers that share the lock (the Client's watchdog lease, when
+// it is that short, serves too).
+//
 // Re-entry and the rules across the two sides are Redisson's, through a
 // lease's Context:
 //   - RLock with a read lease's context adds one read hold to its owner
