@@ -58,6 +58,9 @@ type acquisition struct {
 }
 
 func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
+	if !once {
+		defer func() { err = waitEnded(ctx, err, a.primitive, a.name, "", a.busy) }()
+	}
 	if f := a.c.cfg.metrics.Acquired; f != nil {
 		start := time.Now()
 		defer func() {
@@ -600,3 +603,41 @@ func ctxErr(ctx context.Context, last error) error {
 	}
 	return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
 }
+
+// waitError is the error of a wait that its ctx ended: it names what was
+// waited for, and matches ctx's error and the error a single attempt
+// would have given (busy).
+type waitError struct{ error }
+
+func (e waitError) Unwrap() error { return e.error }
+
+// waitEnded is err, the error a waiting acquisition of the primitive
+// (as Metrics names it) of the given name ends with, made to name what it
+// waited for (and its holder, when the last attempt saw it) when ctx's end
+// ended it: it then matches ctx's error (and
+// the last error retried, which err carries) and busy, the error a single
+// attempt that found the thing taken gives (ErrLocked, ErrNoPermits; nil
+// for a latch, which nobody holds). Every other error, and one that names
+// a wait already (a member of a group), is returned as it is. A single
+// attempt keeps its own errors: there ErrLocked means taken at that
+// attempt, and ctx's error that ctx ended before it.
+func waitEnded(ctx context.Context, err error, primitive, name, holder string, busy error) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) || errors.As(err, new(waitError)) {
+		return err
+	}
+	what := waitWords.Replace(primitive)
+	if primitive == fairKind.primitive {
+		what = "fair mutex"
+	}
+	what = fmt.Sprintf("%s %q", what, name)
+	if holder != "" {
+		what += " (held by " + holder + ")"
+	}
+	if busy == nil {
+		return waitError{errorf("wait for %s ended: %w", what, err)}
+	}
+	return waitError{errorf("wait for %s ended: %w; %w", what, err, busy)}
+}
+
+// waitWords name the primitives of Metrics in words.
+var waitWords = strings.NewReplacer("_", " ", ".read", " (read side)", ".write", " (write side)")

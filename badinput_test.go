@@ -1,14 +1,12 @@
 package redisync
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -224,22 +222,7 @@ func requireSemaphoreFails(t *testing.T, s *Semaphore, want error) {
 }
 
 // logBuffer collects log output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = testenv.LogBuffer
 
 // notPanics runs f and fails the test, without stopping it, if f panics.
 func notPanics(t *testing.T, what string, f func()) {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // requireOnePrefix checks that err's message has the package's prefix once,
@@ -151,5 +153,54 @@ func TestBusyIsErrLocked(t *testing.T) {
 				requireOnePrefix(t, err, tc.what)
 			})
 		}
+	})
+}
+
+// TestWaitEndedNamesTheLock: a blocking call whose ctx ends while the
+// thing is taken returns an error that names it and matches both ctx's
+// error and the error a single attempt gives (ErrLocked; ErrNoPermits,
+// which matches it, for a semaphore; ctx's error alone for a latch, which
+// nobody holds), for a deadline and a cancel. A single attempt still
+// gives ErrLocked alone.
+func TestWaitEndedNamesTheLock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		c := e.client(t)
+		base := "wait-ended-" + e.name
+		// Held until the Client closes.
+		mustLock(t, ctx, c.Mutex(base+"-mutex").Lock)
+		mustLock(t, ctx, c.FairMutex(base+"-fair").Lock)
+		mustLock(t, ctx, c.RWMutex(base+"-rw").Lock)
+		mustLock(t, ctx, c.RWMutex(base+"-rwr").RLock)
+		sem := c.Semaphore(base + "-sem")
+		_, err := sem.SetSize(ctx, 1)
+		require.NoError(t, err)
+		_, err = sem.Lock(ctx, 1)
+		require.NoError(t, err)
+		mustLock(t, ctx, c.Mutex("{"+base+"-group}:b").Lock)
+		mustLock(t, ctx, c.Mutex(base+"-quorum").Lock)
+		latch := c.Latch(base + "-latch")
+		_, err = latch.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { latch.CountDown(context.Background()) })
+
+		testenv.RequireWaitsEnd(t, ctx, ErrLocked, []testenv.WaitCase{
+			{Name: base + "-mutex", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.Mutex(base + "-mutex").Lock(ctx)) }},
+			{Name: base + "-fair", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.FairMutex(base + "-fair").Lock(ctx)) }},
+			{Name: base + "-rw", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.RWMutex(base + "-rw").RLock(ctx)) }},
+			{Name: base + "-rwr", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.RWMutex(base + "-rwr").Lock(ctx)) }},
+			{Name: base + "-sem", Busy: ErrNoPermits, Wait: func(ctx context.Context) error { return locked(sem.Lock(ctx, 1)) }},
+			{Name: "{" + base + "-group}", Busy: ErrLocked, Wait: func(ctx context.Context) error {
+				return locked(NewGroup(c.Mutex("{"+base+"-group}:a"), c.Mutex("{"+base+"-group}:b")).Lock(ctx))
+			}},
+			{Name: base + "-quorum", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(NewQuorum(base+"-quorum", []*Client{c}).Lock(ctx)) }},
+			{Name: base + "-mutex", Busy: ErrLocked, Wait: func(ctx context.Context) error { return acquired(c.Mutex(base + "-mutex").Acquire(ctx)) }},
+			{Name: base + "-latch", Busy: nil, Wait: latch.Wait},
+		})
+
+		_, err = c.Mutex(base + "-mutex").TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+		require.NotContains(t, err.Error(), "wait for")
 	})
 }

@@ -211,8 +211,9 @@ func (g *Group) Names() []string {
 
 // Lock acquires every lock of the group, waiting as long as ctx allows.
 //
-// Errors are those of Mutex.Lock: ctx's error when it ends first (wrapping
-// the last connection error while retrying), ErrClosed when one of the
+// Errors are those of Mutex.Lock: when ctx ends first, an error naming the
+// group (or the member it waited for) that matches both ctx's error and
+// ErrLocked (wrapping the last connection error while retrying), ErrClosed when one of the
 // group's Clients is closed (closing any of them ends the acquisition), an
 // error Redis replied with at once. Whenever it returns an error the group
 // holds nothing: what it took was released first.
@@ -236,6 +237,10 @@ const groupPrimitive = "group"
 
 func (g *Group) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 	start := time.Now()
+	if !try {
+		// A member's wait names that member already.
+		defer func() { err = waitEnded(ctx, err, groupPrimitive, g.name, "", ErrLocked) }()
+	}
 	if g.atomic {
 		l, err = g.acquireAtomic(ctx, try)
 	} else {
@@ -548,7 +553,8 @@ func (g *Group) takeInOrder(ctx context.Context, try bool) ([]*member, uint64, e
 		// In Redis: a group's members are not passed on locally.
 		l, err := m.queued().acquire(ctx, try)
 		if err != nil {
-			if errors.Is(err, ErrLocked) {
+			if errors.Is(err, ErrLocked) && !errors.As(err, new(waitError)) {
+				// A wait's error names the member already.
 				err = fmt.Errorf("%w: %q", err, m.name)
 			}
 			return ms, 0, err

@@ -167,8 +167,9 @@ func (l *Latch) get(ctx context.Context) (int, string, error) {
 // it is open already. It also returns nil when the latch opened and was set
 // again before Wait looked.
 //
-// It returns ctx.Err() when ctx ends first and ErrClosed when the Client is
-// closed. Connection errors do not end the wait: Wait retries them with
+// It returns, when ctx ends first, an error naming the latch that matches
+// ctx.Err() (and not ErrLocked: nobody holds a latch), and ErrClosed when
+// the Client is closed. Connection errors do not end the wait: Wait retries them with
 // backoff (up to a second apart) until ctx ends, then returns ctx's error
 // wrapping the last of them. Errors Redis replies with (ErrWrongType) are
 // returned at once.

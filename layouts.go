@@ -322,7 +322,16 @@ type scriptWait struct {
 // returned at once.
 // What an attempt got is a Lease, or (for a wait that takes nothing, a
 // latch's) any other value that ends the wait.
-func (w *scriptWait) run(ctx context.Context, try bool) (any, error) {
+func (w *scriptWait) run(ctx context.Context, try bool) (_ any, err error) {
+	if !try {
+		defer func() {
+			var holder string
+			if w.w.Holder != nil {
+				holder = w.w.Holder()
+			}
+			err = waitEnded(ctx, err, w.w.Primitive, w.w.Name, holder, w.w.Busy)
+		}()
+	}
 	var subs waitSet
 	defer subs.leave()
 	// Joined before the first attempt when messages flow on the channel

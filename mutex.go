@@ -281,8 +281,9 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 
 // Lock acquires the mutex, waiting as long as ctx allows.
 //
-// It returns ctx.Err() when ctx ends first, and ErrClosed when the Client is
-// closed. Connection errors do not end the wait: Lock retries them with
+// It returns, when ctx ends first, an error naming the mutex that matches
+// both ctx.Err() and ErrLocked (see ErrLocked), and ErrClosed when the
+// Client is closed. Connection errors do not end the wait: Lock retries them with
 // backoff (up to a second apart) until ctx ends, then returns ctx's error
 // wrapping the last of them. Errors Redis replies with (a key of the wrong
 // type, a script error) are returned at once. Whenever Lock returns an
@@ -321,7 +322,9 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if try || !m.passesLocally() || leaseFrom(ctx, m.c, m.keys) != nil {
 		return m.queued().acquire(ctx, try)
 	}
-	return m.c.acquireLocally(ctx, m)
+	// A wait for a local pass ends as a wait in the queue does.
+	l, err := m.c.acquireLocally(ctx, m)
+	return l, waitEnded(ctx, err, mutexKind.primitive, m.name, "", ErrLocked)
 }
 
 // passesLocally reports whether the mutex is passed on locally: a budget

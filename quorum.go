@@ -213,8 +213,9 @@ func (q *Quorum) enterGate(ctx context.Context) (leave func(), err error) {
 }
 
 // Lock acquires the lock on a majority of the servers, waiting as long as
-// ctx allows. It returns ctx's error when ctx ends first, wrapping the last
-// failed attempt (ErrNoQuorum); ErrClosed when one of the Clients is closed
+// ctx allows. It returns, when ctx ends first, an error naming the lock
+// that matches both ctx's error and ErrLocked (see ErrLocked), wrapping the
+// last failed attempt (ErrNoQuorum); ErrClosed when one of the Clients is closed
 // (closing any of them ends the acquisition); ErrNoQuorum at once when so
 // many servers refused it with errors that retrying cannot cure (a key of
 // the wrong type) that no majority is left. Whenever it returns an error
@@ -237,6 +238,9 @@ const quorumPrimitive = "quorum"
 
 func (q *Quorum) acquire(ctx context.Context, try bool) (l *Lease, err error) {
 	since := time.Now()
+	if !try {
+		defer func() { err = waitEnded(ctx, err, quorumPrimitive, q.name, "", ErrLocked) }()
+	}
 	if f := q.clients[0].cfg.metrics.Acquired; f != nil {
 		defer func() {
 			if l != nil {

@@ -63,6 +63,15 @@ var (
 	// returns ErrNoPermits, which matches ErrLocked; Quorum.TryLock returns
 	// ErrNoQuorum, which wraps ErrLocked when servers found the lock held by
 	// another owner.
+	//
+	// A wait that its ctx ended (Lock, RLock, Acquire; Latch.Wait) returns an
+	// error that names what it waited for and matches ctx's error
+	// (context.DeadlineExceeded or context.Canceled) and, where something
+	// held it, ErrLocked (ErrNoPermits for a Semaphore): "redisync: wait for
+	// mutex "orders" ended: context deadline exceeded; locked by another
+	// owner". A single attempt's ErrLocked never matches ctx's error: it
+	// means taken at that one attempt. To tell a timed-out wait from other
+	// errors, match ctx's error.
 	ErrLocked = errors.New("redisync: locked by another owner")
 	// ErrNotHeld reports an Unlock of a lease that no longer holds its lock:
 	// it was already released, it was lost, or it was never acquired.
@@ -226,8 +235,11 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 // being Client.ID), as CLIENT LIST shows them, and that is where `redisync
 // inspect` and `redisync watch` find the name of the Clients that hold
 // locks; nothing more is written to Redis. A Client made by New uses the
-// caller's connections, whose names it cannot set: the name then only
-// labels its log lines, as it labels a dialed Client's. Redis accepts
+// caller's connections, whose names are the caller's: it keeps one
+// connection of its own from rc, on one node, named so, until Close
+// (dialed again a second after it breaks), so that the CLI finds its name
+// as it finds a dialed Client's. The name labels the Client's log lines
+// too. Redis accepts
 // printable ASCII without spaces in connection names: any other name,
 // the empty name included, makes New and Dial fail with ErrInvalidArgument.
 func WithClientName(name string) Option {
@@ -323,13 +335,18 @@ type Client struct {
 	// lock key (see cohort).
 	cohortsMu sync.Mutex
 	cohorts   map[string]*cohort
+
+	// nameDone is closed once the name connection of a Client made by New
+	// with WithClientName is closed (see keepName); nil without one.
+	nameDone chan struct{}
 }
 
 // New returns a Client that uses rc for every command. rc stays the
-// caller's: Close does not close it. New sends nothing to Redis. While
-// goroutines wait, the Client takes from rc one dedicated connection (per
-// master on Cluster) for its pub/sub subscriptions, and gives it back
-// closed once nobody waits.
+// caller's: Close does not close it. New sends nothing to Redis unless
+// given WithClientName. While goroutines wait, the Client takes from rc one
+// dedicated connection (per master on Cluster) for its pub/sub
+// subscriptions, and gives it back closed once nobody waits; with
+// WithClientName it keeps one more, named after it, until Close.
 //
 // Its LossDetection is DetectOnRenewal: rc does not tell the Client when a
 // key changes, and a lock deleted or taken over behind its holder is found
@@ -351,7 +368,11 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClient(rc, uuid.NewString(), cfg, cfg.changes), nil
+	c := newClient(rc, uuid.NewString(), cfg, cfg.changes)
+	if cfg.named {
+		c.keepName()
+	}
+	return c, nil
 }
 
 // Dial connects to Redis with opt and returns a Client that owns the
@@ -594,6 +615,9 @@ func (c *Client) Close() error {
 		c.cleanups.Wait()
 		c.presence.close()
 		c.notify.close()
+		if c.nameDone != nil {
+			<-c.nameDone
+		}
 		if c.ownsRC {
 			c.rc.Close()
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 )
 
@@ -138,16 +139,42 @@ func TestClientName(t *testing.T) {
 	})
 }
 
-// TestClientNameWithNew: a Client on the caller's connections leaves their
-// name alone and labels its log lines.
+// TestClientNameWithNew: a Client made by New with DetectChanges (or
+// without) and WithClientName leaves the caller's connections' names alone
+// and keeps a connection of its own named after it while it is open, as
+// CLIENT LIST shows; it labels its log lines with the name too.
 func TestClientNameWithNew(t *testing.T) {
-	e := standaloneEnv(t)
-	logs := &logBuffer{}
-	c := e.renewalClient(t, WithClientName("svc"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	c.Mutex(t.Name()).Locker().Unlock()
-	require.Contains(t, logs.String(), "redisync.client_name=svc")
-	rc := e.rueidisClient(t)
-	list, err := rc.Do(context.Background(), rc.B().ClientList().Build()).ToString()
-	require.NoError(t, err)
-	require.NotContains(t, list, "name=redisync:"+c.ID())
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		logs := &logBuffer{}
+		opt := rueidis.ClientOption{InitAddress: e.addrs, ClientName: "callers-own"}
+		detect := DetectChanges(&opt)
+		rc, err := rueidis.NewClient(opt)
+		require.NoError(t, err)
+		defer rc.Close()
+		c, err := New(rc, detect, WithClientName("svc"), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		require.NoError(t, err)
+		defer c.Close()
+		plain := e.renewalClient(t, WithClientName("plain-svc"))
+		c.Mutex(t.Name()).Locker().Unlock()
+		require.Contains(t, logs.String(), "redisync.client_name=svc")
+
+		admin := e.rueidisClient(t)
+		clientList := func() string {
+			var all strings.Builder
+			for _, m := range e.masters() {
+				list, err := admin.Nodes()[m.Addr].Do(ctx, admin.B().ClientList().Build()).ToString()
+				require.NoError(t, err)
+				all.WriteString(list)
+			}
+			return all.String()
+		}
+		for _, want := range []string{"name=redisync:" + c.ID() + ":svc ", "name=redisync:" + plain.ID() + ":plain-svc "} {
+			eventually(t, 5*time.Second, func() bool { return strings.Contains(clientList(), want) }, "no connection named %s", want)
+		}
+		require.Contains(t, clientList(), "name=callers-own ", "the caller's connections keep their name")
+
+		require.NoError(t, c.Close())
+		require.NotContains(t, clientList(), "name=redisync:"+c.ID(), "the name connection goes with Close")
+	})
 }

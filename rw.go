@@ -169,8 +169,9 @@ func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 // RLock acquires a read lease, waiting as long as ctx allows: while a
 // writer holds the lock or waits for it (see RWMutex).
 //
-// It returns ctx.Err() when ctx ends first, and ErrClosed when the Client is
-// closed. Connection errors do not end the wait: RLock retries them with
+// It returns, when ctx ends first, an error naming the lock that matches
+// both ctx.Err() and ErrLocked (see ErrLocked), and ErrClosed when the
+// Client is closed. Connection errors do not end the wait: RLock retries them with
 // backoff (up to a second apart) until ctx ends, then returns ctx's error
 // wrapping the last of them. Errors Redis replies with (a key of the wrong
 // type, a script error) are returned at once, and so is ErrNotHeld when ctx

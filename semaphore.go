@@ -237,8 +237,9 @@ func (s *Semaphore) size(ctx context.Context, mode string, v int) (code, prev, n
 //
 // It returns ErrInvalidArgument for n < 1 or n larger than the size (also
 // when the size is lowered below n while it waits), ErrNoSize (with
-// ErrInvalidArgument) when the semaphore has no size, ctx.Err() when ctx
-// ends first and ErrClosed when the Client is closed. Connection errors do
+// ErrInvalidArgument) when the semaphore has no size, an error naming the
+// semaphore that matches both ctx.Err() and ErrNoPermits (see ErrLocked)
+// when ctx ends first, and ErrClosed when the Client is closed. Connection errors do
 // not end the wait: Lock retries them with backoff (up to a second apart)
 // until ctx ends, then returns ctx's error wrapping the last of them.
 // Errors Redis replies with are returned at once. Whenever Lock returns an

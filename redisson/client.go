@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,9 +35,12 @@ type Client struct {
 	// before its own.
 	defaults []Option
 	err      error
-	// shards caches whether PubSubAuto means sharded pub/sub: 0 not known
-	// yet, 1 classic, 2 sharded.
+	// shards caches whether the servers have sharded pub/sub: 0 not known
+	// yet, 1 no, 2 yes.
 	shards atomic.Int32
+	// narrow holds the names warnNarrow logged, narrowed counts them.
+	narrow   sync.Map
+	narrowed atomic.Int64
 }
 
 // New returns the Redisson client of c, with opts as the defaults of every
@@ -226,4 +230,28 @@ func clientIDOf(owner string) string {
 		return owner[:i]
 	}
 	return owner
+}
+
+// lastHolder is the holder's field that the last attempt of a wait that
+// found the lock taken saw (the third element of its script's reply), for
+// the error of a wait that its ctx ends (engine.Wait.Holder).
+type lastHolder struct{ p atomic.Pointer[string] }
+
+// saw records the holder in the reply of an attempt that found the lock
+// taken: none when the reply names none (a fair lock free for the head
+// of its queue).
+func (h *lastHolder) saw(res []rueidis.RedisMessage) {
+	var f string
+	if len(res) > 2 {
+		f, _ = res[2].ToString()
+	}
+	h.p.Store(&f)
+}
+
+// get returns the holder last seen, "" if none.
+func (h *lastHolder) get() string {
+	if f := h.p.Load(); f != nil {
+		return *f
+	}
+	return ""
 }

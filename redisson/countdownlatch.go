@@ -84,7 +84,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	if count < 1 {
 		return false, fmt.Errorf("%w: count %d: at least 1", redisync.ErrInvalidArgument, count)
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}
@@ -103,7 +103,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) (int64, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return 0, err
 	}
@@ -127,7 +127,9 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // Wait returns nil once the count is zero: at once when it is, else on
 // Redisson's message, or when the Client's presence pass (a second apart
 // by default) finds the count changed or gone, whatever messages were
-// lost. It returns ctx.Err() when ctx ends first, redisync.ErrClosed when the
+// lost. It returns, when ctx ends first, an error naming the latch that
+// matches ctx.Err() (and not redisync.ErrLocked: nobody holds a latch),
+// redisync.ErrClosed when the
 // Client is closed, and redisync.ErrWrongType at once when NAME holds something
 // else. Connection errors are retried with backoff until ctx ends.
 func (l *CountDownLatch) Wait(ctx context.Context) error {
@@ -150,7 +152,7 @@ func (w latchWait) client() *Client { return w.l.c }
 // or an error.
 func (w latchWait) acquire(ctx context.Context, _ bool) (*redisync.Lease, error) {
 	l := w.l
-	_, classic, sharded, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	_, classic, sharded, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +191,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}

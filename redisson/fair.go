@@ -108,7 +108,9 @@ func (l *FairLock) client() *Client { return l.c }
 // when the Client's presence pass (a second apart by default) finds the
 // lock free or taken by another holder, whatever messages were lost.
 //
-// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
+// It returns, when ctx ends first, an error naming the lock that matches both
+// ctx.Err() and redisync.ErrLocked (a single attempt's redisync.ErrLocked never matches
+// ctx's error), and redisync.ErrClosed when the Client
 // is closed; either way it leaves the queue. Connection errors do not end
 // the wait: Lock retries them with backoff until ctx ends. Errors Redis
 // replies with are returned at once: redisync.ErrWrongType when the name, its queue
@@ -137,16 +139,14 @@ func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 
 func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	c := l.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return nil, err
 	}
 	kind := redissonFairKinds[how]
 	parent, pinfo := c.parentOf(ctx, l.keys.Lock)
-	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	owner := c.newOwner()
+	lease, watchdog := l.cfg.leaseOn(c)
 	if parent != nil {
 		owner, lease, watchdog = pinfo.Owner, pinfo.Lease, pinfo.Watchdog
 	}
@@ -177,10 +177,12 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 		}
 		l.leave(ctx, owner, how, waitMs)
 	}
+	var holder lastHolder
 	w := engine.Wait{
 		Channel: l.keys.Channel + ":" + owner, Classic: classic, Sharded: sharded,
 		Probe: redissonHolderProbe(l.name), Primitive: kind.Primitive, Name: l.name,
-		Busy: fmt.Errorf("%w: Redisson fair lock %s", redisync.ErrLocked, l.name),
+		Busy:   fmt.Errorf("%w: Redisson fair lock %s", redisync.ErrLocked, l.name),
+		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			res, done, err := c.run(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
@@ -194,6 +196,7 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				queued = !try
 				ttl, _ := res[1].AsInt64()
+				holder.saw(res)
 				return nil, time.Duration(ttl) * time.Millisecond, nil
 			}
 			queued = false
@@ -289,7 +292,7 @@ func (l *FairLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}

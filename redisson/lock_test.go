@@ -2,7 +2,9 @@ package redisson
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/testenv"
 )
 
 // requireRedissonHeld checks that the Redisson lock is held by l's owner
@@ -168,4 +171,210 @@ func TestRedissonLockContention(t *testing.T) {
 		require.Zero(t, overlap)
 		require.Equal(t, 12*20, count, "no lost update")
 	})
+}
+
+// TestRedissonWaitEndedNamesTheLock: a Redisson wait whose ctx ends while
+// the thing is taken returns an error that names it and matches ctx's
+// error and the error a single attempt gives (redisync.ErrLocked;
+// redisync.ErrNoPermits, which matches it, for the semaphores; ctx's
+// error alone for a latch); a lock's names the holder too.
+func TestRedissonWaitEndedNamesTheLock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		r := e.client(t)
+		base := "rwait-ended-" + e.Name
+		// Held until the Client closes.
+		held := mustLock(t, ctx, r.Lock(base+"-lock").Lock)
+		heldFair := mustLock(t, ctx, r.FairLock(base+"-fair").Lock)
+		heldRW := mustLock(t, ctx, r.ReadWriteLock(base+"-rw").Lock)
+		sem := r.Semaphore(base + "-sem")
+		psem := r.PermitExpirableSemaphore(base + "-psem")
+		latch := r.CountDownLatch(base + "-latch")
+		_, err := latch.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { latch.CountDown(context.Background()) })
+
+		testenv.RequireWaitsEnd(t, ctx, redisync.ErrLocked, []testenv.WaitCase{
+			{Name: base + "-lock", Busy: redisync.ErrLocked, Wait: func(ctx context.Context) error { return unlocked(r.Lock(base + "-lock").Lock(ctx)) }},
+			{Name: base + "-fair", Busy: redisync.ErrLocked, Wait: func(ctx context.Context) error { return unlocked(r.FairLock(base + "-fair").Lock(ctx)) }},
+			{Name: base + "-rw", Busy: redisync.ErrLocked, Wait: func(ctx context.Context) error { return unlocked(r.ReadWriteLock(base + "-rw").RLock(ctx)) }},
+			{Name: base + "-sem", Busy: redisync.ErrNoPermits, Wait: func(ctx context.Context) error { return unlocked(sem.Lock(ctx, 1)) }},
+			{Name: base + "-psem", Busy: redisync.ErrNoPermits, Wait: func(ctx context.Context) error { return unlocked(psem.Lock(ctx, 1)) }},
+			{Name: base + "-latch", Busy: nil, Wait: latch.Wait},
+		})
+		// A lock's error names the holder its last attempt saw.
+		for _, h := range []struct {
+			held *redisync.Lease
+			lock func(context.Context) (*redisync.Lease, error)
+		}{
+			{held, r.Lock(base + "-lock").Lock},
+			{heldFair, r.FairLock(base + "-fair").Lock},
+			{heldRW, r.ReadWriteLock(base + "-rw").RLock},
+			{heldRW, r.ReadWriteLock(base + "-rw").Lock},
+		} {
+			dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			_, err = h.lock(dctx)
+			cancel()
+			require.ErrorContains(t, err, "(held by "+Owner(h.held)+")")
+		}
+
+		_, err = r.Lock(base + "-lock").TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrLocked)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	})
+}
+
+// TestRedissonOwner: Owner gives the field of the Redisson hash that a
+// Lease holds by, as Inspect shows it, for every lock kind and side, the
+// same for a re-entry and after Unlock; "" where a Lease holds no field.
+func TestRedissonOwner(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		r := e.client(t)
+		base := "rowner-" + e.Name
+		fieldOf := func(st LockState) string {
+			require.Len(t, st.Holders, 1)
+			return st.Holders[0].Owner
+		}
+		for _, lk := range []struct {
+			name    string
+			lock    func(context.Context) (*redisync.Lease, error)
+			inspect func(context.Context) (LockState, error)
+		}{
+			{"lock", r.Lock(base + "-lock").Lock, r.Lock(base + "-lock").Inspect},
+			{"fenced", r.FencedLock(base + "-fenced").Lock, r.FencedLock(base + "-fenced").Inspect},
+			{"fair", r.FairLock(base + "-fair").Lock, r.FairLock(base + "-fair").Inspect},
+		} {
+			l := mustLock(t, ctx, lk.lock)
+			st, err := lk.inspect(ctx)
+			require.NoError(t, err)
+			require.Equal(t, fieldOf(st), Owner(l), lk.name)
+			require.Equal(t, r.ID(), st.Holders[0].ClientID(), lk.name)
+			inner := mustLock(t, l.Context(), lk.lock)
+			require.Equal(t, Owner(l), Owner(inner), "%s: a re-entry holds by its outer Lease's field", lk.name)
+			require.NoError(t, inner.Unlock(ctx))
+			require.NoError(t, l.Unlock(ctx))
+			require.Equal(t, fieldOf(st), Owner(l), "%s: the same once ended", lk.name)
+		}
+
+		rw := r.ReadWriteLock(base + "-rw")
+		rl := mustLock(t, ctx, rw.RLock)
+		st, err := rw.Inspect(ctx)
+		require.NoError(t, err)
+		require.Len(t, st.Readers, 1)
+		require.Equal(t, st.Readers[0].Owner, Owner(rl))
+		require.NoError(t, rl.Unlock(ctx))
+		wl := mustLock(t, ctx, rw.Lock)
+		st, err = rw.Inspect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, st.Writer.Owner, Owner(wl))
+		require.True(t, strings.HasSuffix(Owner(wl), ":write"))
+		require.Equal(t, r.ID(), st.Writer.ClientID())
+		require.NoError(t, wl.Unlock(ctx))
+
+		sem := r.Semaphore(base + "-sem")
+		_, err = sem.AddPermits(ctx, 1)
+		require.NoError(t, err)
+		sl, err := sem.Lock(ctx, 1)
+		require.NoError(t, err)
+		require.Empty(t, Owner(sl), "a semaphore's permits are nobody's field")
+		require.NoError(t, sl.Unlock(ctx))
+		require.Empty(t, Owner(nil))
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		failed := <-r.Lock(base + "-lock").Acquire(cctx)
+		require.Error(t, failed.Err())
+		require.Empty(t, Owner(failed), "a failed acquisition holds no field")
+	})
+}
+
+// TestRedissonNarrowPubSubWarnsOncePerName: a handle that publishes one way
+// alone (WithPubSub) on servers that have both kinds of pub/sub is logged at
+// WARN once per name, naming the waiters it cannot reach; the default is
+// not.
+func TestRedissonNarrowPubSubWarnsOncePerName(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		logs := &testenv.LogBuffer{}
+		r := e.client(t, redisync.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		base := "rnarrow-" + e.Name
+		for range 2 {
+			require.NoError(t, mustLock(t, ctx, r.Lock(base+"-classic", WithPubSub(PubSubClassic)).Lock).Unlock(ctx))
+		}
+		require.NoError(t, mustLock(t, ctx, r.Lock(base+"-sharded", WithPubSub(PubSubSharded)).Lock).Unlock(ctx))
+		require.NoError(t, mustLock(t, ctx, r.Lock(base+"-auto").Lock).Unlock(ctx))
+		out := logs.String()
+		t.Log(out)
+		require.Equal(t, 2, strings.Count(out, "level=WARN"), "one warning per name that publishes one way")
+		require.Regexp(t, `classic pub/sub \(PUBLISH\) alone.*waiters that subscribe sharded.*name=`+base+`-classic\n`, out)
+		require.Regexp(t, `sharded pub/sub \(SPUBLISH\) alone.*waiters that subscribe classically.*name=`+base+`-sharded\n`, out)
+		require.NotContains(t, out, base+"-auto")
+	})
+}
+
+// TestRedissonRenewedLease: WithRenewedLease gives a handle's Leases a
+// lease the watchdog renews in place of the Client's watchdog lease (30 s
+// here): the keys expire within it, stay held while the holder lives, and
+// a handle's option overrides the Client's WithLeaseTime.
+func TestRedissonRenewedLease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		const d = 900 * time.Millisecond
+		c := e.client(t)
+		r := New(c.parent, WithLeaseTime(5*time.Second)) // overridden by each handle
+		rc := e.RueidisClient(t)
+		base := "rrenewed-" + e.Name
+		psem := r.PermitExpirableSemaphore(base+"-psem", WithRenewedLease(d))
+		_, err := psem.TrySetPermits(ctx, 1)
+		require.NoError(t, err)
+		leases := []struct {
+			key string
+			l   *redisync.Lease
+		}{
+			{base + "-lock", mustLock(t, ctx, r.Lock(base+"-lock", WithRenewedLease(d)).Lock)},
+			{base + "-fair", mustLock(t, ctx, r.FairLock(base+"-fair", WithRenewedLease(d)).Lock)},
+			{base + "-rw", mustLock(t, ctx, r.ReadWriteLock(base+"-rw", WithRenewedLease(d)).Lock)},
+			{"{" + base + "-psem}:timeout", mustLock(t, ctx, func(ctx context.Context) (*redisync.Lease, error) { return psem.Lock(ctx, 1) })},
+		}
+		for range 3 {
+			time.Sleep(d)
+			for _, h := range leases {
+				require.NoError(t, h.l.Err(), h.key)
+				if h.key == "{"+base+"-psem}:timeout" {
+					continue // the permits' zset never expires; their scores move
+				}
+				pttl, err := rc.Do(ctx, rc.B().Pttl().Key(h.key).Build()).AsInt64()
+				require.NoError(t, err)
+				require.Greater(t, pttl, int64(0), "%s still held", h.key)
+				require.LessOrEqual(t, pttl, d.Milliseconds(), "%s has the handle's lease, not the Client's", h.key)
+			}
+		}
+		for _, h := range leases {
+			require.NoError(t, h.l.Unlock(ctx), h.key)
+		}
+		_, err = r.Lock(base+"-bad", WithRenewedLease(0)).TryLock(ctx)
+		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+	})
+}
+
+// TestRedissonRenewedLeaseHolderDies: a holder cut off from Redis keeps a
+// lock with WithRenewedLease(d) about d, not the Client's watchdog lease:
+// another Client gets it then.
+func TestRedissonRenewedLeaseHolderDies(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := withTimeout(t, time.Minute)
+	const d = 900 * time.Millisecond
+	a, p := e.proxied(t)
+	b := e.client(t)
+	name := "rrenewed-dies"
+	l := mustLock(t, ctx, a.Lock(name, WithRenewedLease(d)).Lock)
+	p.Blackhole()
+	cut := time.Now()
+	got := mustLock(t, ctx, b.Lock(name).Lock)
+	took := time.Since(cut)
+	t.Logf("the other Client got the lock %v after the holder was cut off", took.Round(time.Millisecond))
+	require.Less(t, took, 3*d, "the holder's renewed lease, not the Client's watchdog lease")
+	require.NoError(t, got.Unlock(ctx))
+	p.Heal()
+	<-l.Lost()
 }

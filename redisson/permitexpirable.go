@@ -71,8 +71,8 @@ const redissonNoLeaseScore = 922337203685477
 // locks, holding n ids (PermitIDs returns them, as Java's acquire(n)
 // does). Unlike Redisson, whose acquire() takes permits that never expire
 // unless given a lease time, a Lease's permits always have a lease: by
-// default the Client's watchdog lease (WithWatchdogLease), renewed every
-// third of it by moving the permits' expiry, so that the permits of a
+// default the Client's watchdog lease (WithWatchdogLease; WithRenewedLease
+// gives a handle its own), renewed every third of it by moving the permits' expiry, so that the permits of a
 // process that dies come back a watchdog lease later; with
 // WithLeaseTime(d) a fixed lease of d, as Java's acquire(d, unit),
 // which Lease.Extend moves as Java's updateLeaseTime does. A Lease reports
@@ -161,7 +161,9 @@ func (a redissonPSemAcq) client() *Client { return a.s.c }
 // acquisition, which publishes nothing before). A
 // semaphore that was never set has no permits: Lock waits for them.
 //
-// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
+// It returns, when ctx ends first, an error naming the semaphore that matches both
+// ctx.Err() and redisync.ErrNoPermits (a single attempt's redisync.ErrNoPermits never matches
+// ctx's error), and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: Lock retries them with
 // backoff until ctx ends. Errors Redis replies with are returned at once:
 // redisync.ErrWrongType when NAME holds something else than a number or
@@ -201,15 +203,12 @@ func newRedissonPermitIDs(n int) []string {
 
 func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	s, c := a.s, a.s.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return nil, err
 	}
 	kind := redissonPSemKinds[how]
-	lease, watchdog := s.cfg.lease, s.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	lease, watchdog := s.cfg.leaseOn(c)
 	keys := redissonPSemKeys(s.name)
 	ms := strconv.FormatInt(lease.Milliseconds(), 10)
 	// The ids of attempts whose reply never came: they may hold permits,
@@ -410,7 +409,7 @@ func (s *PermitExpirableSemaphore) Release(ctx context.Context, ids ...string) e
 	if err != nil {
 		return err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return err
 	}
@@ -432,7 +431,7 @@ func (s *PermitExpirableSemaphore) TryRelease(ctx context.Context, ids ...string
 	if err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}
@@ -452,7 +451,7 @@ func (s *PermitExpirableSemaphore) count(ctx context.Context, mode string) (int6
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}
@@ -491,7 +490,7 @@ func (s *PermitExpirableSemaphore) set(ctx context.Context, mode string, n int64
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}
@@ -540,7 +539,7 @@ func (s *PermitExpirableSemaphore) lease(ctx context.Context, mode, id string, d
 	if err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}

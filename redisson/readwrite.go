@@ -51,6 +51,17 @@ const redissonWriteSuffix = ":write"
 // keys and the hash every third of the lease, as Redisson's read lock
 // watchdog does; a writer's hash is renewed as an RLock's.
 //
+// Readers share the hash, and a Java reader's renewal sets its expiry to
+// that reader's lease (lockWatchdogTimeout), shorter or not. When a Java
+// reader with a shorter lease dies, the hash expires that lease after its
+// last renewal unless a Go reader renews it first: a Go reader renews
+// every third of its own lease, so one whose lease is longer than three
+// times the shortest Java reader's loses the read lock then (reported
+// redisync.ErrExpired), and a writer gets in. Give the read handles
+// WithRenewedLease(d) with d at most the shortest lockWatchdogTimeout of
+// the Java readers that share the lock (the Client's watchdog lease, when
+// it is that short, serves too).
+//
 // Re-entry and the rules across the two sides are Redisson's, through a
 // lease's Context:
 //   - RLock with a read lease's context adds one read hold to its owner
@@ -120,7 +131,9 @@ func (l *ReadWriteLock) check(ctx context.Context) error {
 // apart by default) finds the lock's mode changed, whatever messages were
 // lost.
 //
-// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
+// It returns, when ctx ends first, an error naming the lock that matches both
+// ctx.Err() and redisync.ErrLocked (a single attempt's redisync.ErrLocked never matches
+// ctx's error), and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: RLock retries them
 // with backoff until ctx ends, then returns ctx's error wrapping the last
 // of them. Errors Redis replies with are returned at once: redisync.ErrWrongType
@@ -225,7 +238,7 @@ func redissonModeProbe(name string) probe {
 
 func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	l, c := s.l, s.l.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return nil, err
 	}
@@ -234,10 +247,8 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 		parent = nil // a lease of another kind of lock of this name
 	}
 	box := l.writerFrom(ctx)
-	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	owner := c.newOwner()
+	lease, watchdog := l.cfg.leaseOn(c)
 	side := 0
 	if s.write {
 		side = 1
@@ -298,10 +309,12 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 			c.log.Warn("redisync: could not undo a Redisson read-write lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.Lock, "err", err)
 		}
 	}
+	var holder lastHolder
 	w := engine.Wait{
 		Channel: l.keys.Channel, Classic: classic, Sharded: sharded,
 		Probe: redissonModeProbe(l.name), Primitive: kind.Primitive, Name: l.name,
-		Busy: fmt.Errorf("%w: Redisson read-write lock %s", redisync.ErrLocked, l.name),
+		Busy:   fmt.Errorf("%w: Redisson read-write lock %s", redisync.ErrLocked, l.name),
+		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			res, done, err := c.run(ctx, parent, script, keys, args, undo)
@@ -314,6 +327,7 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				pttl, _ := res[1].AsInt64()
+				holder.saw(res)
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
 			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
@@ -478,7 +492,7 @@ func (l *ReadWriteLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}

@@ -25,28 +25,35 @@ import (
 //	RFencedLock   as RLock, and the counter redisson_lock_token:{NAME}
 
 // PubSub is how the Redisson locks of a Client publish their
-// messages and listen for them. It must match what the Redisson clients
-// sharing the locks use: Redisson 3.22.0 and later, on Redis Cluster 7.0
-// or newer, use sharded pub/sub (SPUBLISH, SSUBSCRIBE) unless their
-// ClusterServersConfig.shardedSubscriptionMode (3.29.0 and later) is OFF;
-// they use classic pub/sub on standalone Redis, Sentinel, older Clusters,
-// and in older versions. Waiters listen on both kinds on Cluster whatever
-// the mode, so a publisher of either kind wakes them; the waiters of a
-// Client share one subscription per channel and kind.
+// messages. Redisson 3.22.0 and later, on Redis Cluster 7.0 or newer,
+// publish and subscribe with sharded pub/sub (SPUBLISH, SSUBSCRIBE) unless
+// their ClusterServersConfig.shardedSubscriptionMode (3.29.0 and later) is
+// OFF; they use classic pub/sub on standalone Redis, Sentinel, older
+// Clusters, and in older versions, as node-redisson does. The default,
+// PubSubAuto, publishes both ways wherever the servers have sharded
+// pub/sub, so that it wakes every kind of Java or Node waiter. Go waiters
+// listen on both kinds wherever the servers have sharded pub/sub,
+// whatever the mode, so a publisher of either kind wakes them; the
+// waiters of a Client share one subscription per channel and kind.
 type PubSub int
 
 const (
-	// PubSubAuto is Redisson's default: sharded on a Cluster whose
-	// servers have sharded pub/sub, classic everywhere else.
+	// PubSubAuto, the default, publishes every message both ways
+	// (PUBLISH and SPUBLISH) on servers that have sharded pub/sub
+	// (Redis 7.0 or newer, standalone or Cluster), classic elsewhere:
+	// it reaches Java waiters whatever their Redisson version and
+	// shardedSubscriptionMode, and Node waiters.
 	PubSubAuto PubSub = iota
-	// PubSubClassic publishes with PUBLISH: Redisson before 3.22.0,
-	// shardedSubscriptionMode OFF, and node-redisson.
+	// PubSubClassic publishes with PUBLISH alone: it reaches Redisson
+	// before 3.22.0, shardedSubscriptionMode OFF, node-redisson, and not
+	// a Redisson that subscribes sharded.
 	PubSubClassic
-	// PubSubSharded publishes with SPUBLISH (Redis 7.0 or newer):
-	// shardedSubscriptionMode ON.
+	// PubSubSharded publishes with SPUBLISH alone (Redis 7.0 or newer):
+	// it reaches shardedSubscriptionMode ON (AUTO on a Cluster of Redis 7)
+	// and not a client that subscribes classically.
 	PubSubSharded
-	// PubSubBoth publishes every message both ways, for fleets that
-	// mix the two (Java on sharded and Node.js on classic pub/sub).
+	// PubSubBoth publishes every message both ways, as PubSubAuto does
+	// on servers that have sharded pub/sub; it needs them.
 	PubSubBoth
 )
 
@@ -57,9 +64,12 @@ const (
 type Option func(*config)
 
 type config struct {
-	lease  time.Duration // 0: renewed by the watchdog
-	pubsub PubSub
-	latch  time.Duration
+	lease time.Duration // 0: renewed by the watchdog
+	// renewed is the lease the watchdog renews, 0 for the Client's
+	// watchdog lease.
+	renewed time.Duration
+	pubsub  PubSub
+	latch   time.Duration
 	// fairWait is RFairLock's wait of a queued waiter.
 	fairWait time.Duration
 	bad      error
@@ -78,18 +88,54 @@ const defaultRedissonLatch = 20 * time.Second
 // millisecond.
 func WithLeaseTime(d time.Duration) Option {
 	return func(c *config) {
-		c.lease = d
+		c.lease, c.renewed = d, 0
 		if d < time.Millisecond {
 			c.bad = fmt.Errorf("%w: Redisson lease time %v is under a millisecond", redisync.ErrInvalidArgument, d)
 		}
 	}
 }
 
+// WithRenewedLease gives every acquisition a lease of d that the watchdog
+// renews, every third of d, in place of the Client's watchdog lease
+// (WithWatchdogLease, Redisson's lockWatchdogTimeout), as
+// redisync.WithRenewedLease does for the library's own locks: what a crash
+// of the holder costs the next one is d, while a live holder keeps the
+// lock. A Lease is reported lost (redisync.ErrConnectionLost) when no
+// renewal succeeded for nine tenths of d. It applies to Lock, FencedLock,
+// FairLock, ReadWriteLock and PermitExpirableSemaphore; re-entries keep the
+// lease of their outer Lease. Of WithLeaseTime and WithRenewedLease, the
+// last given wins, so a handle's overrides the Client's. d must be at
+// least a millisecond.
+func WithRenewedLease(d time.Duration) Option {
+	return func(c *config) {
+		c.renewed, c.lease = d, 0
+		if d < time.Millisecond {
+			c.bad = fmt.Errorf("%w: Redisson renewed lease %v is under a millisecond", redisync.ErrInvalidArgument, d)
+		}
+	}
+}
+
+// leaseOn is the lease of an acquisition on c, and whether the watchdog
+// renews it: WithLeaseTime's fixed lease, or WithRenewedLease's, or the
+// Client's watchdog lease.
+func (cfg config) leaseOn(c *Client) (time.Duration, bool) {
+	switch {
+	case cfg.lease > 0:
+		return cfg.lease, false
+	case cfg.renewed > 0:
+		return cfg.renewed, true
+	}
+	return c.watchdogLease, true
+}
+
 // WithPubSub sets how the lock publishes its messages (default
-// PubSubAuto). A mode that no other client of the lock listens on
-// delays their waiters: Go waiters until their Client's next presence pass
-// (a second apart by default), Redisson's until the holder's remaining
-// lease runs out.
+// PubSubAuto, which reaches every kind of waiter). A mode that the other
+// clients of the lock do not listen on delays their waiters: Go waiters
+// until their Client's next presence pass (a second apart by default),
+// Redisson's until the holder's remaining lease runs out: on servers that
+// have both kinds, the Client logs at WARN, the first time per object name,
+// that a narrowed mode cannot reach waiters that listen the other way. Give
+// it to New for every handle of a Client, or to one handle.
 func WithPubSub(m PubSub) Option {
 	return func(c *config) {
 		c.pubsub = m
@@ -185,34 +231,67 @@ func redissonHolderProbe(name string) probe {
 	return func(rc rueidis.Client) rueidis.Completed { return rc.B().Hrandfield().Key(name).Build() }
 }
 
-// redissonSharded reports whether PubSubAuto means sharded pub/sub
-// on c: on a Cluster whose servers answer PUBSUB SHARDNUMSUB, as Redisson
-// finds out.
+// redissonSharded reports whether c's servers have sharded pub/sub
+// (Redis 7.0 or newer: they answer PUBSUB SHARDNUMSUB), found out once.
+// The question is sent as the Client's other commands that must not
+// outlive their call are (engine.Client.Cleanup): the caller waits for the
+// answer until its call's grace passed at most, so that a server that does
+// not answer does not hold the call past its ctx.
 func (c *Client) redissonSharded(ctx context.Context) (bool, error) {
-	if !c.cluster {
-		return false, nil
-	}
 	if v := c.shards.Load(); v != 0 {
 		return v == 2, nil
 	}
-	err := c.rc.Do(ctx, c.rc.B().PubsubShardnumsub().Build()).Error()
-	if _, reply := rueidis.IsRedisErr(err); err != nil && !reply {
+	failed := make(chan error, 1)
+	c.cleanup(ctx, func(ctx context.Context) {
+		err := c.rc.Do(ctx, c.rc.B().PubsubShardnumsub().Build()).Error()
+		if _, reply := rueidis.IsRedisErr(err); err != nil && !reply {
+			failed <- err
+			return
+		}
+		v := int32(1)
+		if err == nil {
+			v = 2
+		}
+		c.shards.Store(v)
+	})
+	if v := c.shards.Load(); v != 0 {
+		return v == 2, nil
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	select {
+	case err := <-failed:
 		return false, redisErr("PUBSUB SHARDNUMSUB", err)
+	default:
+		return false, redisErr("PUBSUB SHARDNUMSUB", context.DeadlineExceeded)
 	}
-	v := int32(1)
-	if err == nil {
-		v = 2
-	}
-	c.shards.Store(v)
-	return v == 2, nil
 }
 
 // redissonPubSub returns how to publish ('c' classic, 's' sharded, 'b'
 // both) and which kinds to listen on.
-func (c *Client) redissonPubSub(ctx context.Context, m PubSub) (how string, classic, sharded bool, err error) {
+//
+// PubSubAuto publishes both ways wherever the servers have sharded pub/sub,
+// and Go waiters listen both ways there whatever the mode: a Java fleet
+// subscribes classically or sharded depending on its Redisson version and
+// shardedSubscriptionMode, which this side cannot see, and a message its
+// waiters do not hear costs them the holder's whole remaining lease. Asking
+// Redis who listens (PUBSUB NUMSUB, SHARDNUMSUB) would cost a round trip
+// per release and still miss a subscriber that comes between the question
+// and the release, or listens on another node of a Cluster; the second
+// PUBLISH or SPUBLISH in the release script costs no round trip (see the
+// package doc for its measured cost).
+//
+// A mode narrowed to one way (PubSubClassic, PubSubSharded) on servers that
+// have both cannot reach waiters that listen the other way: it is logged at
+// WARN, once per object (see warnNarrow).
+func (c *Client) redissonPubSub(ctx context.Context, m PubSub, name string) (how string, classic, sharded bool, err error) {
 	has, err := c.redissonSharded(ctx)
 	if err != nil {
 		return "", false, false, err
+	}
+	if has && (m == PubSubClassic || m == PubSubSharded) {
+		c.warnNarrow(name, m)
 	}
 	switch m {
 	case PubSubClassic:
@@ -224,10 +303,42 @@ func (c *Client) redissonPubSub(ctx context.Context, m PubSub) (how string, clas
 	default:
 		how = "c"
 		if has {
-			how = "s"
+			how = "b"
 		}
 	}
 	return how, true, has || how != "c", nil
+}
+
+// maxNarrowWarnings bounds the names a Client remembers having warned
+// about (warnNarrow): names may be made per request.
+const maxNarrowWarnings = 1024
+
+// warnNarrow logs at WARN, the first time per name, that the object of
+// that name publishes one way (m) on servers that have both kinds of
+// pub/sub, so that a waiter that listens the other way (a Java fleet whose
+// Redisson version and shardedSubscriptionMode say so) is woken only when
+// the holder's lease runs out. After maxNarrowWarnings names it says so
+// once and stops.
+func (c *Client) warnNarrow(name string, m PubSub) {
+	if _, seen := c.narrow.Load(name); seen {
+		return
+	}
+	n := c.narrowed.Add(1)
+	if n > maxNarrowWarnings {
+		if n == maxNarrowWarnings+1 {
+			c.log.Warn("redisync: more Redisson objects publish their messages one way only; not logged any more")
+		}
+		return
+	}
+	if _, seen := c.narrow.LoadOrStore(name, struct{}{}); seen {
+		return
+	}
+	only, missed := "classic pub/sub (PUBLISH)", "subscribe sharded (Redisson 3.22.0 and later on a Cluster of Redis 7, shardedSubscriptionMode AUTO or ON)"
+	if m == PubSubSharded {
+		only, missed = "sharded pub/sub (SPUBLISH)", "subscribe classically (Redisson before 3.22.0, shardedSubscriptionMode OFF, node-redisson)"
+	}
+	c.log.Warn("redisync: this Redisson object publishes its releases by "+only+" alone, set by WithPubSub: waiters that "+missed+
+		" are woken only when the holder's lease runs out; the default, PubSubAuto, reaches both", "name", name)
 }
 
 // redissonRequestID is a fresh request id, as Redisson's generateId: 16
@@ -313,7 +424,9 @@ func (l *Lock) client() *Client { return l.c }
 // or the Client's presence pass (a second apart by default) finds the lock
 // free or taken by another holder, whatever messages were lost.
 //
-// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
+// It returns, when ctx ends first, an error naming the lock that matches both
+// ctx.Err() and redisync.ErrLocked (a single attempt's redisync.ErrLocked never matches
+// ctx's error), and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: Lock retries them with
 // backoff until ctx ends, then returns ctx's error wrapping the last of
 // them. Errors Redis replies with are returned at once: redisync.ErrWrongType when
@@ -336,16 +449,14 @@ func (l *Lock) Acquire(ctx context.Context) <-chan *redisync.Lease { return acqu
 
 func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	c := l.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return nil, err
 	}
 	kind := redissonLockKinds[how]
 	parent, pinfo := c.parentOf(ctx, l.keys.Lock)
-	owner, lease, watchdog := c.newOwner(), l.cfg.lease, l.cfg.lease == 0
-	if watchdog {
-		lease = c.watchdogLease
-	}
+	owner := c.newOwner()
+	lease, watchdog := l.cfg.leaseOn(c)
 	if parent != nil {
 		owner, lease, watchdog = pinfo.Owner, pinfo.Lease, pinfo.Watchdog
 	}
@@ -365,10 +476,12 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 			c.log.Warn("redisync: could not undo a Redisson lock acquisition whose outcome is unknown; if it took the lock, that expires with its lease", "key", l.keys.Lock, "err", err)
 		}
 	}
+	var holder lastHolder
 	w := engine.Wait{
 		Channel: l.keys.Channel, Classic: classic, Sharded: sharded,
 		Probe: redissonHolderProbe(l.name), Primitive: kind.Primitive, Name: l.name,
-		Busy: fmt.Errorf("%w: Redisson lock %s", redisync.ErrLocked, l.name),
+		Busy:   fmt.Errorf("%w: Redisson lock %s", redisync.ErrLocked, l.name),
+		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			res, done, err := c.run(ctx, parent, redissonLockScript, keys, args, undo)
@@ -381,6 +494,7 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 			}
 			if ok, _ := res[0].AsInt64(); ok != 1 {
 				pttl, _ := res[1].AsInt64()
+				holder.saw(res)
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
 			token, _ := res[2].AsInt64()
@@ -523,6 +637,31 @@ func (h Holder) ClientID() string {
 	return clientIDOf(strings.TrimSuffix(h.Owner, redissonWriteSuffix))
 }
 
+// Owner returns the field of the Redisson lock hash that l holds by, as
+// Inspect shows it in Holder.Owner and Java's logs and isHeldByThread see
+// it: UUID:THREADID for a Lease of a Lock, FencedLock or FairLock and for
+// a read Lease of a ReadWriteLock, UUID:THREADID:write for a write Lease,
+// where UUID is the ID of the redisync.Client that took it (see
+// Holder.ClientID) and THREADID the number that Client gave the ownership;
+// re-entries share their outer Lease's. It stays the same once the Lease
+// ended. It returns "" for a nil Lease, one whose acquisition failed, and
+// one that holds no field of a Redisson lock hash: a semaphore's permits,
+// a lock of package redisync.
+func Owner(l *redisync.Lease) string {
+	info, ok := leaseInfo(l)
+	if !ok || info.Kind == nil {
+		return ""
+	}
+	switch info.Kind.Primitive {
+	case redissonLockKinds["c"].Primitive, redissonFairKinds["c"].Primitive:
+		return info.Owner
+	}
+	if isRedissonRWKind(info.Kind) {
+		return info.Owner
+	}
+	return ""
+}
+
 // Inspect reads the lock's state (two round trips when it is held). A key
 // of another layout is redisync.ErrWrongType; an error from Redis or the connection,
 // or ctx's end, is returned as it comes. It changes nothing.
@@ -594,7 +733,7 @@ func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub)
+	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
 	if err != nil {
 		return false, err
 	}

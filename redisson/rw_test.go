@@ -358,18 +358,7 @@ func TestRedissonRWJavaSimWakeUp(t *testing.T) {
 			if javaWrite {
 				lock = rw.RLock
 			}
-			got := make(chan time.Time, 1)
-			go func() {
-				// Unlocked before the next round's Java lock.
-				l, err := lock(ctx)
-				at := time.Now()
-				if err == nil {
-					l.Unlock(ctx)
-				} else {
-					t.Error(err)
-				}
-				got <- at
-			}()
+			got := lockedAt(t, ctx, lock)
 			awaitGoWaiting(t, rw.c, j.channel())
 			sent := time.Now()
 			j.mustUnlock(t, ctx, javaWrite, 1)
@@ -516,5 +505,49 @@ func TestRedissonRWWrongLayout(t *testing.T) {
 		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
 		_, err = c.ReadWriteLock("").Lock(ctx)
 		require.ErrorIs(t, err, redisync.ErrInvalidArgument)
+	})
+}
+
+// javaRWReadRenew is a Java reader's watchdog renewal: the hash gets the
+// reader's lease (whatever it had), and its read hold keys too. KEYS name,
+// hold key prefix; ARGV lease, field.
+const javaRWReadRenew = `local n = tonumber(redis.call('hget', KEYS[1], ARGV[2])); if n == nil then return 0 end;
+redis.call('pexpire', KEYS[1], ARGV[1]); for i = n, 1, -1 do redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1]) end; return 1;`
+
+// renewRead runs the Java reader's watchdog renewal once.
+func (j *javaRW) renewRead(ctx context.Context) error {
+	return j.eval(ctx, javaRWReadRenew, []string{j.name, "{" + j.name + "}:" + j.field + ":rwlock_timeout"}, ms(j.lease), j.field).Error()
+}
+
+// TestRedissonRWShorterJavaWatchdog: a Java reader's renewals set the
+// shared read hash's expiry to its own lease (1.5 s). When it dies, a Go
+// reader whose lease is renewed at least as often (WithRenewedLease of at
+// most the Java lease, as the package doc says) keeps the read lock, and a
+// Java writer waits.
+func TestRedissonRWShorterJavaWatchdog(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		name := "rw-short-java-" + e.Name
+		const javaLease = 1500 * time.Millisecond
+		reader, writer := newJavaRW(t, e, name), newJavaRW(t, e, name)
+		reader.lease = javaLease
+		reader.mustTry(t, ctx, false)
+		r := mustLock(t, ctx, e.client(t).ReadWriteLock(name, WithRenewedLease(javaLease)).RLock)
+		// The Java reader's watchdog, a third of its lease apart, then it
+		// dies.
+		for range 4 {
+			require.NoError(t, reader.renewRead(ctx))
+			time.Sleep(javaLease / 3)
+		}
+		require.NoError(t, reader.renewRead(ctx))
+		died := time.Now()
+		for time.Since(died) < 3*javaLease {
+			ok, _, err := writer.try(ctx, true)
+			require.NoError(t, err)
+			require.False(t, ok, "the Java writer got in %v after the Java reader died", time.Since(died).Round(time.Millisecond))
+			require.NoError(t, r.Err(), "the Go reader keeps its lock")
+			time.Sleep(100 * time.Millisecond)
+		}
+		require.NoError(t, r.Unlock(ctx))
 	})
 }

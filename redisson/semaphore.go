@@ -112,7 +112,9 @@ func (a redissonSemAcq) client() *Client { return a.s.c }
 // were lost. A semaphore that was never set has no permits: Lock waits for
 // them.
 //
-// It returns ctx.Err() when ctx ends first, and redisync.ErrClosed when the Client
+// It returns, when ctx ends first, an error naming the semaphore that matches both
+// ctx.Err() and redisync.ErrNoPermits (a single attempt's redisync.ErrNoPermits never matches
+// ctx's error), and redisync.ErrClosed when the Client
 // is closed. Connection errors do not end the wait: Lock retries them with
 // backoff until ctx ends. Errors Redis replies with are returned at once:
 // redisync.ErrWrongType when NAME holds something else than a number. n below 1 is
@@ -139,7 +141,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) <-chan *redisync.Lease {
 
 func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	s, c := a.s, a.s.c
-	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, classic, sharded, err := c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +236,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 0 {
 		return false, fmt.Errorf("%w: %d permits", redisync.ErrInvalidArgument, n)
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return false, err
 	}
@@ -253,7 +255,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub)
+	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
 	if err != nil {
 		return 0, err
 	}

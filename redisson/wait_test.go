@@ -300,9 +300,9 @@ func TestRedissonCountDownLatchWithoutMessageFoundAtNextPass(t *testing.T) {
 
 // TestRedissonWaitersShareOneSubscription: goroutines of one Client
 // waiting on one Redisson lock, semaphore or latch listen through one
-// subscription of the Client per kind of pub/sub (classic on standalone,
-// classic and sharded on Cluster, where Redisson's publishers may use
-// either), not one connection each; it outlives the last waiter for the
+// subscription of the Client per kind of pub/sub (classic and sharded,
+// where the server has both: Redisson's publishers may use either), not
+// one connection each; it outlives the last waiter for the
 // subscription linger, then goes.
 func TestRedissonWaitersShareOneSubscription(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
@@ -350,11 +350,7 @@ func TestRedissonWaitersShareOneSubscription(t *testing.T) {
 		for _, ch := range channels {
 			classic, sharded := subscribersByKind(t, e, ch)
 			require.Equal(t, 1, classic, "classic subscribers of %s", ch)
-			if e.Cluster != nil {
-				require.Equal(t, 1, sharded, "sharded subscribers of %s", ch)
-			} else {
-				require.Zero(t, sharded, "sharded subscribers of %s", ch)
-			}
+			require.Equal(t, 1, sharded, "sharded subscribers of %s", ch)
 		}
 		extra := runtime.NumGoroutine() - goroutines - 4*perName
 		t.Logf("%s: %d waiters on 4 channels: %d goroutines beyond them", e.Name, 4*perName, extra)

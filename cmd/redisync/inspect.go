@@ -44,7 +44,7 @@ string NAME holding a number is mentioned in a note.
 
 For each holder: its owner id (the holding Client's ID, as returned by
 Client.ID, a colon and a sequence number), the client id alone, followed by
-the Client's name in parentheses when it was dialed with
+the Client's name in parentheses when it was made with
 redisync.WithClientName (found in CLIENT LIST, which the Redis user must be
 allowed to run), the number of holds (re-entries count), the remaining
 lease and the fencing token. A

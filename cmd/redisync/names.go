@@ -6,8 +6,9 @@ import (
 )
 
 // nameHolders fills in the names of the Clients that hold what snap shows.
-// A Client dialed with redisync.WithClientName names its connections
-// "redisync:ID:NAME", so CLIENT LIST on the nodes finds it; the nodes are
+// A Client made with redisync.WithClientName names its connections (Dial)
+// or one connection of its own (New) "redisync:ID:NAME", so CLIENT LIST on
+// the nodes finds it; the nodes are
 // asked only for ids not seen before. It is best effort: a node that
 // refuses CLIENT LIST (an ACL without it) leaves the names out.
 func (c *client) nameHolders(ctx context.Context, snap *snapshot) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -39,7 +40,18 @@ func testClientNames(t *testing.T, addrs []string) {
 		return c
 	}
 	named, anon := dial(redisync.WithClientName("billing@host-7")), dial()
-	_, err := named.Mutex("names:mutex").Lock(ctx)
+	// A Client on connections of the caller's, which it cannot name.
+	opt := rueidis.ClientOption{InitAddress: addrs}
+	detect := redisync.DetectChanges(&opt)
+	rc, err := rueidis.NewClient(opt)
+	require.NoError(t, err)
+	t.Cleanup(rc.Close)
+	onNew, err := redisync.New(rc, detect, redisync.WithClientName("ops-tool"), redisync.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, onNew.Close()) })
+	_, err = onNew.Mutex("names:new").Lock(ctx)
+	require.NoError(t, err)
+	_, err = named.Mutex("names:mutex").Lock(ctx)
 	require.NoError(t, err)
 	_, err = anon.Mutex("names:anon").Lock(ctx)
 	require.NoError(t, err)
@@ -65,8 +77,16 @@ func testClientNames(t *testing.T, addrs []string) {
 
 	require.Regexp(t, `(?m)^  client: +`+id+` \(billing@host-7\)$`, cli("inspect", "names:mutex"))
 	require.Regexp(t, `(?m)^  client: +`+anonID+`$`, cli("inspect", "names:anon"))
+	// Its name connection is dialed in the background.
+	newHolder := regexp.MustCompile(`(?m)^  client: +` + regexp.QuoteMeta(onNew.ID()) + ` \(ops-tool\)$`)
+	out := cli("inspect", "names:new")
+	for deadline := time.Now().Add(5 * time.Second); !newHolder.MatchString(out) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		out = cli("inspect", "names:new")
+	}
+	require.Regexp(t, newHolder, out, "inspect names the holder made by New")
 	require.Regexp(t, `(?m)^  client: +`+id+` \(billing@host-7\)$`, cli("inspect", "names:rw"))
-	out := cli("inspect", "names:sem")
+	out = cli("inspect", "names:sem")
 	require.Regexp(t, `(?m)^ +`+id+` \(billing@host-7\)  1 permit  ttl `, out)
 	require.Regexp(t, `(?m)^ +`+anonID+`  2 permits  ttl `, out)
 

@@ -138,8 +138,13 @@ type Wait struct {
 	// Probe is what the Client's presence pass reads, once per pass, for
 	// the waiters of Channel: they look again when it reads a change.
 	Probe func(rc rueidis.Client) rueidis.Completed
-	// Primitive and Name label a wait that the fallback timer ended.
+	// Primitive and Name label a wait that the fallback timer ended, and
+	// name the wait in the error of one that its ctx ended.
 	Primitive, Name string
+	// Holder, when set, tells who held the thing at the last attempt that
+	// found it taken ("" when it did not see): the error of a wait that its
+	// ctx ended names it.
+	Holder func() string
 }
 
 // Keys are the Redis names of one lock: the hash, its channel, and the

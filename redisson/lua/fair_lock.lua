@@ -9,7 +9,8 @@
 -- ARGV[5] '1' to queue, 'r' for a re-entry: one more hold of the owner's
 -- ownership, only while the owner holds the lock (a re-entry never takes
 -- a free lock, nor queues).
--- Returns {1, holds} when acquired, {0, ttl} when not, {-1, why} when a
+-- Returns {1, holds} when acquired, {0, ttl, holder} when not (holder: a
+-- holder's field, false when free), {-1, why} when a
 -- re-entry is refused (rlock_reentry_refused).
 local t, bad = rlock_layout(KEYS[1])
 if bad then
@@ -42,10 +43,10 @@ elseif redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   return {1, holds}
 end
 if ARGV[5] ~= '1' then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), rholder(KEYS[1])}
 end
 if redis.call('ZSCORE', KEYS[3], ARGV[2]) ~= false then
-  return {0, math.max(0, redis.call('PTTL', KEYS[1]))}
+  return {0, math.max(0, redis.call('PTTL', KEYS[1])), rholder(KEYS[1])}
 end
 local last = redis.call('LINDEX', KEYS[2], -1)
 local ttl
@@ -58,4 +59,4 @@ end
 if redis.call('ZADD', KEYS[3], ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]), ARGV[2]) == 1 then
   redis.call('RPUSH', KEYS[2], ARGV[2])
 end
-return {0, ttl}
+return {0, ttl, rholder(KEYS[1])}

@@ -7,7 +7,8 @@
 -- ARGV[3] '1' to count a fencing token, ARGV[4] (optional) 'r' for a
 -- re-entry: one more hold of the owner's ownership, only while the owner
 -- holds the lock (a free lock is not taken).
--- Returns {1, holds, token} when acquired, {0, pttl} when held by another,
+-- Returns {1, holds, token} when acquired, {0, pttl, holder} when held by
+-- another (holder: its field),
 -- {-1, why} when a re-entry is refused (rlock_reentry_refused).
 local t, bad = rlock_layout(KEYS[1])
 if bad then
@@ -29,4 +30,4 @@ if t == 'none' or redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   return {1, holds, token}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), rholder(KEYS[1])}

@@ -9,6 +9,18 @@ local function rpublish(channel, message, how)
   end
 end
 
+-- rholder returns a holder's field of the lock hash at key (any field but
+-- a read-write lock's 'mode'), false when it has none: what an attempt
+-- that found the lock taken reports, for the error of a wait that ends.
+local function rholder(key)
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if f ~= 'mode' then
+      return f
+    end
+  end
+  return false
+end
+
 -- rlock_layout returns an error reply when key is not the hash of a
 -- Redisson RLock (RFencedLock, RFairLock): another type, or the hash of a
 -- Redisson read-write lock (field mode). It returns the key's type.

@@ -7,7 +7,7 @@
 -- ARGV[1] lease ms, ARGV[2] owner field (uuid:threadId), ARGV[3] its
 -- write field (uuid:threadId:write), ARGV[4] (optional) 'r' for a
 -- re-entry of the owner's read holds: only while the owner has one.
--- Returns {1, holds} when taken, {0, pttl} when a writer holds it, {-1,
+-- Returns {1, holds} when taken, {0, pttl, writer} when a writer holds it, {-1,
 -- why} when a re-entry is refused (rlock_reentry_refused).
 local mode, bad = rw_layout(KEYS[1])
 if bad then
@@ -30,4 +30,4 @@ if mode == false or mode == 'read' or redis.call('HEXISTS', KEYS[1], ARGV[3]) ==
   redis.call('PEXPIRE', KEYS[1], math.max(remain, tonumber(ARGV[1])))
   return {1, n}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), rholder(KEYS[1])}

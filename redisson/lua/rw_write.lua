@@ -4,7 +4,8 @@
 -- KEYS[1] the hash, KEYS[2] the queue of a Redisson fair lock of the same
 -- name. ARGV[1] lease ms, ARGV[2] write field (uuid:threadId:write),
 -- ARGV[3] (optional) 'r' for a re-entry: only while the owner writes.
--- Returns {1, holds} when taken, {0, pttl} when held by others, {-1, why}
+-- Returns {1, holds} when taken, {0, pttl, holder} when held by others
+-- (holder: one of their fields), {-1, why}
 -- when a re-entry is refused (rlock_reentry_refused).
 local mode, bad = rw_layout(KEYS[1])
 if bad then
@@ -27,4 +28,4 @@ if mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   redis.call('PEXPIRE', KEYS[1], redis.call('PTTL', KEYS[1]) + tonumber(ARGV[1]))
   return {1, n}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), rholder(KEYS[1])}

@@ -1,0 +1,75 @@
+package redisync
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// A Client made by New uses the caller's connections, whose names are the
+// caller's (rueidis.ClientOption.ClientName, set before the Client and its
+// ID exist), so CLIENT LIST, where `redisync inspect` and `redisync watch`
+// look, would not name it. Given WithClientName, it keeps a connection of
+// its own, named as a dialed Client's connections are, while it is open:
+// one idle connection, on one node (any node serves: the CLI reads CLIENT
+// LIST on all of them), dialed again a second after it breaks.
+
+// nameRedial is the pause before a broken name connection is dialed again.
+const nameRedial = time.Second
+
+// keepName keeps the Client's name connection until Close; Close waits for
+// nameDone.
+func (c *Client) keepName() {
+	c.nameDone = make(chan struct{})
+	go func() {
+		defer close(c.nameDone)
+		for {
+			if dc, broken := c.nameConnection(); dc != nil {
+				select {
+				case <-c.closed:
+					dc.Close()
+					return
+				case <-broken:
+					dc.Close()
+				}
+			}
+			t := time.NewTimer(nameRedial)
+			select {
+			case <-c.closed:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// nameConnection dials the name connection and names it; the channel it
+// returns reports the connection's end. It returns nil when it could not.
+func (c *Client) nameConnection() (rueidis.DedicatedClient, <-chan error) {
+	rc := c.rc
+	if c.cluster {
+		nodes := rc.Nodes()
+		addrs := make([]string, 0, len(nodes))
+		for a := range nodes {
+			addrs = append(addrs, a)
+		}
+		if len(addrs) == 0 {
+			return nil, nil
+		}
+		slices.Sort(addrs)
+		rc = nodes[addrs[0]]
+	}
+	dc, _ := rc.Dedicate()
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := dc.Do(ctx, dc.B().ClientSetname().ConnectionName(connectionName(c.id, c.cfg.clientName)).Build()).Error(); err != nil {
+		c.log.Warn("redisync: could not name a connection after the Client; the CLI will not show its name", "err", err)
+		dc.Close()
+		return nil, nil
+	}
+	// Hooks keep the connection to the Client, and report its end.
+	return dc, dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(rueidis.PubSubMessage) {}})
+}
