@@ -725,6 +725,8 @@ type target struct {
 	owner func(ctx context.Context) (string, error)
 	// groups are this Client's groups over the lock's name (a Mutex).
 	groups []*target
+	// mutex is the Mutex of a Mutex target, or nil.
+	mutex *Mutex
 }
 
 var (
@@ -780,7 +782,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		opts = append(opts, localPassOpts(rnd, c)...)
 		m := c.Mutex(name, opts...)
 		ts = append(ts, &target{
-			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed,
+			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed, mutex: m,
 			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
 			owner: func(ctx context.Context) (string, error) {
 				st, err := w.observer.Mutex(name).Inspect(ctx)
@@ -976,8 +978,10 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		// Three ways to make a Client: Dial without client-side caching
 		// (loss found on renewal, calls pipelined once they overlap), Dial
 		// with it (loss found on change), and New over a caching rueidis
-		// client without DetectChanges (loss found on renewal, every call
-		// pipelined).
+		// client (every call pipelined), half of the time without
+		// DetectChanges (loss found on renewal), half of the time with it
+		// (loss found on change: local passes, with their replies held back
+		// or lost at times).
 		var c *Client
 		var err error
 		made := []string{"dial", "dial-cache", "new"}[rnd.IntN(3)]
@@ -986,11 +990,18 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		}
 		switch made {
 		case "new":
+			detect := rnd.IntN(2) == 0 // DetectChanges: loss found on change, local passes
+			if detect {
+				opts = append(opts, DetectChanges(&opt))
+			}
 			if sc.rc, err = rueidis.NewClient(opt); err == nil {
 				rc := sc.rc
 				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
 					rc, made = sc.rf, "new-replyfaults"
+				}
+				if detect {
+					made += "-detect"
 				}
 				c, err = New(rc, opts...)
 			}
@@ -1256,6 +1267,10 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 			w.latchOp(rnd, sc)
 			continue
 		}
+		if rnd.IntN(10) == 0 {
+			w.crowd(rnd, sc, ts, stop)
+			continue
+		}
 		t := ts[rnd.IntN(len(ts))]
 		if rnd.IntN(2) == 0 { // half the time a Mutex or FairMutex: the locks with queues
 			t = ts[rnd.IntN(len(mutexNames)+len(fairNames))]
@@ -1403,7 +1418,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			w.reenterOnce(t, r, sc, cancellable, childHold)
 		}
 	}
-	if len(t.groups) > 0 && rnd.IntN(6) == 0 {
+	if len(t.groups) > 0 && rnd.IntN(groupChance(l)) == 0 {
 		g := t.groups[rnd.IntN(len(t.groups))]
 		gHold := time.Duration(rnd.IntN(50)) * time.Millisecond
 		if rnd.IntN(2) == 0 {
