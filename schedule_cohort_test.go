@@ -19,12 +19,18 @@ import (
 func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan struct{}) {
 	// One of the Mutexes, which the targets begin with; of those with a
 	// budget of local passes and a window their goroutines meet in, if
-	// any.
-	var passing []*target
+	// any, and of those a Group of the Client shares, two times in three.
+	var passing, grouped []*target
 	for _, t := range ts[:len(mutexNames)] {
 		if cfg := t.mutex.cfg; cfg.localPasses > 0 && cfg.localWithin >= 100*time.Millisecond {
 			passing = append(passing, t)
+			if len(t.groups) > 0 {
+				grouped = append(grouped, t)
+			}
 		}
+	}
+	if len(grouped) > 0 && rnd.IntN(3) > 0 {
+		passing = grouped
 	}
 	t := ts[rnd.IntN(len(mutexNames))]
 	kind := "mutex crowd of one Client"

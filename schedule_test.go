@@ -1599,6 +1599,9 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	gl, err := g.lock(gctx)
 	gcancel()
 	w.count(w.attempts, "group with a Mutex lease's Context")
+	if passedLocally(r.lease) {
+		w.count(w.attempts, "group with the Context of a Mutex lease passed on locally")
+	}
 	if err == nil {
 		err = gl.Err()
 	}
