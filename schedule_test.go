@@ -1378,6 +1378,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.totalAcq++
 	w.vmu.Unlock()
 	forcedBefore := w.delivered(r)
+	w.checkOnReplica(r)
 	w.trackOwner(l, 1)
 	if modeled(t.prim) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
@@ -1814,6 +1815,9 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "replies":
 			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
 		}
+		if w.pair != nil && rnd.IntN(4) == 0 {
+			kind = "lag-replica" // schedule_replicalag_test.go
+		}
 		if w.pair != nil && kind == "restart" {
 			// Its servers keep no data across a restart: the failover
 			// stands in for it.
@@ -1870,6 +1874,8 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			time.AfterFunc(d, func() { defer wg.Done(); sc.p.DelayPushes(0) })
 		case "cut-subscriber":
 			sc.p.CutSubscribers()
+		case "lag-replica":
+			end = w.lagReplica(rnd, d, &wg)
 		case "stall-presence":
 			if !inBurst {
 				sc = clients[rnd.IntN(len(clients))]
