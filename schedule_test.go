@@ -334,6 +334,7 @@ func (w *world) useEnv(kind string) {
 			w.t.Fatalf("starting a primary and its replica: %v", err)
 		}
 		w.pair = pr
+		pr.link.SetLatency(replicaLag)
 		w.t.Cleanup(pr.close)
 		se = w.prepare(&env{name: kind, addrs: []string{pr.front.Addr()}, server: pr.primary})
 	} else if se == nil {
