@@ -27,8 +27,10 @@ import (
 // (a tenth of them long), cancels and re-entries (nested, or outliving the
 // lease they re-enter, with a Context that carries its cancellation or
 // not), Groups taken with a Mutex lease's Context, local passes with and
-// without keeps, Extend, Detach and ForceUnlock mid-hold, concurrent and
-// retried Unlocks, and lost leases left without Unlock, while faults are
+// without keeps (crowds of one Client's goroutines on one Mutex,
+// schedule_cohort_test.go), Extend, Detach and ForceUnlock mid-hold,
+// concurrent and retried Unlocks, and lost leases left without Unlock,
+// while faults are
 // injected at random, alone or several on one Client at once: connections
 // held up, latency, pub/sub messages dropped or delayed, subscription
 // connections cut, a presence loop stalled, Redis restarted (with its data
@@ -42,7 +44,9 @@ import (
 // master's;
 // or, one in six, on a primary with one replica, every Client made
 // WithReplicaAck, where a failover to the replica replaces the restart
-// (schedule_failover_test.go says what the checks excuse around it).
+// (schedule_failover_test.go says what the checks excuse around it), the
+// replication link lags, and a Mutex lease delivered before the failover
+// must have its grant on the replica (schedule_replicalag_test.go).
 // The test's own model of who holds what checks, at every delivery, mutual
 // exclusion, the semaphore's size, that tokens only increase and that the
 // lease is held in Redis; a monitor checks that no waiter waits long for a
