@@ -775,7 +775,7 @@ func localPassOpts(rnd *rand.Rand, c *Client) []LockOption {
 	case 1:
 		return nil
 	}
-	return []LockOption{WithLocalPasses([]int{1, 2, 64}[rnd.IntN(3)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond}[rnd.IntN(2)])}
+	return []LockOption{WithLocalPasses([]int{1, 2, 64}[rnd.IntN(3)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}[rnd.IntN(3)])}
 }
 
 // targets builds the locks of one Client for a schedule.
@@ -1274,6 +1274,10 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 		}
 		if rnd.IntN(10) == 0 {
 			w.crowd(rnd, sc, ts, stop)
+			continue
+		}
+		if rnd.IntN(60) == 0 {
+			w.strayForce(rnd, sc, ts)
 			continue
 		}
 		t := ts[rnd.IntN(len(ts))]
@@ -1900,6 +1904,10 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			var r *replyRule
 			if kind == "hold-reply" {
 				hold := time.Duration(500+rnd.IntN(5500)) * time.Millisecond
+				if call == "keep" && rnd.IntN(2) == 0 {
+					// Back within the window of the block it reserved.
+					hold = time.Duration(50+rnd.IntN(450)) * time.Millisecond
+				}
 				r = sc.rf.hold(match, times, hold)
 				end = start.Add(d + hold)
 			} else {
