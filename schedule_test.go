@@ -1276,10 +1276,6 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 			w.crowd(rnd, sc, ts, stop)
 			continue
 		}
-		if rnd.IntN(60) == 0 {
-			w.strayForce(rnd, sc, ts)
-			continue
-		}
 		t := ts[rnd.IntN(len(ts))]
 		if rnd.IntN(2) == 0 { // half the time a Mutex or FairMutex: the locks with queues
 			t = ts[rnd.IntN(len(mutexNames)+len(fairNames))]
