@@ -26,7 +26,9 @@ import (
 //   - reenter(o, token): allowed only while o owns the name (a re-entry, or
 //     a Group re-entering a Mutex lease through its Context); a token above
 //     the highest seen raises it (a Group's token fences every one of its
-//     names);
+//     names); a token below o's own is a violation of its own, checked
+//     apart from porcupine (a Group that re-enters a lease fences with at
+//     least that lease's token);
 //   - end(o): o owns the name no more; allowed only while o owns it, or, if
 //     a ForceUnlock of the name could have ended o first, at any time;
 //   - force: nobody owns the name.
@@ -498,6 +500,14 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 		spans[p] = append(spans[p], span{o: o, lo: lo, hi: hi, known: known, forced: forced, acqCall: o.call, acqRe: o.ret})
 	}
 	for _, r := range h.reents {
+		// A re-entry shares its ownership's token, and a Group that
+		// re-enters it fences with a token at least as great: a token
+		// below the ownership's would be refused by the resources the
+		// ownership already wrote to.
+		if r.token < r.own.token {
+			out = append(out, lockViolation{kind: "reentry-token-below-ownership", text: fmt.Sprintf("%s: re-entry (c%d, called %s) of o%d has token %d, below the ownership's %d",
+				r.own.res, r.client, relS(r.call), r.own.id, r.token, r.own.token)})
+		}
 		e, ok := epochOf(r.own.call, r.ret)
 		if !ok {
 			continue
@@ -729,6 +739,11 @@ func TestLockModel(t *testing.T) {
 			reenter(h, a, 10, 12, 14)
 			unlock(a, 20, 30)
 			acquire(h, 2, 15, 35)
+		}},
+		{"a re-entry with a token below its ownership's", "reentry-token-below-ownership", func(h *lockHistory) {
+			a := acquire(h, 5, 0, 10)
+			reenter(h, a, 4, 12, 14)
+			unlock(a, 20, 30)
 		}},
 		{"a re-entry after its ownership ended and the next took the lock", "", func(h *lockHistory) {
 			a := acquire(h, 1, 0, 10)

@@ -240,6 +240,7 @@ func (gs *groupState) release(ctx context.Context, logMsg string) (releaseState,
 	gs.relMu.Lock()
 	defer gs.relMu.Unlock()
 	gs.mu.Lock()
+	lostBefore := gs.lost && logMsg == ""
 	gs.releasing = true
 	for _, m := range gs.members {
 		if m.stop != nil {
@@ -252,6 +253,21 @@ func (gs *groupState) release(ctx context.Context, logMsg string) (releaseState,
 		logReleaseErr(gs.h.c, gs.name, gs.members, logMsg)
 	}
 	st, reason, err := gs.outcome()
+	if lostBefore && err == nil && st == freed {
+		// An Unlock of a group that was lost before it: the loss released
+		// what the group still held (memberEnded), so the members found
+		// freed were freed then, not by this Unlock, and another owner may
+		// hold them since. Unless the loss left the keys held (the
+		// connection lost, the Client closed: their release is this
+		// one's, as Lease.Unlock says), the group held until its loss
+		// only: not held, with its loss reason.
+		gs.h.mu.Lock()
+		lost := gs.h.err
+		gs.h.mu.Unlock()
+		if lost != nil && !errors.Is(lost, ErrConnectionLost) && !errors.Is(lost, ErrClosed) {
+			return notHeld, nil
+		}
+	}
 	if err != nil {
 		gs.errored = true
 	} else if st == notHeld && !gs.errored {

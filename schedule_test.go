@@ -28,8 +28,10 @@ import (
 // (a tenth of them long), cancels and re-entries (nested, or outliving the
 // lease they re-enter, with a Context that carries its cancellation or
 // not), Groups taken with a Mutex lease's Context, local passes with and
-// without keeps, Extend, Detach and ForceUnlock mid-hold, concurrent and
-// retried Unlocks, and lost leases left without Unlock, while faults are
+// without keeps (crowds of one Client's goroutines on one Mutex,
+// schedule_cohort_test.go), Extend, Detach and ForceUnlock mid-hold,
+// concurrent and retried Unlocks, and lost leases left without Unlock,
+// while faults are
 // injected at random, alone or several on one Client at once: connections
 // held up, latency, pub/sub messages dropped or delayed, subscription
 // connections cut, a presence loop stalled, Redis restarted (with its data
@@ -43,7 +45,9 @@ import (
 // master's;
 // or, one in six, on a primary with one replica, every Client made
 // WithReplicaAck, where a failover to the replica replaces the restart
-// (schedule_failover_test.go says what the checks excuse around it).
+// (schedule_failover_test.go says what the checks excuse around it), the
+// replication link lags, and a Mutex lease delivered before the failover
+// must have its grant on the replica (schedule_replicalag_test.go).
 // The test's own model of who holds what checks, at every delivery, mutual
 // exclusion, the semaphore's size, that tokens only increase and that the
 // lease is held in Redis; a monitor checks that no waiter waits long for a
@@ -319,6 +323,7 @@ func (w *world) useEnv(kind string) {
 			w.t.Fatalf("starting a primary and its replica: %v", err)
 		}
 		w.pair = pr
+		pr.link.SetLatency(replicaLag)
 		w.t.Cleanup(pr.close)
 		se = w.prepare(&env{name: kind, addrs: []string{pr.front.Addr()}, server: pr.primary})
 	} else if se == nil {
@@ -710,6 +715,8 @@ type target struct {
 	owner func(ctx context.Context) (string, error)
 	// groups are this Client's groups over the lock's name (a Mutex).
 	groups []*target
+	// mutex is the Mutex of a Mutex target, or nil.
+	mutex *Mutex
 }
 
 var (
@@ -753,7 +760,7 @@ func localPassOpts(rnd *rand.Rand, c *Client) []LockOption {
 	case 1:
 		return nil
 	}
-	return []LockOption{WithLocalPasses([]int{1, 2, 64}[rnd.IntN(3)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond}[rnd.IntN(2)])}
+	return []LockOption{WithLocalPasses([]int{1, 2, 64}[rnd.IntN(3)], []time.Duration{20 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}[rnd.IntN(3)])}
 }
 
 // targets builds the locks of one Client for a schedule.
@@ -765,7 +772,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		opts = append(opts, localPassOpts(rnd, c)...)
 		m := c.Mutex(name, opts...)
 		ts = append(ts, &target{
-			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed,
+			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed, mutex: m,
 			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
 			owner: func(ctx context.Context) (string, error) {
 				st, err := w.observer.Mutex(name).Inspect(ctx)
@@ -961,8 +968,10 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		// Three ways to make a Client: Dial without client-side caching
 		// (loss found on renewal, calls pipelined once they overlap), Dial
 		// with it (loss found on change), and New over a caching rueidis
-		// client without DetectChanges (loss found on renewal, every call
-		// pipelined).
+		// client (every call pipelined), half of the time without
+		// DetectChanges (loss found on renewal), half of the time with it
+		// (loss found on change: local passes, with their replies held back
+		// or lost at times).
 		var c *Client
 		var err error
 		made := []string{"dial", "dial-cache", "new"}[rnd.IntN(3)]
@@ -971,11 +980,18 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		}
 		switch made {
 		case "new":
+			detect := rnd.IntN(2) == 0 // DetectChanges: loss found on change, local passes
+			if detect {
+				opts = append(opts, DetectChanges(&opt))
+			}
 			if sc.rc, err = rueidis.NewClient(opt); err == nil {
 				rc := sc.rc
 				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
 					rc, made = sc.rf, "new-replyfaults"
+				}
+				if detect {
+					made += "-detect"
 				}
 				c, err = New(rc, opts...)
 			}
@@ -1241,6 +1257,10 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 			w.latchOp(rnd, sc)
 			continue
 		}
+		if rnd.IntN(10) == 0 {
+			w.crowd(rnd, sc, ts, stop)
+			continue
+		}
 		t := ts[rnd.IntN(len(ts))]
 		if rnd.IntN(2) == 0 { // half the time a Mutex or FairMutex: the locks with queues
 			t = ts[rnd.IntN(len(mutexNames)+len(fairNames))]
@@ -1348,6 +1368,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.totalAcq++
 	w.vmu.Unlock()
 	forcedBefore := w.delivered(r)
+	w.checkOnReplica(r)
 	w.trackOwner(l, 1)
 	if modeled(t.prim) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
@@ -1388,7 +1409,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			w.reenterOnce(t, r, sc, cancellable, childHold)
 		}
 	}
-	if len(t.groups) > 0 && rnd.IntN(6) == 0 {
+	if len(t.groups) > 0 && rnd.IntN(groupChance(l)) == 0 {
 		g := t.groups[rnd.IntN(len(t.groups))]
 		gHold := time.Duration(rnd.IntN(50)) * time.Millisecond
 		if rnd.IntN(2) == 0 {
@@ -1569,6 +1590,9 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	gl, err := g.lock(gctx)
 	gcancel()
 	w.count(w.attempts, "group with a Mutex lease's Context")
+	if passedLocally(r.lease) {
+		w.count(w.attempts, "group with the Context of a Mutex lease passed on locally")
+	}
 	if err == nil {
 		err = gl.Err()
 	}
@@ -1781,6 +1805,9 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "replies":
 			kind = []string{"hold-reply", "lose-reply"}[rnd.IntN(2)]
 		}
+		if w.pair != nil && rnd.IntN(4) == 0 {
+			kind = "lag-replica" // schedule_replicalag_test.go
+		}
 		if w.pair != nil && kind == "restart" {
 			// Its servers keep no data across a restart: the failover
 			// stands in for it.
@@ -1837,6 +1864,8 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			time.AfterFunc(d, func() { defer wg.Done(); sc.p.DelayPushes(0) })
 		case "cut-subscriber":
 			sc.p.CutSubscribers()
+		case "lag-replica":
+			end = w.lagReplica(rnd, d, &wg)
 		case "stall-presence":
 			if !inBurst {
 				sc = clients[rnd.IntN(len(clients))]
@@ -1856,6 +1885,10 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			var r *replyRule
 			if kind == "hold-reply" {
 				hold := time.Duration(500+rnd.IntN(5500)) * time.Millisecond
+				if call == "keep" && rnd.IntN(2) == 0 {
+					// Back within the window of the block it reserved.
+					hold = time.Duration(50+rnd.IntN(450)) * time.Millisecond
+				}
 				r = sc.rf.hold(match, times, hold)
 				end = start.Add(d + hold)
 			} else {

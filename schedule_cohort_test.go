@@ -1,0 +1,76 @@
+package redisync
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// The operations of TestSchedule that make one Client's goroutines meet on
+// one lock: what a Client's local passes, keeps and their blocks of tokens
+// serve, and the Groups taken through a lease passed on locally.
+
+// crowd has a few goroutines of sc take one of its Mutexes at once, a few
+// times each, as acquireOnce does (with its re-entries, Groups through the
+// lease's Context, mid-hold operations and Unlocks): the holder's Unlock
+// finds a waiter of its own Client, so a Client given a budget of local
+// passes keeps the lock in Redis and passes it on. It returns once they
+// all did, or after stop.
+func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan struct{}) {
+	// One of the Mutexes, which the targets begin with; of those with a
+	// budget of local passes and a window their goroutines meet in, if
+	// any, and of those a Group of the Client shares, two times in three.
+	var passing, grouped []*target
+	for _, t := range ts[:len(mutexNames)] {
+		if cfg := t.mutex.cfg; cfg.localPasses > 0 && cfg.localWithin >= 100*time.Millisecond {
+			passing = append(passing, t)
+			if len(t.groups) > 0 {
+				grouped = append(grouped, t)
+			}
+		}
+	}
+	if len(grouped) > 0 && rnd.IntN(3) > 0 {
+		passing = grouped
+	}
+	t := ts[rnd.IntN(len(mutexNames))]
+	kind := "mutex crowd of one Client"
+	if len(passing) > 0 {
+		t, kind = passing[rnd.IntN(len(passing))], "mutex crowd of one Client, with local passes"
+	}
+	n, rounds := 2+rnd.IntN(3), 1+rnd.IntN(3)
+	w.count(w.attempts, kind)
+	var wg sync.WaitGroup
+	for g := range n {
+		s := rnd.Uint64()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			grnd := rand.New(rand.NewPCG(s, uint64(g)))
+			for range rounds {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				w.acquireOnce(grnd, sc, t)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// passedLocally reports whether l was passed on locally: it has a token of
+// its own, from its cohort's block, above its holder's.
+func passedLocally(l *Lease) bool {
+	return l.co != nil && l.token != 0
+}
+
+// groupChance is one in how many of t's leases take one of its Groups with
+// their Context: half of those passed on locally, whose token is their
+// own, not their holder's, and a sixth of the others.
+func groupChance(l *Lease) int {
+	if passedLocally(l) {
+		return 2
+	}
+	return 6
+}
