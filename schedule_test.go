@@ -232,6 +232,9 @@ type world struct {
 	// expire (detached, or lost and not unlocked): their keys may be
 	// found after Close.
 	leftToExpire sync.Map
+	// stop is closed when the current schedule's actors are told to stop;
+	// guarded by mu.
+	stop chan struct{}
 
 	mu   sync.Mutex // the model
 	held map[string][]*rec
@@ -1013,10 +1016,15 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	w.lh = newLockHistory(w.begin)
 
 	stop := make(chan struct{})
+	w.mu.Lock()
+	w.stop = stop
+	w.mu.Unlock()
 	var wg sync.WaitGroup
 	monitorStop := make(chan struct{})
 	monitorDone := make(chan struct{})
 	go func() { defer close(monitorDone); w.monitor(monitorStop) }()
+	presenceDone := make(chan struct{})
+	go func() { defer close(presenceDone); w.presenceMonitor(clients, monitorStop) }()
 	for _, sc := range clients {
 		for g := range perClient {
 			actorSeed := rnd.Uint64()
@@ -1044,6 +1052,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	bgDone := time.Now()
 	close(monitorStop)
 	<-monitorDone
+	<-presenceDone
 	for _, sc := range clients {
 		if sc.p != nil {
 			sc.p.Heal()
@@ -1277,7 +1286,9 @@ func (w *world) latchOp(rnd *rand.Rand, sc *schedClient) {
 	case "countdown":
 		_, err = l.CountDown(ctx)
 	default:
+		ce := endOf(ctx)
 		err = l.Wait(ctx)
+		w.returnedInGrace(ce, sc.i, "latch Wait")
 	}
 	w.count(w.attempts, "latch "+op)
 	if err != nil {
@@ -1326,6 +1337,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	var l *Lease
 	var err error
+	ce := endOf(ctx)
 	switch form {
 	case "Lock":
 		l, err = t.lock(ctx)
@@ -1344,6 +1356,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			err = ctx.Err()
 		}
 	}
+	w.returnedInGrace(ce, sc.i, t.prim+" "+form)
 	if err != nil {
 		w.count(w.failures, t.prim+" "+form+": "+errClass(err))
 		return
@@ -1371,6 +1384,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			w.lh.lostBeforeDelivery(r.life)
 		}
 	}
+	w.bg.Add(1)
 	go w.watchLoss(r)
 
 	// Held in Redis: Inspect, from another Client, shows it.
@@ -1425,6 +1439,10 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			// outlive (WithReplicaAck).
 			hold = 5 * hold
 		}
+	} else if !t.fixed && t.lease <= 3*time.Second && rnd.IntN(30) == 0 {
+		// Held through the faults: renewed a few times, and long enough
+		// for a fault to take it from its Client.
+		hold = time.Duration(1000+rnd.IntN(2000)) * time.Millisecond
 	}
 	time.Sleep(hold / 2)
 	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
@@ -1546,7 +1564,9 @@ func (w *world) reenterOnce(t *target, r *rec, sc *schedClient, cancellable bool
 	}
 	rctx, rcancel := context.WithTimeout(base, time.Second)
 	rcall := time.Now()
+	ce := endOf(rctx)
 	child, err := t.reenter(rctx)
+	w.returnedInGrace(ce, sc.i, t.prim+" re-entry")
 	rcancel()
 	w.count(w.attempts, t.prim+" re-entry")
 	if err != nil {
@@ -1581,7 +1601,9 @@ func (w *world) reenterOnce(t *target, r *rec, sc *schedClient, cancellable bool
 func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.Duration) {
 	gctx, gcancel := context.WithTimeout(r.lease.Context(), time.Second)
 	gcall := time.Now()
+	ce := endOf(gctx)
 	gl, err := g.lock(gctx)
+	w.returnedInGrace(ce, sc.i, "group with a Mutex lease's Context")
 	gcancel()
 	w.count(w.attempts, "group with a Mutex lease's Context")
 	if err == nil {
@@ -1599,6 +1621,7 @@ func (w *world) groupWithLease(g, t *target, r *rec, sc *schedClient, hold time.
 	}
 	w.delivered(gr)
 	gr.life = w.reentered(r, gl, sc.i, gcall, []string{t.res[0]}, others)
+	w.bg.Add(1)
 	go w.watchLoss(gr)
 	time.Sleep(hold)
 	w.lh.witness(gr.life, gl)
@@ -1711,9 +1734,11 @@ func (w *world) leaveToExpire(t *target, r *rec, sc *schedClient, since time.Tim
 }
 
 // watchLoss waits for r's loss until its Unlock returns: a loss within
-// 100ms of the delivery is counted, and the liveness monitor learns that
-// the lock may stay held until its key expires.
+// 100ms of the delivery is counted, the liveness monitor learns that
+// the lock may stay held until its key expires, and the key is checked to
+// stop being renewed (checkRenewalStops). Its caller adds it to bg.
 func (w *world) watchLoss(r *rec) {
+	defer w.bg.Done()
 	select {
 	case <-r.done:
 		return
@@ -1750,6 +1775,7 @@ func (w *world) watchLoss(r *rec) {
 		uncertain = r.dur + time.Second
 	}
 	w.vacate(r, uncertain)
+	w.checkRenewalStops(r, now)
 }
 
 // injectFaults injects random faults until stop: on average one every
