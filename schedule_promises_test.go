@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// This file holds TestSchedule's checks of three promises that its other
-// checks do not see broken: a call that waits returns within its grace of
-// its context's end; a lease reported lost is no longer renewed; a
-// Client's presence passes keep its deadline ahead on every lock it waits
-// for.
+// This file holds TestSchedule's checks of promises that its other checks
+// do not see broken: a call that waits returns within its grace of its
+// context's end; a lease reported lost is no longer renewed; a Client's
+// presence passes keep its deadline ahead on every lock it waits for; a
+// lease is delivered with most of its lease ahead.
 
 // graceMargin is how much later than inflightGrace after its context
 // ended a blocking call of a schedule may return: the time the machine's
@@ -144,13 +144,13 @@ return out`
 
 // presenceMonitor checks, every 300ms until stop, that every place in the
 // queue of a Mutex or FairMutex whose Client is one of clients and waits
-// for the lock (the model has a live waiter of it there, waiting for
-// longer than its waiter expiry and a second) has its Client's deadline
-// ahead, or passed by half a second at most: the Client's presence passes,
-// a third of the waiter expiry apart, renew it on every lock it waits for,
-// so that no release takes its waiters for dead. A place whose Client was
-// faulted lately (its connections, its replies, its presence loop, a
-// restart or a failover) is not judged; one place is reported once.
+// for the lock (the model has a live waiter of it there, waiting for a
+// second or more) has its Client's deadline ahead, or passed by half a
+// second at most: the Client's presence passes, a third of the waiter
+// expiry apart, renew it on every lock it waits for, so that no release
+// takes its waiters for dead. A place whose Client's passes a fault may
+// have held up (on its connections, its presence loop, a restart or a
+// failover) is not judged; one place is reported once.
 func (w *world) presenceMonitor(clients []*schedClient, stop <-chan struct{}) {
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
@@ -212,7 +212,7 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 		var waiting *waiter
 		if ns := w.names[res]; ns != nil {
 			for _, wt := range ns.waiters {
-				if wt.client == client && wt.ctx.Err() == nil && seen.Sub(wt.start) > wt.expiry+time.Second {
+				if wt.client == client && wt.ctx.Err() == nil && seen.Sub(wt.start) > time.Second {
 					waiting = wt
 				}
 			}
@@ -221,13 +221,39 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 		if waiting == nil {
 			continue
 		}
-		from := seen.Add(-waiting.expiry - 3*time.Second)
-		if w.faulted(client, from, seen, "pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber", "stall-presence", "hold-reply", "lose-reply") ||
+		// The faults that can hold up its passes since its deadline was
+		// written: on its connections, on its presence loop, on Redis.
+		from := seen.Add(-time.Duration(now-deadline)*time.Millisecond - waiting.expiry - time.Second)
+		if w.faulted(client, from, seen, "pause-conn", "pause-client", "latency", "stall-presence") ||
 			w.faulted(-1, from, seen, "restart", "failover") {
 			continue
 		}
 		reported[res+" "+id] = true
 		w.violation("presence-lapsed", "%s: the place %q of c%d, whose %s waits since %s (expiry %v), has its Client's deadline %dms past at %s; in Redis: %s",
 			res, id, client, waiting.form, w.rel(waiting.start), waiting.expiry, now-deadline, w.rel(seen), w.redisState(res))
+	}
+}
+
+// checkLeaseAhead checks that l, which an acquisition of t by Client
+// client returned at at, was delivered with most of its first lease ahead
+// (the lease the key got first: a lock handed over at a release gets the
+// shorter of the lease and the waiter expiry). A grant that comes late is
+// confirmed by a renewal before it is delivered, and counted from it; one
+// in time leaves more than half of it. The check asks for a quarter, for
+// the machine's load. A lease passed on locally, whose Deadline is its
+// holder's, is not judged.
+func (w *world) checkLeaseAhead(t *target, l *Lease, client int, at time.Time) {
+	if l.h == nil || l.h.kind.deadline != nil || l.co != nil && l.token != 0 {
+		return
+	}
+	first := t.lease
+	if !t.fixed && t.expiry > 0 && t.expiry < first {
+		first = t.expiry
+	}
+	dl, ok := l.Deadline()
+	if ok && dl.Sub(at) < first/4 {
+		w.violation("delivered-short", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s with its Deadline %v ahead, under a quarter of its first lease %v; faults: %s",
+			t.prim, t.res, client, l.Token(), t.lease, t.fixed, w.rel(at), dl.Sub(at).Round(time.Millisecond), first,
+			w.faultsAround(at.Add(-5*time.Second), at, 0))
 	}
 }

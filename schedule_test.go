@@ -1367,6 +1367,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			t.prim, t.res, form, sc.i, w.rel(at), e, w.faultsAround(at.Add(-5*time.Second), at, 0))
 		return
 	}
+	w.checkLeaseAhead(t, l, sc.i, at)
 	r := &rec{
 		id: w.nextID.Add(1), prim: t.prim, res: t.res, client: sc.i, lease: l, token: l.Token(),
 		permits: t.permits, dur: t.lease, at: at, call: callAt, fixed: t.fixed, done: make(chan struct{}),
