@@ -257,3 +257,43 @@ func (w *world) checkLeaseAhead(t *target, l *Lease, client int, at time.Time) {
 			w.faultsAround(at.Add(-5*time.Second), at, 0))
 	}
 }
+
+// renewalSlack is how long after a lease's loss was seen a renewal of it
+// may still be sent: a watchdog pass that gathered it before the loss.
+const renewalSlack = time.Second
+
+// watchRenewals lets the schedule see the renewals that sc's Client sends,
+// when it is made over a reply-fault wrapper: a rule that acts on no call
+// (its match looks and declines), added before any fault's rule, so that
+// it sees every command. A renewal (of any kind of lock) that names the
+// owner of a lease whose loss was seen more than renewalSlack before is a
+// violation: the watchdog stops renewing a lease once its loss is
+// reported, whether its key is still its own or not.
+func (w *world) watchRenewals(sc *schedClient) {
+	if sc.rf == nil {
+		return
+	}
+	renewals := []func([]string) bool{runs(renewScript), runs(rwRenewScript), runs(semRenewScript)}
+	reported := map[string]bool{} // guarded by sc.rf.mu, which match runs under
+	sc.rf.add(&replyRule{times: -1, match: func(cmd []string) bool {
+		renewal := false
+		for _, m := range renewals {
+			renewal = renewal || m(cmd)
+		}
+		if !renewal {
+			return false
+		}
+		for _, a := range scriptArgs(cmd) {
+			v, ok := w.lostOwners.Load(a)
+			if !ok || reported[a] {
+				continue
+			}
+			if lost := v.(time.Time); time.Since(lost) > renewalSlack {
+				reported[a] = true
+				w.violation("renewed-after-loss", "c%d renews the lease of owner %s at %s, %v after its loss was seen at %s",
+					sc.i, a, w.rel(time.Now()), time.Since(lost).Round(time.Millisecond), w.rel(lost))
+			}
+		}
+		return false
+	}})
+}

@@ -232,6 +232,9 @@ type world struct {
 	// expire (detached, or lost and not unlocked): their keys may be
 	// found after Close.
 	leftToExpire sync.Map
+	// lostOwners holds, by owner id, when the loss of a lease was seen
+	// (watchRenewals).
+	lostOwners sync.Map
 	// stop is closed when the current schedule's actors are told to stop;
 	// guarded by mu.
 	stop chan struct{}
@@ -428,7 +431,7 @@ func (w *world) allowanceLocked(from, to time.Time) time.Duration {
 			// Messages are for latency: the presence pass is what waiting
 			// relies on, and the limit has one already.
 		case "delay-push", "cut-subscriber":
-			recovery = time.Second // the delay, or a new subscription
+			recovery = time.Second // a new subscription (a delay is in the fault's end)
 		case "restart":
 			recovery = 6 * time.Second
 		default:
@@ -994,6 +997,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
 					rc, made = sc.rf, "new-replyfaults"
+					w.watchRenewals(sc)
 				}
 				c, err = New(rc, opts...)
 			}
@@ -1485,7 +1489,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		// A lost lease nobody unlocks: its key must expire within its
 		// lease, not stay renewed.
 		beside.Wait()
-		w.leaveToExpire(t, r, sc, time.Now(), "lost")
+		w.leaveToExpire(t, r, sc, time.Now(), "lost ("+errClass(l.Err())+")")
 		close(r.done)
 		return
 	}
@@ -1747,6 +1751,9 @@ func (w *world) watchLoss(r *rec) {
 	}
 	now := time.Now()
 	err := r.lease.Err()
+	if h := r.lease.h; h != nil && h.kind.deadline == nil {
+		w.lostOwners.Store(h.owner, now)
+	}
 	w.lh.lost(r.life, now, err)
 	w.mu.Lock()
 	forced := r.forced
@@ -1873,8 +1880,14 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "drop-push":
 			sc.p.DropPushes(1 + rnd.IntN(3))
 		case "delay-push":
-			sc.p.DelayPushes(time.Duration(50+rnd.IntN(950)) * time.Millisecond)
-			end = start.Add(d + time.Second)
+			delay := time.Duration(50+rnd.IntN(950)) * time.Millisecond
+			if rnd.IntN(3) == 0 {
+				// Past a waiter expiry and a hand-over's lease: a message
+				// that comes after the lock moved on.
+				delay = time.Duration(1000+rnd.IntN(2000)) * time.Millisecond
+			}
+			sc.p.DelayPushes(delay)
+			end = start.Add(d + delay)
 			wg.Add(1)
 			time.AfterFunc(d, func() { defer wg.Done(); sc.p.DelayPushes(0) })
 		case "cut-subscriber":
