@@ -145,10 +145,10 @@ return out`
 // presenceMonitor checks, every 300ms until stop, that every place in the
 // queue of a Mutex or FairMutex whose Client is one of clients and waits
 // for the lock (the model has a live waiter of it there, waiting for a
-// second or more) has its Client's deadline ahead, or passed by half a
-// second at most: the Client's presence passes, a third of the waiter
-// expiry apart, renew it on every lock it waits for, so that no release
-// takes its waiters for dead. A place whose Client's passes a fault may
+// second or more) has its Client's deadline written within two of its
+// presence passes: the passes, a third of the waiter expiry apart, renew
+// it on every lock the Client waits for, so that no release takes its
+// waiters for dead. A place whose Client's passes a fault may
 // have held up (on its connections, its presence loop, a restart or a
 // failover) is not judged; one place is reported once.
 func (w *world) presenceMonitor(clients []*schedClient, stop <-chan struct{}) {
@@ -201,7 +201,7 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 		id, _ := vals[i].ToString()
 		dl, _ := vals[i+1].ToString()
 		deadline, err := strconv.ParseInt(dl, 10, 64)
-		if err != nil || now-deadline <= 500 || reported[res+" "+id] {
+		if err != nil || reported[res+" "+id] {
 			continue
 		}
 		client, ok := byID[clientIDOf(id)]
@@ -218,19 +218,23 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 			}
 		}
 		w.mu.Unlock()
-		if waiting == nil {
+		// Written a pass ago at the latest, the deadline is two thirds of
+		// the expiry ahead or more; two passes missed (and 300ms for the
+		// machine's load) are a violation.
+		if waiting == nil || deadline-now >= (waiting.expiry/3-300*time.Millisecond).Milliseconds() {
 			continue
 		}
+		since := time.Duration(now-deadline)*time.Millisecond + waiting.expiry
 		// The faults that can hold up its passes since its deadline was
 		// written: on its connections, on its presence loop, on Redis.
-		from := seen.Add(-time.Duration(now-deadline)*time.Millisecond - waiting.expiry - time.Second)
+		from := seen.Add(-since - time.Second)
 		if w.faulted(client, from, seen, "pause-conn", "pause-client", "latency", "stall-presence") ||
 			w.faulted(-1, from, seen, "restart", "failover") {
 			continue
 		}
 		reported[res+" "+id] = true
-		w.violation("presence-lapsed", "%s: the place %q of c%d, whose %s waits since %s (expiry %v), has its Client's deadline %dms past at %s; in Redis: %s",
-			res, id, client, waiting.form, w.rel(waiting.start), waiting.expiry, now-deadline, w.rel(seen), w.redisState(res))
+		w.violation("presence-lapsed", "%s: the place %q of c%d, whose %s waits since %s (expiry %v), has its Client's deadline written %v ago at %s; in Redis: %s",
+			res, id, client, waiting.form, w.rel(waiting.start), waiting.expiry, since, w.rel(seen), w.redisState(res))
 	}
 }
 
