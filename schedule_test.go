@@ -28,9 +28,10 @@ import (
 // lease they re-enter, with a Context that carries its cancellation or
 // not), Groups taken with a Mutex lease's Context, local passes with and
 // without keeps, Extend, Detach and ForceUnlock mid-hold, concurrent and
-// retried Unlocks, and lost leases left without Unlock, while faults are
-// injected at random, alone or several on one Client at once: connections
-// held up, latency, pub/sub messages dropped or delayed, subscription
+// retried Unlocks, lost leases left without Unlock, and a few leases held
+// through the faults, while faults are injected at random, alone or
+// several on one Client at once: connections held up, latency, pub/sub
+// messages dropped or delayed (some past a hand-over's lease), subscription
 // connections cut, a presence loop stalled, Redis restarted (with its data
 // kept, so that the locks outlive the restart), and, on Clients made with
 // New over a wrapped rueidis client (replyfault_test.go), the replies of a
@@ -47,8 +48,12 @@ import (
 // exclusion, the semaphore's size, that tokens only increase and that the
 // lease is held in Redis; a monitor checks that no waiter waits long for a
 // lock the model says is free; a lease left to expire must expire within
-// its lease; a renewed lease must not be lost while nothing faults; at the
-// end of each schedule nothing may be left, and the history of its
+// its lease, and a lost one must not be renewed (schedule_promises_test.go,
+// with the checks that a call that waits returns within its grace, that a
+// lease is delivered with most of its lease ahead and that presence keeps a
+// waiting Client's deadline ahead); a renewed lease must not be lost while
+// nothing faults; at the end of each schedule nothing may be left, and the
+// history of its
 // exclusive ownerships (local passes, re-entries and Group members
 // included) must be linearizable for the lock model (lockmodel_test.go):
 // one owner at a time, with rising tokens, in real time. Every violation is
