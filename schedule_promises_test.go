@@ -180,11 +180,7 @@ func (w *world) presenceMonitor(clients []*schedClient, stop <-chan struct{}) {
 
 // checkPlaces is presenceMonitor's check of one lock, res.
 func (w *world) checkPlaces(res string, byID map[string]int, reported map[string]bool) {
-	kind, name, _ := strings.Cut(res, ":")
-	keys := w.observer.keysFor(name)
-	if kind == "fair" {
-		keys = w.observer.FairMutex(name).keys
-	}
+	keys := w.lockKeysOf(res)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	rc := w.observer.rc

@@ -53,9 +53,8 @@ import (
 // lease is delivered with most of its lease ahead and that presence keeps a
 // waiting Client's deadline ahead); a renewed lease must not be lost while
 // nothing faults; at the end of each schedule nothing may be left, and the
-// history of its
-// exclusive ownerships (local passes, re-entries and Group members
-// included) must be linearizable for the lock model (lockmodel_test.go):
+// history of its exclusive ownerships (local passes, re-entries and Group
+// members included) must be linearizable for the lock model (lockmodel_test.go):
 // one owner at a time, with rising tokens, in real time. Every violation is
 // collected and reported at the end, one line per kind, with the seed that
 // replays the schedule's choices (its deployment, its faults; not its
@@ -688,11 +687,7 @@ func (w *world) monitor(stop <-chan struct{}) {
 // "fair:NAME"): its hash, its queue and its waiters, read by the
 // observer, for a violation's report.
 func (w *world) redisState(res string) string {
-	kind, name, _ := strings.Cut(res, ":")
-	keys := w.observer.keysFor(name)
-	if kind == "fair" {
-		keys = w.observer.FairMutex(name).keys
-	}
+	keys := w.lockKeysOf(res)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	rc := w.observer.rc
@@ -701,6 +696,16 @@ func (w *world) redisState(res string) string {
 	queue, _ := rc.Do(ctx, rc.B().Zrange().Key(keys.queue).Min("0").Max("-1").Withscores().Build()).AsZScores()
 	waiters, _ := rc.Do(ctx, rc.B().Hgetall().Key(keys.waiters).Build()).AsStrMap()
 	return fmt.Sprintf("lock %q pttl %d, queue %v, waiters %q", lock, pttl, queue, waiters)
+}
+
+// lockKeysOf returns the keys of the lock res ("mutex:NAME" or
+// "fair:NAME").
+func (w *world) lockKeysOf(res string) lockKeys {
+	kind, name, _ := strings.Cut(res, ":")
+	if kind == "fair" {
+		return w.observer.FairMutex(name).keys
+	}
+	return w.observer.keysFor(name)
 }
 
 // schedClient is one Client of a schedule.
