@@ -86,10 +86,13 @@ func (w *world) returnedInGrace(ce *callEnd, client int, what string) {
 // the schedule's stop is given up, not to make the schedule longer.
 func (w *world) checkRenewalStops(r *rec, lost time.Time) {
 	l := r.lease
-	if l.h == nil || (r.prim != "mutex" && r.prim != "fair") || r.dur > 3*time.Second || w.pair != nil {
+	if l.h == nil || (r.prim != "mutex" && r.prim != "fair") || w.pair != nil {
 		return
 	}
-	<-r.done
+	<-r.done // and r.dur, which an Extend may have set, is final
+	if r.dur > 3*time.Second {
+		return
+	}
 	since := lost
 	w.mu.Lock()
 	stop := w.stop
