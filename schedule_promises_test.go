@@ -151,8 +151,8 @@ return out`
 // second or more) has its Client's deadline written within two of its
 // presence passes: the passes, a third of the waiter expiry apart, renew
 // it on every lock the Client waits for, so that no release takes its
-// waiters for dead. A place whose Client's passes a fault may
-// have held up (on its connections, its presence loop, a restart or a
+// waiters for dead. A place whose Client's passes a fault may have held
+// up (on its connections, its replies, its presence loop, a restart or a
 // failover) is not judged; one place is reported once.
 func (w *world) presenceMonitor(clients []*schedClient, stop <-chan struct{}) {
 	tick := time.NewTicker(300 * time.Millisecond)
@@ -225,9 +225,10 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 		}
 		since := time.Duration(now-deadline)*time.Millisecond + waiting.expiry
 		// The faults that can hold up its passes since its deadline was
-		// written: on its connections, on its presence loop, on Redis.
+		// written: on its connections, on its replies (a pass waits for
+		// the checks it runs), on its presence loop, on Redis.
 		from := seen.Add(-since - time.Second)
-		if w.faulted(client, from, seen, "pause-conn", "pause-client", "latency", "stall-presence") ||
+		if w.faulted(client, from, seen, "pause-conn", "pause-client", "latency", "hold-reply", "lose-reply", "stall-presence") ||
 			w.faulted(-1, from, seen, "restart", "failover") {
 			continue
 		}
