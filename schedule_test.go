@@ -1813,6 +1813,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 	defer wg.Wait()
 	var together []string // kinds still to inject at once on burst's Client
 	var burst *schedClient
+	var burstDelay time.Duration // the message delay of the current burst
 	// On a primary with a replica, one of the first four faults is a
 	// failover (schedule_failover_test.go).
 	nth, failoverAt := 0, -1
@@ -1906,6 +1907,9 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			}
 			sc.p.DelayPushes(delay)
 			end = start.Add(d + delay)
+			if inBurst {
+				burstDelay = delay
+			}
 			wg.Add(1)
 			time.AfterFunc(d, func() { defer wg.Done(); sc.p.DelayPushes(0) })
 		case "cut-subscriber":
@@ -1913,6 +1917,10 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 		case "stall-presence":
 			if !inBurst {
 				sc = clients[rnd.IntN(len(clients))]
+			} else {
+				// As long as the burst's messages are delayed: the
+				// Client's waiters learn of a hand-over neither way.
+				d, burstDelay = max(d, burstDelay), 0
 			}
 			end = start.Add(d)
 			wg.Add(1)
