@@ -145,7 +145,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 end
 return out`
 
-// presenceMonitor checks, every 300ms until stop, that every place in the
+// presenceMonitor checks, every 100ms until stop, that every place in the
 // queue of a Mutex or FairMutex whose Client is one of clients and waits
 // for the lock (the model has a live waiter of it there, waiting for a
 // second or more) has its Client's deadline written within two of its
@@ -155,7 +155,7 @@ return out`
 // up (on its connections, its replies, its presence loop, a restart or a
 // failover) is not judged; one place is reported once.
 func (w *world) presenceMonitor(clients []*schedClient, stop <-chan struct{}) {
-	tick := time.NewTicker(300 * time.Millisecond)
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	byID := map[string]int{}
 	for _, sc := range clients {
