@@ -267,9 +267,9 @@ func (w *world) checkLeaseAhead(t *target, l *Lease, client int, at time.Time) {
 const renewalSlack = time.Second
 
 // watchRenewals lets the schedule see the renewals that sc's Client sends,
-// when it is made over a reply-fault wrapper: a rule that acts on no call
-// (its match looks and declines), added before any fault's rule, so that
-// it sees every command. A renewal (of any kind of lock) that names the
+// when it is made over a reply-fault wrapper: an observer that acts on no
+// call (Observe), added before any fault's rule, so that it sees every
+// command. A renewal (of any kind of lock) that names the
 // owner of a lease whose loss was seen more than renewalSlack before is a
 // violation: the watchdog stops renewing a lease once its loss is
 // reported, whether its key is still its own or not.
@@ -278,14 +278,14 @@ func (w *world) watchRenewals(sc *schedClient) {
 		return
 	}
 	renewals := []func([]string) bool{runs(renewScript), runs(rwRenewScript), runs(semRenewScript)}
-	reported := map[string]bool{} // guarded by sc.rf.mu, which match runs under
-	sc.rf.add(&replyRule{times: -1, match: func(cmd []string) bool {
+	reported := map[string]bool{} // guarded by the wrapper's lock, which the observer runs under
+	sc.rf.Observe(func(cmd []string) {
 		renewal := false
 		for _, m := range renewals {
 			renewal = renewal || m(cmd)
 		}
 		if !renewal {
-			return false
+			return
 		}
 		for _, a := range scriptArgs(cmd) {
 			v, ok := w.lostOwners.Load(a)
@@ -298,6 +298,5 @@ func (w *world) watchRenewals(sc *schedClient) {
 					sc.i, a, w.rel(time.Now()), time.Since(lost).Round(time.Millisecond), w.rel(lost))
 			}
 		}
-		return false
-	}})
+	})
 }

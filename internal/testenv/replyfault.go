@@ -108,6 +108,17 @@ func (rf *ReplyFaults) Watch(match func([]string) bool, replied func(ctx context
 	return rf.add(&Rule{match: match, times: -1, replied: replied})
 }
 
+// Observe calls see with the words of every command sent through the
+// wrapper from now on, under the wrapper's lock (see must not call into the
+// wrapper), before the rules added after it are matched; it acts on no
+// call.
+func (rf *ReplyFaults) Observe(see func(cmd []string)) *Rule {
+	return rf.add(&Rule{times: -1, match: func(cmd []string) bool {
+		see(cmd)
+		return false
+	}})
+}
+
 // Gate holds the replies of the next times matching calls until open is
 // called; lost, when lose, instead of delivered then.
 func (rf *ReplyFaults) Gate(match func([]string) bool, times int, lose bool) (r *Rule, open func()) {
