@@ -49,9 +49,11 @@ import (
 //     members are released at once, so that nothing stays held for a group
 //     that ended.
 //   - Unlock releases every member: one script per Client and slot, all at
-//     once. It returns nil when the group held every lock until then (also
-//     after a loss that left the locks in place, as for Mutex), and
-//     ErrNotHeld when a member was not held any more. After an error from
+//     once. It returns nil when the group held every lock until then, and
+//     ErrNotHeld when a member was not held any more or the group was lost
+//     before (with the loss reason, whatever it was: unlike a Mutex lease
+//     lost with its connection, whose key stays held until its Unlock, a
+//     lost group released its members at the loss). After an error from
 //     Redis or ctx some members may be released and others not: those are
 //     no longer renewed and are freed by calling Unlock again, or expire.
 //   - Context carries the lease and every member: a Mutex of one of the

@@ -33,3 +33,31 @@ func TestGroupUnlockAfterItsLossReportsTheLoss(t *testing.T) {
 		require.NoError(t, ol.Unlock(ctx), "the group's Unlock released another owner's lock")
 	})
 }
+
+// A Group lost because its renewals went unanswered until its deadline
+// (ErrConnectionLost) releases what it still holds at once too, where the
+// connection lets it: its Unlock afterwards reports the loss. The keys
+// were released at the loss, not by that Unlock, and another owner may
+// hold them since.
+func TestGroupUnlockAfterItsConnectionLossReportsTheLoss(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClientDetecting(t, false, WithWatchdogLease(600*time.Millisecond))
+		name := "{" + t.Name() + "}"
+		g := NewGroup(c.Mutex(name+":a"), c.Mutex(name+":b"))
+		gl := mustLock(t, ctx, g.Lock)
+		// The renewals run in Redis; their replies never come back.
+		rf.hold(runs(renewScript), -1, time.Minute)
+		select {
+		case <-gl.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the group's loss was not reported")
+		}
+		require.ErrorIs(t, gl.Err(), ErrConnectionLost)
+		ol := mustLock(t, ctx, e.client(t).Mutex(name+":a").Lock)
+		err := gl.Unlock(ctx)
+		require.ErrorIs(t, err, ErrNotHeld, "the Unlock reported a release that the loss made")
+		require.ErrorIs(t, err, ErrConnectionLost)
+		require.NoError(t, ol.Unlock(ctx), "the group's Unlock released another owner's lock")
+	})
+}

@@ -255,18 +255,14 @@ func (gs *groupState) release(ctx context.Context, logMsg string) (releaseState,
 	st, reason, err := gs.outcome()
 	if lostBefore && err == nil && st == freed {
 		// An Unlock of a group that was lost before it: the loss released
-		// what the group still held (memberEnded), so the members found
-		// freed were freed then, not by this Unlock, and another owner may
-		// hold them since. Unless the loss left the keys held (the
-		// connection lost, the Client closed: their release is this
-		// one's, as Lease.Unlock says), the group held until its loss
-		// only: not held, with its loss reason.
-		gs.h.mu.Lock()
-		lost := gs.h.err
-		gs.h.mu.Unlock()
-		if lost != nil && !errors.Is(lost, ErrConnectionLost) && !errors.Is(lost, ErrClosed) {
-			return notHeld, nil
-		}
+		// what the group still held (memberEnded), whatever its reason, a
+		// lost connection's included, so the members found freed were
+		// freed then (or by a retry of that release), not by this Unlock,
+		// and another owner may hold them since. The group held until its
+		// loss at most, and the Client stopped vouching for it there: not
+		// held, with its loss reason. (A Mutex lease lost with its
+		// connection leaves its key held instead, and its Unlock frees it.)
+		return notHeld, nil
 	}
 	if err != nil {
 		gs.errored = true

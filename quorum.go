@@ -60,7 +60,8 @@ import (
 // ErrNoQuorum wrapping the servers' loss reasons, and the lock is released
 // on every server at once. Unlock releases it on every server, the ones that
 // never granted it included; it returns nil when a majority released it,
-// and ErrNotHeld when fewer than a majority still held it. Each release has
+// and ErrNotHeld when fewer than a majority still held it or the lock was
+// lost before (its loss released it everywhere). Each release has
 // the per-server timeout, so that a hung server delays Unlock by that much
 // only. Token is T, the greatest of the servers' tokens: before the Lease is
 // returned the fencing counter of the name is raised to T on a majority of

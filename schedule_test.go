@@ -1460,11 +1460,9 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			// outlive (WithReplicaAck).
 			hold = 5 * hold
 		}
-	} else if !t.fixed && t.lease <= 3*time.Second && rnd.IntN(30) == 0 && t.prim != "group" {
+	} else if !t.fixed && t.lease <= 3*time.Second && rnd.IntN(30) == 0 {
 		// Held through the faults: renewed a few times, and long enough
-		// for a fault to take it from its Client. Not a Group's lease:
-		// held so, one was seen to lose a member to another Client
-		// without its lease being reported lost, an open finding.
+		// for a fault to take it from its Client.
 		hold = time.Duration(1000+rnd.IntN(2000)) * time.Millisecond
 	}
 	time.Sleep(hold / 2)
