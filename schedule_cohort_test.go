@@ -74,3 +74,12 @@ func groupChance(l *Lease) int {
 	}
 	return 6
 }
+
+// strayForce force-unlocks one of the Mutex or FairMutex names from sc,
+// which need not hold it, as an operator would: whoever holds it (another
+// Client, a goroutine of sc whose keep is on its way, a lease passed on
+// locally) loses it, and the Client that held it must not pass on a hold
+// it no longer has.
+func (w *world) strayForce(rnd *rand.Rand, sc *schedClient, ts []*target) {
+	w.forceUnlock(ts[rnd.IntN(len(mutexNames)+len(fairNames))], sc)
+}

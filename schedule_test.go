@@ -30,6 +30,7 @@ import (
 // not), Groups taken with a Mutex lease's Context, local passes with and
 // without keeps (crowds of one Client's goroutines on one Mutex,
 // schedule_cohort_test.go), Extend, Detach and ForceUnlock mid-hold,
+// ForceUnlocks from a Client that need not hold the lock,
 // concurrent and retried Unlocks, lost leases left without Unlock, and a
 // few leases held through the faults, while faults are injected at random,
 // alone or several on one Client at once: connections held up, latency,
@@ -1282,6 +1283,10 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 		}
 		if rnd.IntN(10) == 0 {
 			w.crowd(rnd, sc, ts, stop)
+			continue
+		}
+		if rnd.IntN(60) == 0 {
+			w.strayForce(rnd, sc, ts)
 			continue
 		}
 		t := ts[rnd.IntN(len(ts))]
