@@ -165,6 +165,7 @@ func TestBusyIsErrLocked(t *testing.T) {
 func TestWaitEndedNamesTheLock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
+		cleaner := e.client(t) // closed after c
 		c := e.client(t)
 		base := "wait-ended-" + e.name
 		// Held until the Client closes.
@@ -177,6 +178,12 @@ func TestWaitEndedNamesTheLock(t *testing.T) {
 		require.NoError(t, err)
 		_, err = sem.Lock(ctx, 1)
 		require.NoError(t, err)
+		// A semaphore outlives its Client: deleted once c closed, so that
+		// the tests that look for keys left find none of it.
+		t.Cleanup(func() {
+			c.Close()
+			cleaner.Semaphore(base + "-sem").Delete(context.Background())
+		})
 		mustLock(t, ctx, c.Mutex("{"+base+"-group}:b").Lock)
 		mustLock(t, ctx, c.Mutex(base+"-quorum").Lock)
 		latch := c.Latch(base + "-latch")
