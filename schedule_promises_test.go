@@ -225,10 +225,12 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 		}
 		since := time.Duration(now-deadline)*time.Millisecond + waiting.expiry
 		// The faults that can hold up its passes since its deadline was
-		// written: on its connections, on its replies (a pass waits for
-		// the checks it runs), on its presence loop, on Redis.
+		// written: on its connections (a connection cut under a pass
+		// fails it, and the pass is retried later), on its replies (a
+		// pass waits for the checks it runs), on its presence loop, on
+		// Redis.
 		from := seen.Add(-since - time.Second)
-		if w.faulted(client, from, seen, "pause-conn", "pause-client", "latency", "hold-reply", "lose-reply", "stall-presence") ||
+		if w.faulted(client, from, seen, "pause-conn", "pause-client", "latency", "cut-subscriber", "hold-reply", "lose-reply", "stall-presence") ||
 			w.faulted(-1, from, seen, "restart", "failover") {
 			continue
 		}

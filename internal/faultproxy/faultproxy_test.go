@@ -154,18 +154,38 @@ func TestCut(t *testing.T) {
 }
 
 // After SetTarget and Cut, the client's new connections reach the new
-// target; until Cut, its current connection stays with the old one.
+// target; until Cut, a connection open before stays with the old one. (A
+// raw connection shows it: a rueidis client may open another connection
+// of its own at any time.)
 func TestSetTarget(t *testing.T) {
 	old, p := setup(t)
 	c := newClient(t, p)
 	ctx := context.Background()
 	require.NoError(t, c.Do(ctx, c.B().Set().Key("k").Value("old").Build()).Error())
 	srv := redistest.Standalone(t)
+	raw, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer raw.Close()
+	r := bufio.NewReader(raw)
+	get := func() string {
+		t.Helper()
+		require.NoError(t, raw.SetDeadline(time.Now().Add(5*time.Second)))
+		_, err := io.WriteString(raw, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+		require.NoError(t, err)
+		head, err := r.ReadString('\n')
+		require.NoError(t, err)
+		if head == "$-1\r\n" {
+			return "(nil)"
+		}
+		body, err := r.ReadString('\n')
+		require.NoError(t, err)
+		return strings.TrimSuffix(body, "\r\n")
+	}
+	require.Equal(t, "old", get(), "the raw connection reaches the old target")
 
 	p.SetTarget(srv.Addr)
-	got, err := c.Do(ctx, c.B().Get().Key("k").Build()).ToString()
-	require.NoError(t, err)
-	require.Equal(t, "old", got, "the current connection stays with the old target")
+	require.Equal(t, "old", get(), "a connection open before stays with the old target")
+	var got string
 
 	p.Cut()
 	eventually(t, func(ctx context.Context) error {
