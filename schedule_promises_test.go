@@ -131,11 +131,13 @@ func (w *world) checkRenewalStops(r *rec, lost time.Time) {
 	}
 }
 
-// placesScript reads a lock's queue (KEYS[1]) and waiters hash (KEYS[2]):
-// the server's clock in ms, then for each place but '*' its waiter id and
-// the deadline of its Client (empty when it has none).
+// placesScript reads a lock's queue (KEYS[1]), waiters hash (KEYS[2]) and
+// hash (KEYS[3]): the server's clock in ms, the holder's owner id (” when
+// free), then for each place but '*' its waiter id and the deadline of its
+// Client (empty when it has none).
 const placesScript = `local t = redis.call('TIME')
-local out = {t[1] * 1000 + math.floor(t[2] / 1000)}
+local owner = redis.call('TYPE', KEYS[3]).ok == 'hash' and redis.call('HGET', KEYS[3], 'owner') or ''
+local out = {t[1] * 1000 + math.floor(t[2] / 1000), owner or ''}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   if id ~= '*' then
     local c = string.match(id, '^(.*):') or id
@@ -187,16 +189,17 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	rc := w.observer.rc
-	vals, err := rc.Do(ctx, rc.B().Eval().Script(placesScript).Numkeys(2).Key(keys.queue, keys.waiters).Build()).ToArray()
-	if err != nil || len(vals) == 0 {
+	vals, err := rc.Do(ctx, rc.B().Eval().Script(placesScript).Numkeys(3).Key(keys.queue, keys.waiters, keys.lock).Build()).ToArray()
+	if err != nil || len(vals) < 2 {
 		return
 	}
 	now, err := vals[0].AsInt64()
 	if err != nil {
 		return
 	}
+	holder, _ := vals[1].ToString()
 	seen := time.Now()
-	for i := 1; i+1 < len(vals); i += 2 {
+	for i := 2; i+1 < len(vals); i += 2 {
 		id, _ := vals[i].ToString()
 		dl, _ := vals[i+1].ToString()
 		deadline, err := strconv.ParseInt(dl, 10, 64)
@@ -205,6 +208,14 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 		}
 		client, ok := byID[clientIDOf(id)]
 		if !ok {
+			continue
+		}
+		if holder != "" && clientIDOf(holder) == clientIDOf(id) {
+			// Its Client holds the lock: its goroutines that want it wait
+			// for a local pass, with no place of their own in the queue,
+			// and the Client need not renew its deadline there. (A place
+			// of its left in the queue then is one an earlier acquisition
+			// left behind, which lapses with that deadline.)
 			continue
 		}
 		w.mu.Lock()
