@@ -13,8 +13,9 @@ import (
 // ID exist), so CLIENT LIST, where `redisync inspect` and `redisync watch`
 // look, would not name it. Given WithClientName, it keeps a connection of
 // its own, named as a dialed Client's connections are, while it is open:
-// one idle connection, on one node (any node serves: the CLI reads CLIENT
-// LIST on all of them), dialed again a second after it breaks.
+// one idle connection, on one master of a Cluster (the CLI reads CLIENT
+// LIST on every node; other tools may read the masters alone), dialed
+// again a second after it breaks.
 
 // nameRedial is the pause before a broken name connection is dialed again.
 const nameRedial = time.Second
@@ -61,6 +62,21 @@ func (c *Client) nameConnection() (rueidis.DedicatedClient, <-chan error) {
 		}
 		slices.Sort(addrs)
 		rc = nodes[addrs[0]]
+		// A master when one answers: a replica may be any node's a
+		// failover later, and tools that read CLIENT LIST often read the
+		// masters alone.
+		for _, a := range addrs {
+			ctx, stop := context.WithTimeout(context.Background(), time.Second)
+			role, err := nodes[a].Do(ctx, nodes[a].B().Role().Build()).ToArray()
+			stop()
+			if err != nil || len(role) == 0 {
+				continue
+			}
+			if r, _ := role[0].ToString(); r == "master" {
+				rc = nodes[a]
+				break
+			}
+		}
 	}
 	dc, _ := rc.Dedicate()
 	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
