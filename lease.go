@@ -849,15 +849,15 @@ func (l *Lease) Deadline() (deadline time.Time, ok bool) {
 	if l.Err() != nil {
 		return time.Time{}, false
 	}
-	if f := l.h.kind.deadline; f != nil {
-		return f(), true
+	if l.h.kind.deadline == nil {
+		l.h.mu.Lock()
+		done := l.h.done
+		l.h.mu.Unlock()
+		if done {
+			return time.Time{}, false
+		}
 	}
-	l.h.mu.Lock()
-	defer l.h.mu.Unlock()
-	if l.h.done {
-		return time.Time{}, false
-	}
-	return l.h.deadline(), true
+	return l.h.vouchedUntil(), true
 }
 
 // vouchedUntil is when the Client stops vouching for h's hold unless a
