@@ -122,7 +122,7 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 		failures.succeeded("key", a.key)
 		if l != nil {
 			if w.timedOut && a.lostIfTimed {
-				a.c.fellBack(a.primitive, a.name, a.key)
+				countLost(a.c, []<-chan struct{}{w.sub.sema.Wait(w.timedGen)}, a.primitive, a.name, a.key)
 			}
 			return a.keep(ctx, l)
 		}
@@ -152,8 +152,10 @@ type waiting struct {
 	// gen is the subscription's broadcast generation, read before the last
 	// attempt: a broadcast since then ends the next wait at once.
 	gen uint64
-	// timedOut tells that the last wait for a broadcast ended by its timer.
+	// timedOut tells that the last wait for a broadcast ended by its timer;
+	// timedGen is the generation that wait waited past.
 	timedOut bool
+	timedGen uint64
 }
 
 // mark reads the broadcast generation before an attempt.
@@ -241,7 +243,7 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 		select {
 		case <-wake:
 		default:
-			w.timedOut = true
+			w.timedOut, w.timedGen = true, w.gen
 		}
 	}
 	return nil, err

@@ -398,6 +398,9 @@ func TestGroupWaitEndedByItsTimerReportsFallback(t *testing.T) {
 		require.NoError(t, err.Error())
 	}
 	l := recv(t, got, 10*time.Second, "the group after its timer")
+	// The count comes messageGrace after the timer, when no message came.
+	eventually(t, 5*time.Second, func() bool { return fell.Load() == 1 }, "the fallback was not reported")
+	time.Sleep(2 * messageGrace)
 	require.Equal(t, int64(1), fell.Load(), "fallbacks reported")
 	require.NoError(t, l.Unlock(ctx))
 }

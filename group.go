@@ -377,7 +377,7 @@ func (a *atomicAcquisition) wait(ctx context.Context, reply groupReply) error {
 	}
 	timedOut, err := a.w.wait(ctx, a.g.clients, reply.wait)
 	if timedOut {
-		freeAfterTimer(ctx, c, groupPrimitive, a.g.name, blocked.keys.lock)
+		freeAfterTimer(ctx, c, &a.w, groupPrimitive, a.g.name, blocked.keys.lock)
 	}
 	return err
 }

@@ -39,7 +39,9 @@ type Metrics struct {
 	// waiter that would otherwise have slept through its turn. Waiting
 	// never relies on it (messages are for latency, the presence pass for
 	// liveness), so any call is a bug worth reporting; each is also logged
-	// at WARN.
+	// at WARN. A message that comes within 100 ms of the timer is late,
+	// not lost, and is not reported; a report comes those 100 ms after
+	// the wait ended.
 	WaitFallback func(primitive, name string)
 }
 

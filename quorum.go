@@ -315,7 +315,7 @@ func (q *Quorum) pause(ctx context.Context, w *waitSet, out roundOutcome, b *bac
 	timedOut, err := w.wait(ctx, q.clients, out.wait)
 	if timedOut {
 		for _, i := range out.busy {
-			if freeAfterTimer(ctx, q.clients[i], quorumPrimitive, q.name, q.ms[i].keys.lock) {
+			if freeAfterTimer(ctx, q.clients[i], w, quorumPrimitive, q.name, q.ms[i].keys.lock) {
 				break
 			}
 		}

@@ -777,3 +777,42 @@ func TestOrphanRetriedWhileNothingIsWaited(t *testing.T) {
 		t.Fatalf("the leave was tried %d times in %v", tries.Load(), 5*renewRetry)
 	}
 }
+
+// TestGroupWaitTimerBeforeALateMessage: a Group waits for a lock until its
+// holder's lease runs out; the holder releases just before that, and the
+// release's message comes just after the Group's timer. The message was
+// late, not lost: the wait is not counted as a lost wake-up, and the Group
+// gets the locks.
+func TestGroupWaitTimerBeforeALateMessage(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := withTimeout(t, 30*time.Second)
+	var fell atomic.Int64
+	holder := e.client(t)
+	waiting, p := e.proxied(t, fallbacks(&fell))
+	name := "{lateg}:a"
+	l, err := holder.Mutex(name, WithFixedLease(800*time.Millisecond)).Lock(ctx)
+	require.NoError(t, err)
+	done := make(chan lockOutcome, 1)
+	go func() {
+		gl, err := NewGroup(waiting.Mutex(name), waiting.Mutex("{lateg}:b")).Lock(ctx)
+		done <- lockOutcome{gl, err, time.Now()}
+	}()
+	awaitQueued(t, ctx, e.rueidisClient(t), holder.keysFor(name), 1) // the Group's '*'
+	time.Sleep(200 * time.Millisecond)                               // its subscription in effect, its timer set
+	p.DelayPushes(60 * time.Millisecond)
+	pttl, err := e.rueidisClient(t).Do(ctx, e.rueidisClient(t).B().Pttl().Key(holder.keysFor(name).lock).Build()).AsInt64()
+	require.NoError(t, err)
+	time.Sleep(time.Duration(pttl)*time.Millisecond - 25*time.Millisecond)
+	require.NoError(t, l.Unlock(ctx))
+	released := time.Now()
+	select {
+	case o := <-done:
+		require.NoError(t, o.err)
+		t.Logf("the Group got the locks %v after the release", o.at.Sub(released).Round(time.Millisecond))
+		require.NoError(t, o.l.Unlock(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Group still waits 5s after the release")
+	}
+	time.Sleep(2 * messageGrace) // a lost wake-up would be counted by then
+	require.Zero(t, fell.Load(), "a late message counted as a lost wake-up")
+}

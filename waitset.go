@@ -101,8 +101,9 @@ func (w *waitSet) mark() {
 // at most d, and reports whether d ran out (timedOut). If subscriptions
 // were joined since the last wait, it waits instead until they are in
 // effect: a release published before was missed, so the caller looks again
-// then. It returns ctx's error when ctx ends, ErrClosed when one of clients
-// is closed.
+// then, and d running out first is no sign of a lost wake-up (timedOut is
+// false). It returns ctx's error when ctx ends, ErrClosed when one of
+// clients is closed.
 func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) (timedOut bool, err error) {
 	timer := time.NewTimer(max(d, time.Millisecond))
 	defer timer.Stop()
@@ -115,7 +116,7 @@ func (w *waitSet) wait(ctx context.Context, clients []*Client, d time.Duration) 
 		for _, s := range fresh {
 			i, _, _ := reflect.Select(append(slices.Clip(base), recvCase(s.ready)))
 			if i < len(base) {
-				return i == 1, waitErr(ctx, i)
+				return false, waitErr(ctx, i)
 			}
 		}
 		return false, nil
@@ -167,19 +168,48 @@ func (w *waitSet) leave() {
 	w.subs, w.gens, w.fresh = nil, nil, nil
 }
 
-// freeAfterTimer reports a lost wake-up (fellBack), and true, when a wait
-// that its timer ended was for the lock key of c that is in fact free:
-// released (its hash kept with no owner), whose release announced it,
-// rather than held, or expired with a holder that died, for which nothing
-// is published.
-func freeAfterTimer(ctx context.Context, c *Client, primitive, name, key string) bool {
+// freeAfterTimer reports whether a wait of w that its timer ended was for
+// the lock key of c that is in fact free: released (its hash kept with no
+// owner), whose release announced it, rather than held, or expired with a
+// holder that died, for which nothing is published. Such a wait missed its
+// wake-up, unless the release came just before the timer and its message
+// is still on its way: countLost tells the two apart without holding up
+// the next attempt.
+func freeAfterTimer(ctx context.Context, c *Client, w *waitSet, primitive, name, key string) bool {
 	owner, err := c.rc.Do(ctx, c.rc.B().Hget().Key(key).Field("owner").Build()).ToString()
 	if err != nil || owner != "" {
 		return false
 	}
-	c.fellBack(primitive, name, key)
+	wakes := make([]<-chan struct{}, len(w.subs))
+	for i, s := range w.subs {
+		wakes[i] = s.sema.Wait(w.gens[i])
+	}
+	countLost(c, wakes, primitive, name, key)
 	return true
 }
+
+// countLost reports a lost wake-up (fellBack) of a wait that its timer
+// ended although what it waited for had happened, unless one of wakes
+// (the broadcasts it waited for) comes within messageGrace: a message
+// published just before the timer, late rather than lost. The count comes
+// then, from a timer, so the caller looks again at once.
+func countLost(c *Client, wakes []<-chan struct{}, primitive, name, key string) {
+	time.AfterFunc(messageGrace, func() {
+		for _, wake := range wakes {
+			select {
+			case <-wake:
+				return
+			default:
+			}
+		}
+		c.fellBack(primitive, name, key)
+	})
+}
+
+// messageGrace is how long a message is given to come after what it
+// announces was seen to have happened, before its wake-up counts as lost:
+// it is published with the release, but travels on its own connection.
+const messageGrace = 100 * time.Millisecond
 
 // sleepAll sleeps for d, or until ctx ends (its error) or one of clients
 // is closed (ErrClosed).
