@@ -608,7 +608,7 @@ func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease
 // fails.
 func (c *Client) leaveQueueOrRetry(ctx context.Context, keys lockKeys, waiter, owner, hold string) {
 	if err := c.leaveQueue(ctx, keys, waiter, owner, hold); err != nil {
-		c.presence.orphan(func(ctx context.Context) error { return c.leaveQueue(ctx, keys, waiter, owner, hold) })
+		c.presence.orphan(keys, func(ctx context.Context) error { return c.leaveQueue(ctx, keys, waiter, owner, hold) })
 	}
 }
 

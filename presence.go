@@ -62,12 +62,16 @@ type presenceEntry struct {
 }
 
 type orphanLeave struct {
+	keys  lockKeys // of the lock whose queue the place is in
 	leave func(ctx context.Context) error
 	tries int
 }
 
-// orphanTries bounds the retries of a failed leave; the place is dead
-// anyway once the Client stops renewing its deadline there.
+// orphanTries bounds the retries of a failed leave while the Client has no
+// other waiter on the lock: the place is dead anyway once the Client stops
+// renewing its deadline there. While it has one, the deadline it renews
+// keeps the place alive, and a release would hand the lock to a waiter that
+// is gone: the leave is retried at every pass until it succeeds.
 const orphanTries = 3
 
 func newPresence(c *Client) *presence {
@@ -147,10 +151,10 @@ func (p *presence) checkBy(k string, at time.Time) {
 // orphan records a waiter whose leave failed (the connection broke as it
 // gave up its place), to retry it at the next passes: the loop runs for it
 // every renewRetry when nothing else is waited for.
-func (p *presence) orphan(leave func(ctx context.Context) error) {
+func (p *presence) orphan(keys lockKeys, leave func(ctx context.Context) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.orphans = append(p.orphans, orphanLeave{leave: leave})
+	p.orphans = append(p.orphans, orphanLeave{keys: keys, leave: leave})
 	p.startOrWake(p.run)
 }
 
@@ -343,10 +347,12 @@ func (p *presence) pass(timeout time.Duration) {
 		}
 	}
 	for _, o := range orphans {
-		if err := o.leave(ctx); err != nil && o.tries+1 < orphanTries {
+		if err := o.leave(ctx); err != nil {
 			o.tries++
 			p.mu.Lock()
-			p.orphans = append(p.orphans, o)
+			if _, waited := p.locks[o.keys.waiters]; waited || o.tries < orphanTries {
+				p.orphans = append(p.orphans, o)
+			}
 			p.mu.Unlock()
 		}
 	}

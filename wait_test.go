@@ -764,7 +764,7 @@ func TestOrphanRetriedWhileNothingIsWaited(t *testing.T) {
 	c := e.client(t)
 	var tries atomic.Int32
 	done := make(chan struct{})
-	c.presence.orphan(func(context.Context) error {
+	c.presence.orphan(c.keysFor(t.Name()), func(context.Context) error {
 		if tries.Add(1) == 1 {
 			return errors.New("refused")
 		}
@@ -815,4 +815,51 @@ func TestGroupWaitTimerBeforeALateMessage(t *testing.T) {
 	}
 	time.Sleep(2 * messageGrace) // a lost wake-up would be counted by then
 	require.Zero(t, fell.Load(), "a late message counted as a lost wake-up")
+}
+
+// TestPlaceOfAnEndedWaiterLeavesOnceTheConnectionHeals: a waiter gives up
+// while its Client's connections are refused, so its leave fails, and they
+// stay refused past the passes that retry it. Another waiter of
+// the same Client still waits on the lock, so the Client renews its
+// deadline there once the connection heals, which would keep the ended
+// waiter's place alive: its leave is retried until it succeeds, and the
+// release goes to the live waiter at once, not to the place of the one
+// that is gone.
+func TestPlaceOfAnEndedWaiterLeavesOnceTheConnectionHeals(t *testing.T) {
+	e := standaloneEnv(t)
+	ctx := withTimeout(t, time.Minute)
+	rc := e.rueidisClient(t)
+	holder := e.client(t)
+	waiting, p := e.proxied(t)
+	name := "ghost:" + t.Name()
+	keys := holder.keysFor(name)
+	l := mustLock(t, ctx, holder.Mutex(name).Lock)
+	gone, giveUp := context.WithCancel(ctx)
+	ended := make(chan error, 1)
+	go func() {
+		_, err := waiting.Mutex(name).Lock(gone)
+		ended <- err
+	}()
+	awaitQueued(t, ctx, rc, keys, 1)
+	live := lockAsync(ctx, waiting.Mutex(name))
+	awaitQueued(t, ctx, rc, keys, 2)
+	// Refused for longer than the passes that retry a failed leave.
+	p.Refuse()
+	giveUp()
+	require.ErrorIs(t, <-ended, context.Canceled)
+	time.Sleep(5 * time.Second)
+	p.Heal()
+	// The Client renews its deadline for the live waiter again.
+	time.Sleep(2 * time.Second)
+	require.NoError(t, l.Unlock(ctx))
+	released := time.Now()
+	select {
+	case o := <-live:
+		require.NoError(t, o.err)
+		t.Logf("the live waiter got the lock %v after the release", o.at.Sub(released).Round(time.Millisecond))
+		require.Less(t, o.at.Sub(released), 1500*time.Millisecond, "the release went to the place of the waiter that gave up")
+		require.NoError(t, o.l.Unlock(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the live waiter still waits 10s after the release")
+	}
 }
