@@ -183,7 +183,7 @@ func engineGrant(ctx context.Context, g engine.Grant) (any, error) {
 	l, err := c.grant(ctx, grant{
 		kind: kindOf(g.Kind), name: g.Name, key: g.Key, parent: parent, owner: g.Owner, hold: g.Hold,
 		keys:  lockKeys{lock: g.Keys.Lock, channel: g.Keys.Channel, queue: g.Keys.Queue, waiters: g.Keys.Waiters},
-		token: g.Token, lease: g.Lease, watchdog: g.Watchdog, sent: g.Sent,
+		token: g.Token, lease: g.Lease, watchdog: g.Watchdog, sent: g.Sent, shared: g.Shared,
 	})
 	if l == nil {
 		return nil, err

@@ -187,7 +187,12 @@ type Kind struct {
 	// Renew renews (or, with a lease of "0", checks) a batch of holders
 	// of one slot: KEYS[i] a holder's key, ARGV[2i-1] its owner,
 	// ARGV[2i] its lease in ms; it answers per key 1 (held), 0 (gone) or
-	// 2 (another owner's).
+	// 2 (another owner's), or, for a key shared with holders that set its
+	// expiry to a lease of their own, -n: held, and found with n ms to
+	// live, less than half its holder's lease (the holder's renewals alone
+	// leave it about two thirds, so another holder set it). From then on
+	// the holder is renewed at a third of the shortest n found, and its
+	// deadline counts from it.
 	Renew Script
 	// Release, with the keys and args ReleaseAll gives, frees everything
 	// a holder holds, when its Client closes.
@@ -222,6 +227,11 @@ type Grant struct {
 	Watchdog bool
 	// Sent is when the command that took it was sent.
 	Sent time.Time
+	// Shared, when not 0, is how long the key had to live when the
+	// script took it, shorter than half the lease: other holders of the
+	// shared key set its expiry to their own shorter lease, and the
+	// watchdog renews it as a renewal's answer -n says (see Kind.Renew).
+	Shared time.Duration
 }
 
 // LeaseInfo is what a Lease holds.
