@@ -185,8 +185,8 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.run(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
-			defer done()
+			res, grant, err := c.run(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
+			defer grant(nil)
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson fair lock "+l.name, err)
 			}
@@ -200,7 +200,7 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 				return nil, time.Duration(ttl) * time.Millisecond, nil
 			}
 			queued = false
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.
 				l.releaseHold(owner, how, lease)

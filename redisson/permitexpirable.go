@@ -254,7 +254,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease
 			// have taken its own.
 			ids := newRedissonPermitIDs(a.n)
 			sent := time.Now()
-			msgs, _, err := c.run(ctx, nil, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
+			msgs, grant, err := c.run(ctx, nil, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
 				release(ctx, ids)
 			})
 			res := make([]int64, len(msgs))
@@ -283,7 +283,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease
 				c.cleanup(ctx, giveBack)
 			}
 			k := engine.Keys{Lock: keys[1], Channel: keys[2]}
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: s.name, Keys: k, Key: keys[1], Owner: strings.Join(ids, ","), Lease: lease, Watchdog: watchdog, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: s.name, Keys: k, Key: keys[1], Owner: strings.Join(ids, ","), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The permits were found expired, or could not be checked
 				// after a late reply: whatever of them is still held goes

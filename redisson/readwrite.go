@@ -325,8 +325,8 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.run(ctx, parent, script, keys, args, undo)
-			defer done()
+			res, grant, err := c.run(ctx, parent, script, keys, args, undo)
+			defer grant(nil)
 			if err != nil {
 				return nil, 0, redisErr(what+"-lock Redisson read-write lock "+l.name, err)
 			}
@@ -342,7 +342,7 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 			if !s.write && len(res) > 2 {
 				shared, _ = res[2].AsInt64()
 			}
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch),
+			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch),
 				Lease: lease, Watchdog: watchdog, Sent: sent, Shared: time.Duration(shared) * time.Millisecond})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.

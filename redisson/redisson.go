@@ -484,8 +484,8 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.run(ctx, parent, redissonLockScript, keys, args, undo)
-			defer done()
+			res, grant, err := c.run(ctx, parent, redissonLockScript, keys, args, undo)
+			defer grant(nil)
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson lock "+l.name, err)
 			}
@@ -498,7 +498,7 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
 			token, _ := res[2].AsInt64()
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Token: token, Lease: lease, Watchdog: watchdog, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch), Token: token, Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.
 				l.releaseHold(owner, how, lease)

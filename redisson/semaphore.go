@@ -157,7 +157,7 @@ func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			// Nothing to undo: see below.
-			res, _, err := c.run(ctx, nil, redissonSemAcquireScript, []string{s.name}, []string{n}, nil)
+			res, grant, err := c.run(ctx, nil, redissonSemAcquireScript, []string{s.name}, []string{n}, nil)
 			if err != nil {
 				return nil, 0, redisErr("acquire from Redisson semaphore "+s.name, err)
 			}
@@ -168,7 +168,7 @@ func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease,
 				return nil, -1, nil
 			}
 			keys := engine.Keys{Lock: s.name, Channel: s.channel()}
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: s.name, Keys: keys, Key: s.name, Owner: owner, Lease: redissonNoExpiry, Watchdog: false, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: s.name, Keys: keys, Key: s.name, Owner: owner, Lease: redissonNoExpiry, Watchdog: false, Sent: sent})
 			return gl, 0, err
 		},
 		// An attempt whose outcome is unknown may have taken the permits:
