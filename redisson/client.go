@@ -191,15 +191,41 @@ func leaseInfo(l *redisync.Lease) (engine.LeaseInfo, bool) {
 // errors are wrapped.
 func redisErr(op string, err error) error { return engine.H.Err(op, err) }
 
-// runFound runs a script s that answers 1 when it found something to act
-// on, and reports whether it did. op names the operation in errors.
-func (c *Client) runFound(ctx context.Context, s engine.Script, op string, keys, args []string) (bool, error) {
+// object is a handle as its methods that run one script see it.
+type object interface {
+	// check reports why the handle cannot be used with ctx; the receiver
+	// may be nil.
+	check(ctx context.Context) error
+	// object returns the handle's Client, pub/sub mode and name; called
+	// only after check passed.
+	object() (c *Client, m PubSub, name string)
+}
+
+// runOn runs s, the one script of a method of o, as o's methods do: once
+// o's check of ctx passed, with keys and args made by call from how to
+// publish (redissonPubSub), which the script may need to wake waiters. It
+// returns the script's integer reply; an error from Redis or the
+// connection is wrapped naming op and o's name.
+func runOn(ctx context.Context, o object, s engine.Script, op string, call func(how string) (keys, args []string)) (int64, error) {
+	if err := o.check(ctx); err != nil {
+		return 0, err
+	}
+	c, m, name := o.object()
+	how, _, _, err := c.redissonPubSub(ctx, m, name)
+	if err != nil {
+		return 0, err
+	}
+	keys, args := call(how)
 	n, err := s.Exec(ctx, c.rc, keys, args).AsInt64()
 	if err != nil {
-		return false, redisErr(op, err)
+		return 0, redisErr(op+" "+name, err)
 	}
-	return n == 1, nil
+	return n, nil
 }
+
+// found is the outcome of a script that answers 1 when it found what it
+// acts on.
+func found(n int64, err error) (bool, error) { return n == 1, err }
 
 // probe is what the Client's presence pass reads for the waiters of a
 // channel.

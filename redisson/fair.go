@@ -101,6 +101,8 @@ func (l *FairLock) check(ctx context.Context) error {
 	return checkHandle("FairLock", l.c, l.err, ctx)
 }
 
+func (l *FairLock) object() (*Client, PubSub, string) { return l.c, l.cfg.pubsub, l.name }
+
 func (l *FairLock) client() *Client { return l.c }
 
 // Lock acquires the lock in its turn, waiting as long as ctx allows: in
@@ -289,13 +291,7 @@ func (l *FairLock) Inspect(ctx context.Context) (LockState, error) {
 // another layout is left alone: redisync.ErrWrongType. For operators: a holder that
 // is alive loses mutual exclusion.
 func (l *FairLock) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	return l.c.runFound(ctx, redissonFairForceScript, "force unlock Redisson fair lock "+l.name,
-		[]string{l.keys.Lock, l.keys.Queue, l.keys.Waiters, l.keys.Channel}, []string{how, nowMs()})
+	return found(runOn(ctx, l, redissonFairForceScript, "force unlock Redisson fair lock", func(how string) ([]string, []string) {
+		return []string{l.keys.Lock, l.keys.Queue, l.keys.Waiters, l.keys.Channel}, []string{how, nowMs()}
+	}))
 }

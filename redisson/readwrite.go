@@ -132,6 +132,8 @@ func (l *ReadWriteLock) check(ctx context.Context) error {
 	return checkHandle("ReadWriteLock", l.c, l.err, ctx)
 }
 
+func (l *ReadWriteLock) object() (*Client, PubSub, string) { return l.c, l.cfg.pubsub, l.name }
+
 // RLock takes a read hold, waiting as long as ctx allows while a writer
 // holds the lock: for Redisson's unlock messages on the lock's channel,
 // which the Client's waiters share one subscription to, and looking again
@@ -502,12 +504,7 @@ func InspectReadWriteLock(ctx context.Context, rc rueidis.Client, name string) (
 // of another layout is left alone: redisync.ErrWrongType. For operators: holders
 // that are alive lose mutual exclusion.
 func (l *ReadWriteLock) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	return l.c.runFound(ctx, redissonRWForceScript, "force unlock Redisson read-write lock "+l.name, []string{l.keys.Lock, l.keys.Channel}, []string{how})
+	return found(runOn(ctx, l, redissonRWForceScript, "force unlock Redisson read-write lock", func(how string) ([]string, []string) {
+		return []string{l.keys.Lock, l.keys.Channel}, []string{how}
+	}))
 }

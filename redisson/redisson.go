@@ -418,6 +418,8 @@ func (l *Lock) check(ctx context.Context) error {
 
 func (l *Lock) client() *Client { return l.c }
 
+func (l *Lock) object() (*Client, PubSub, string) { return l.c, l.cfg.pubsub, l.name }
+
 // Lock acquires the lock, waiting as long as ctx allows: for Redisson's
 // unlock message on the lock's channel, which the Client's waiters share
 // one subscription to, and looking again when the holder's lease runs out
@@ -730,12 +732,7 @@ func InspectLock(ctx context.Context, rc rueidis.Client, name string) (LockState
 // of another layout is left alone: redisync.ErrWrongType. For operators: a holder
 // that is alive loses mutual exclusion.
 func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	return l.c.runFound(ctx, redissonForceScript, "force unlock Redisson lock "+l.name, []string{l.keys.Lock, l.keys.Channel}, []string{how})
+	return found(runOn(ctx, l, redissonForceScript, "force unlock Redisson lock", func(how string) ([]string, []string) {
+		return []string{l.keys.Lock, l.keys.Channel}, []string{how}
+	}))
 }

@@ -87,6 +87,8 @@ func (s *Semaphore) check(ctx context.Context) error {
 	return checkHandle("Semaphore", s.c, s.err, ctx)
 }
 
+func (s *Semaphore) object() (*Client, PubSub, string) { return s.c, s.cfg.pubsub, s.name }
+
 // redissonSemAcq is one acquisition of n permits, as a handle.
 type redissonSemAcq struct {
 	s *Semaphore
@@ -236,15 +238,9 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 0 {
 		return false, fmt.Errorf("%w: %d permits", redisync.ErrInvalidArgument, n)
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
-	if err != nil {
-		return false, err
-	}
-	v, err := redissonSemSetScript.Exec(ctx, s.c.rc, []string{s.name, s.channel()}, []string{strconv.Itoa(n), how}).AsInt64()
-	if err != nil {
-		return false, redisErr("set Redisson semaphore "+s.name, err)
-	}
-	return v == 1, nil
+	return found(runOn(ctx, s, redissonSemSetScript, "set Redisson semaphore", func(how string) ([]string, []string) {
+		return []string{s.name, s.channel()}, []string{strconv.Itoa(n), how}
+	}))
 }
 
 // AddPermits adds n permits (takes them away when n is negative, which
@@ -252,18 +248,9 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // waiters, and returns the permits available after. A semaphore that
 // does not exist starts from 0. Errors as TrySetPermits.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) (int64, error) {
-	if err := s.check(ctx); err != nil {
-		return 0, err
-	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
-	if err != nil {
-		return 0, err
-	}
-	v, err := redissonSemReleaseScript.Exec(ctx, s.c.rc, []string{s.name, s.channel()}, []string{strconv.Itoa(n), how, "0"}).AsInt64()
-	if err != nil {
-		return 0, redisErr("add to Redisson semaphore "+s.name, err)
-	}
-	return v, nil
+	return runOn(ctx, s, redissonSemReleaseScript, "add to Redisson semaphore", func(how string) ([]string, []string) {
+		return []string{s.name, s.channel()}, []string{strconv.Itoa(n), how, "0"}
+	})
 }
 
 // AvailablePermits returns the permits available (0 when the semaphore
