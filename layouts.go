@@ -72,6 +72,11 @@ func engineClient(v any) (engine.Client, error) {
 	return engine.Client{
 		C: c, RC: c.rc, Log: c.log, Cluster: c.cluster, WatchdogLease: c.cfg.watchdogLease,
 		NewOwner: c.newOwner, Cleanup: c.cleanup, Detached: detached,
+		PublishedOneWay: func(name string) {
+			if f := c.cfg.metrics.PublishedOneWay; f != nil {
+				f(name)
+			}
+		},
 		Check: func(what string, ctx context.Context) error { return checkHandle(what, c, nil, ctx) },
 	}, nil
 }

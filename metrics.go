@@ -41,6 +41,14 @@ type Metrics struct {
 	// liveness), so any call is a bug worth reporting; each is also logged
 	// at WARN.
 	WaitFallback func(primitive, name string)
+	// PublishedOneWay is called each time an operation runs that may
+	// publish a lock's messages by one kind of pub/sub alone (classic or
+	// sharded) on servers that have both: a lock of another layout whose
+	// publishing mode was narrowed to one kind, with the lock's name.
+	// Waiters that listen the other way (other clients of that layout)
+	// miss its messages, and wake only when the holder's lease runs out.
+	// Each name is also logged at WARN, once.
+	PublishedOneWay func(name string)
 }
 
 // fellBack counts and logs a wait of a primitive's lock (name, key) that

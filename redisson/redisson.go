@@ -284,13 +284,15 @@ func (c *Client) redissonSharded(ctx context.Context) (bool, error) {
 //
 // A mode narrowed to one way (PubSubClassic, PubSubSharded) on servers that
 // have both cannot reach waiters that listen the other way: it is logged at
-// WARN, once per object (see warnNarrow).
+// WARN, once per object (see warnNarrow), and counted at every operation
+// in the redisync.Client's Metrics (PublishedOneWay).
 func (c *Client) redissonPubSub(ctx context.Context, m PubSub, name string) (how string, classic, sharded bool, err error) {
 	has, err := c.redissonSharded(ctx)
 	if err != nil {
 		return "", false, false, err
 	}
 	if has && (m == PubSubClassic || m == PubSubSharded) {
+		c.eng.PublishedOneWay(name)
 		c.warnNarrow(name, m)
 	}
 	switch m {

@@ -111,6 +111,10 @@ type Client struct {
 	// Detached returns a context for work that must finish though the
 	// caller's ctx ended, bounded by the Client's cleanup timeout.
 	Detached func(ctx context.Context) (context.Context, context.CancelFunc)
+	// PublishedOneWay counts, in the Client's Metrics, an operation of the
+	// named lock that may publish by one kind of pub/sub alone on servers
+	// that have both (see redisync.Metrics.PublishedOneWay).
+	PublishedOneWay func(name string)
 }
 
 // Form is one of the three forms of acquiring of a lock handle.
