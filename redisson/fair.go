@@ -242,11 +242,7 @@ func redissonFairUnlockKeys(name string, keys engine.Keys, request string) []str
 
 // redissonFairKinds are the lease kinds of RFairLock holders, by
 // publishing mode.
-var redissonFairKinds = map[string]*engine.Kind{
-	"c": newRedissonFairKind("c"),
-	"s": newRedissonFairKind("s"),
-	"b": newRedissonFairKind("b"),
-}
+var redissonFairKinds = byHow(newRedissonFairKind)
 
 func newRedissonFairKind(how string) *engine.Kind {
 	return &engine.Kind{

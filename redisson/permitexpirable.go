@@ -308,11 +308,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease
 
 // redissonPSemKinds are the lease kinds of RPermitExpirableSemaphore
 // permit holders, by publishing mode.
-var redissonPSemKinds = map[string]*engine.Kind{
-	"c": newRedissonPSemKind("c"),
-	"s": newRedissonPSemKind("s"),
-	"b": newRedissonPSemKind("b"),
-}
+var redissonPSemKinds = byHow(newRedissonPSemKind)
 
 // redissonPSemPrimitive names the permit expirable semaphore in metrics.
 const redissonPSemPrimitive = "redisson_permit_expirable_semaphore"

@@ -381,11 +381,9 @@ func rwSideArg(write bool) string {
 
 // redissonRWKinds are the lease kinds of read-write lock holders, by
 // publishing mode: readers, then writers.
-var redissonRWKinds = map[string][2]*engine.Kind{
-	"c": {newRedissonRWKind("c", false), newRedissonRWKind("c", true)},
-	"s": {newRedissonRWKind("s", false), newRedissonRWKind("s", true)},
-	"b": {newRedissonRWKind("b", false), newRedissonRWKind("b", true)},
-}
+var redissonRWKinds = byHow(func(how string) [2]*engine.Kind {
+	return [2]*engine.Kind{newRedissonRWKind(how, false), newRedissonRWKind(how, true)}
+})
 
 func isRedissonRWKind(k *engine.Kind) bool {
 	return k != nil && (k.Primitive == "redisson_read_lock" || k.Primitive == "redisson_write_lock")

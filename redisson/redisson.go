@@ -311,6 +311,12 @@ func (c *Client) redissonPubSub(ctx context.Context, m PubSub, name string) (how
 	return how, true, has || how != "c", nil
 }
 
+// byHow makes, with f, one value per way of publishing that
+// redissonPubSub picks: "c" (classic), "s" (sharded), "b" (both).
+func byHow[V any](f func(how string) V) map[string]V {
+	return map[string]V{"c": f("c"), "s": f("s"), "b": f("b")}
+}
+
 // maxNarrowWarnings bounds the names a Client remembers having warned
 // about (warnNarrow): names may be made per request.
 const maxNarrowWarnings = 1024
@@ -524,11 +530,7 @@ func (l *Lock) releaseHold(owner, how string, lease time.Duration) {
 
 // redissonLockKinds are the lease kinds of RLock holders, by publishing
 // mode.
-var redissonLockKinds = map[string]*engine.Kind{
-	"c": newRedissonLockKind("c"),
-	"s": newRedissonLockKind("s"),
-	"b": newRedissonLockKind("b"),
-}
+var redissonLockKinds = byHow(newRedissonLockKind)
 
 func newRedissonLockKind(how string) *engine.Kind {
 	return &engine.Kind{

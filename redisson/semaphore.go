@@ -199,11 +199,7 @@ func redissonSemPermits(h engine.Holder) string {
 
 // redissonSemKinds are the lease kinds of RSemaphore permit holders, by
 // publishing mode.
-var redissonSemKinds = map[string]*engine.Kind{
-	"c": newRedissonSemKind("c"),
-	"s": newRedissonSemKind("s"),
-	"b": newRedissonSemKind("b"),
-}
+var redissonSemKinds = byHow(newRedissonSemKind)
 
 func newRedissonSemKind(how string) *engine.Kind {
 	return &engine.Kind{
