@@ -37,6 +37,10 @@ type acquisition struct {
 	// busy is the error of a single attempt (once) that found the thing
 	// taken.
 	busy error
+	// holder, if set, tells who held the thing at the last attempt that
+	// found it taken ("" when not known): the error of a wait that its
+	// ctx ended names it.
+	holder func() string
 	// target, if set, is the waiter id that targeted messages wake. They
 	// come on the Client's own channel of the lock (waiterChannel), which
 	// the acquisition then listens to instead of channel.
@@ -59,7 +63,13 @@ type acquisition struct {
 
 func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err error) {
 	if !once {
-		defer func() { err = waitEnded(ctx, err, a.primitive, a.name, "", a.busy) }()
+		defer func() {
+			holder := ""
+			if err != nil && a.holder != nil {
+				holder = a.holder()
+			}
+			err = waitEnded(ctx, err, a.primitive, a.name, holder, a.busy)
+		}()
 	}
 	if f := a.c.cfg.metrics.Acquired; f != nil {
 		start := time.Now()

@@ -115,6 +115,23 @@ func (c *Client) cohortOf(key string) *cohort {
 	return co
 }
 
+// localHolder is the owner id of the lease that holds the lock at key for
+// its cohort, "" when none does: whom a local waiter waited for.
+func (c *Client) localHolder(key string) string {
+	c.cohortsMu.Lock()
+	co := c.cohorts[key]
+	c.cohortsMu.Unlock()
+	if co == nil {
+		return ""
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if co.current == nil || co.current.h == nil {
+		return ""
+	}
+	return co.current.h.owner
+}
+
 // drop counts one user of the cohort less; the Client forgets an unused
 // cohort.
 func (co *cohort) drop() {

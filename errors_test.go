@@ -157,7 +157,8 @@ func TestBusyIsErrLocked(t *testing.T) {
 }
 
 // TestWaitEndedNamesTheLock: a blocking call whose ctx ends while the
-// thing is taken returns an error that names it and matches both ctx's
+// thing is taken returns an error that names it (and for a Mutex or a
+// FairMutex, its holder, as the last attempt read it) and matches both ctx's
 // error and the error a single attempt gives (ErrLocked; ErrNoPermits,
 // which matches it, for a semaphore; ctx's error alone for a latch, which
 // nobody holds), for a deadline and a cancel. A single attempt still
@@ -169,8 +170,8 @@ func TestWaitEndedNamesTheLock(t *testing.T) {
 		c := e.client(t)
 		base := "wait-ended-" + e.name
 		// Held until the Client closes.
-		mustLock(t, ctx, c.Mutex(base+"-mutex").Lock)
-		mustLock(t, ctx, c.FairMutex(base+"-fair").Lock)
+		mutex := mustLock(t, ctx, c.Mutex(base+"-mutex").Lock)
+		fair := mustLock(t, ctx, c.FairMutex(base+"-fair").Lock)
 		mustLock(t, ctx, c.RWMutex(base+"-rw").Lock)
 		mustLock(t, ctx, c.RWMutex(base+"-rwr").RLock)
 		sem := c.Semaphore(base + "-sem")
@@ -192,8 +193,8 @@ func TestWaitEndedNamesTheLock(t *testing.T) {
 		t.Cleanup(func() { latch.CountDown(context.Background()) })
 
 		testenv.RequireWaitsEnd(t, ctx, ErrLocked, []testenv.WaitCase{
-			{Name: base + "-mutex", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.Mutex(base + "-mutex").Lock(ctx)) }},
-			{Name: base + "-fair", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.FairMutex(base + "-fair").Lock(ctx)) }},
+			{Name: base + "-mutex", Busy: ErrLocked, Holder: mutex.h.owner, Wait: func(ctx context.Context) error { return locked(c.Mutex(base + "-mutex").Lock(ctx)) }},
+			{Name: base + "-fair", Busy: ErrLocked, Holder: fair.h.owner, Wait: func(ctx context.Context) error { return locked(c.FairMutex(base + "-fair").Lock(ctx)) }},
 			{Name: base + "-rw", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.RWMutex(base + "-rw").RLock(ctx)) }},
 			{Name: base + "-rwr", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(c.RWMutex(base + "-rwr").Lock(ctx)) }},
 			{Name: base + "-sem", Busy: ErrNoPermits, Wait: func(ctx context.Context) error { return locked(sem.Lock(ctx, 1)) }},
@@ -201,7 +202,7 @@ func TestWaitEndedNamesTheLock(t *testing.T) {
 				return locked(NewGroup(c.Mutex("{"+base+"-group}:a"), c.Mutex("{"+base+"-group}:b")).Lock(ctx))
 			}},
 			{Name: base + "-quorum", Busy: ErrLocked, Wait: func(ctx context.Context) error { return locked(NewQuorum(base+"-quorum", []*Client{c}).Lock(ctx)) }},
-			{Name: base + "-mutex", Busy: ErrLocked, Wait: func(ctx context.Context) error { return acquired(c.Mutex(base + "-mutex").Acquire(ctx)) }},
+			{Name: base + "-mutex", Busy: ErrLocked, Holder: mutex.h.owner, Wait: func(ctx context.Context) error { return acquired(c.Mutex(base + "-mutex").Acquire(ctx)) }},
 			{Name: base + "-latch", Busy: nil, Wait: latch.Wait},
 		})
 

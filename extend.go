@@ -70,7 +70,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		return redisErr("extend", err)
 	case len(states) != 1:
 		return errors.New("redisync: extend: unexpected reply")
-	case states[0] == 1:
+	case renewedHeld(states[0]):
 		if h.extendFrom(sent, d, false) {
 			return nil
 		}

@@ -22,24 +22,14 @@ import (
 
 func init() {
 	engine.H = engine.Hooks{
-		Client: engineClient,
-		Lock: func(ctx context.Context, h engine.Handle, try bool) (any, error) {
-			return lockHandle(ctx, seamHandle(h), try)
-		},
-		Async: func(ctx context.Context, h engine.Handle) any { return acquireHandle(ctx, seamHandle(h)) },
+		Client:  engineClient,
+		Acquire: engineAcquire,
 		Wait: func(ctx context.Context, w engine.Wait, try bool) (any, error) {
 			return (&scriptWait{w: w, c: w.C.(*Client)}).run(ctx, try)
 		},
 		Run:   engineRun,
-		Err:   redisErr,
-		Grant: engineGrant,
 		Lease: engineLease,
-		Parent: func(ctx context.Context, c any, key string) any {
-			if l := leaseFrom(ctx, c.(*Client), lockKeys{lock: key}); l != nil {
-				return l
-			}
-			return nil
-		},
+		Err:   redisErr,
 	}
 }
 
@@ -82,8 +72,24 @@ func engineClient(v any) (engine.Client, error) {
 	return engine.Client{
 		C: c, RC: c.rc, Log: c.log, Cluster: c.cluster, WatchdogLease: c.cfg.watchdogLease,
 		NewOwner: c.newOwner, Cleanup: c.cleanup, Detached: detached,
+		PublishedOneWay: func(name string) {
+			if f := c.cfg.metrics.PublishedOneWay; f != nil {
+				f(name)
+			}
+		},
 		Check: func(what string, ctx context.Context) error { return checkHandle(what, c, nil, ctx) },
 	}, nil
+}
+
+// engineAcquire runs h in one of the three forms of acquiring.
+func engineAcquire(ctx context.Context, h engine.Handle, form engine.Form) (any, error) {
+	switch form {
+	case engine.Background:
+		return acquireHandle(ctx, seamHandle(h)), nil
+	case engine.Try:
+		return lockHandle(ctx, seamHandle(h), true)
+	}
+	return lockHandle(ctx, seamHandle(h), false)
 }
 
 // seamHandle is a handle of the seam.
@@ -176,14 +182,13 @@ func (h *holder) unlockCounted(ctx context.Context, hold string, k *engine.Kind)
 	return notHeld, err
 }
 
-// engineGrant makes the Lease of a seam kind's grant.
-func engineGrant(ctx context.Context, g engine.Grant) (any, error) {
-	c := g.C.(*Client)
-	parent, _ := g.Parent.(*Lease)
+// engineGrant makes the Lease of a seam kind's grant, taken on c, a
+// re-entry of parent when it is not nil.
+func engineGrant(ctx context.Context, c *Client, parent *Lease, g engine.Grant) (any, error) {
 	l, err := c.grant(ctx, grant{
 		kind: kindOf(g.Kind), name: g.Name, key: g.Key, parent: parent, owner: g.Owner, hold: g.Hold,
 		keys:  lockKeys{lock: g.Keys.Lock, channel: g.Keys.Channel, queue: g.Keys.Queue, waiters: g.Keys.Waiters},
-		token: g.Token, lease: g.Lease, watchdog: g.Watchdog, sent: g.Sent,
+		token: g.Token, lease: g.Lease, watchdog: g.Watchdog, sent: g.Sent, shared: g.Shared,
 	})
 	if l == nil {
 		return nil, err
@@ -191,40 +196,48 @@ func engineGrant(ctx context.Context, g engine.Grant) (any, error) {
 	return l, err
 }
 
-// engineLease tells what a Lease holds.
-func engineLease(v any) (engine.LeaseInfo, bool) {
+// engineLease tells what the Lease v holds, or when v is nil, the live
+// Lease ctx carries for the lock key of c.
+func engineLease(ctx context.Context, cv any, key string, v any) (any, engine.LeaseInfo, bool) {
 	l, _ := v.(*Lease)
+	if v == nil && ctx != nil {
+		if c, _ := cv.(*Client); c != nil {
+			l = leaseFrom(ctx, c, lockKeys{lock: key})
+		}
+	}
 	if l == nil || l.h == nil {
-		return engine.LeaseInfo{}, false
+		return nil, engine.LeaseInfo{}, false
 	}
 	h := l.h
 	h.mu.Lock()
 	live := !h.done
 	h.mu.Unlock()
-	return engine.LeaseInfo{
+	return l, engine.LeaseInfo{
 		C: h.c, Kind: h.kind.ext, Name: h.name, Owner: h.owner, Lease: h.lease, Watchdog: h.watchdog, Live: live,
 	}, true
 }
 
 // engineRun runs one script of a seam kind that may take something with
 // execTaking (undo undoes a late reply of an acquisition that is no
-// re-entry). A re-entry of parent is counted on the parent's holder while
-// it is on its way (beginReentry): its hold is counted in Redis before
-// its Lease is, and a release of every hold must not take it. done ends
-// the count once the caller applied the outcome (the Lease made, or not);
-// for a reply that comes late, it ends when the reply came, or never will.
-// A re-entry the script refused ({-1, why}) is the parent's loss.
-func engineRun(ctx context.Context, cv any, pv any, s engine.Script, keys, args []string, undo func(context.Context)) (res []rueidis.RedisMessage, done func(), err error) {
+// re-entry), and returns with its reply the grant that makes the Lease of
+// what it took (grantOnce). A re-entry of parent is counted on the
+// parent's holder while it is on its way (beginReentry): its hold is
+// counted in Redis before its Lease is, and a release of every hold must
+// not take it. The grant ends the count once the caller applied the
+// outcome (the Lease made, or not); for a reply that comes late, it ends
+// when the reply came, or never will. A re-entry the script refused ({-1,
+// why}) is the parent's loss.
+func engineRun(ctx context.Context, cv any, pv any, s engine.Script, keys, args []string, undo func(context.Context)) (res []rueidis.RedisMessage, grant func(*engine.Grant) (any, error), err error) {
 	c := cv.(*Client)
 	sc := scriptOf(s)
 	parent, _ := pv.(*Lease)
 	if parent == nil {
 		res, err = c.execTaking(ctx, sc, keys, args, undo).ToArray()
-		return res, func() {}, err
+		return res, grantOnce(ctx, c, nil, func() {}), err
 	}
 	h := parent.h
 	if err := h.beginReentry(); err != nil {
-		return nil, func() {}, err
+		return nil, grantOnce(ctx, c, nil, func() {}), err
 	}
 	var once sync.Once
 	end := func(ctx context.Context) { once.Do(func() { h.endReentry(ctx) }) }
@@ -232,20 +245,36 @@ func engineRun(ctx context.Context, cv any, pv any, s engine.Script, keys, args 
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// Given up on while on its way: execTaking runs end once it is
 		// settled.
-		return nil, func() {}, err
+		return nil, grantOnce(ctx, c, nil, func() {}), err
 	}
-	done = func() {
+	grant = grantOnce(ctx, c, parent, func() {
 		dctx, cancel := detached(ctx)
 		defer cancel()
 		end(dctx)
-	}
+	})
 	if err == nil && len(res) >= 2 {
 		if flag, _ := res[0].AsInt64(); flag == -1 {
 			why, _ := res[1].AsInt64()
-			return nil, done, refusedReentry(parent, &reentryRefusal{reason: refusedStateErr(why)})
+			return nil, grant, refusedReentry(parent, &reentryRefusal{reason: refusedStateErr(why)})
 		}
 	}
-	return res, done, err
+	return res, grant, err
+}
+
+// grantOnce returns the grant of a script run on c (a re-entry of parent
+// when it is not nil): its first call makes the Lease of g (nothing for a
+// nil g), then runs done; later calls do nothing.
+func grantOnce(ctx context.Context, c *Client, parent *Lease, done func()) func(*engine.Grant) (any, error) {
+	var once sync.Once
+	return func(g *engine.Grant) (l any, err error) {
+		once.Do(func() {
+			defer done()
+			if g != nil {
+				l, err = engineGrant(ctx, c, parent, *g)
+			}
+		})
+		return l, err
+	}
 }
 
 // beginReentry counts a re-entry of h on its way to Redis. It fails when

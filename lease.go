@@ -35,6 +35,10 @@ type grant struct {
 	// full lease a third into it, and until then the lease ends as initial
 	// does.
 	initial time.Duration
+	// shared, when not 0, is an expiry shorter than the lease that another
+	// holder of a shared key set it to, as the acquisition found it (see
+	// holder.shared).
+	shared time.Duration
 }
 
 // first is the lease the key got first.
@@ -67,10 +71,11 @@ func (c *Client) confirm(ctx context.Context, g *grant) error {
 	switch {
 	case err != nil:
 		return redisErr("renew", err)
-	case len(states) != 1 || states[0] != 1:
+	case len(states) != 1 || !renewedHeld(states[0]):
 		return errLostBeforeDelivery
 	}
 	g.sent, g.initial = sent, 0
+	g.shared = narrower(g.shared, sharedExpiry(states[0]))
 	return nil
 }
 
@@ -100,6 +105,7 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 		if h.done {
 			return nil, errorf("%w: the outer lease ended: %w", ErrNotHeld, h.err)
 		}
+		h.shared = narrower(h.shared, g.shared)
 		l := newLease(ctx, h, hold)
 		l.token = parent.token // a lease passed on locally has its own
 		h.leases[l] = struct{}{}
@@ -107,7 +113,7 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 	}
 	h := &holder{
 		c: c, kind: kind, name: g.name, keys: g.keys, key: key, owner: owner, token: uint64(g.token),
-		lease: g.lease, watchdog: g.watchdog, initial: g.initial,
+		lease: g.lease, watchdog: g.watchdog, initial: g.initial, shared: g.shared,
 		leases: make(map[*Lease]struct{}, 1), lastOK: g.sent, lost: make(chan struct{}),
 	}
 	l := newLease(ctx, h, hold)
@@ -259,6 +265,14 @@ type holder struct {
 	// extended, when not 0, is the fixed lease the last Extend gave, from
 	// lastOK (guarded by mu).
 	extended time.Duration
+	// shared, when not 0, is the shortest expiry that the watchdog holder
+	// of a key shared with other holders found that they had set it to,
+	// shorter than its own lease (a Redisson read lock's hash, whose Java
+	// readers each set it to their own lease): the last of them may die
+	// and leave the key to expire that soon after its last renewal, so
+	// the holder is renewed at a third of it and its deadline counts from
+	// it (see sharedLease). Only ever narrowed; guarded by mu.
+	shared time.Duration
 
 	mu        sync.Mutex
 	leases    map[*Lease]struct{} // live leases sharing this ownership
@@ -299,7 +313,50 @@ func (h *holder) deadline() time.Time {
 	case h.initial > 0:
 		d = h.initial
 	}
+	if s := h.sharedLease(); s > 0 && s < d {
+		// Another holder of the key may set it to expire this soon after
+		// the last renewal: Redis's expiry, not the lease, bounds it.
+		d = s
+	}
 	return h.lastOK.Add(d - d/10)
+}
+
+// minSharedRenewal is the shortest renewal period the expiry of a shared
+// key brings a holder to (see holder.shared).
+const minSharedRenewal = 100 * time.Millisecond
+
+// sharedLease is the expiry other holders of h's shared key may give it,
+// as h counts it (0: none seen): the shortest it found, but at least three
+// times minSharedRenewal, since a remaining time that short is the end of
+// another holder's lease, not a lease (the key was renewed to h's lease
+// when h found it). Call it with h.mu held.
+func (h *holder) sharedLease() time.Duration {
+	if h.shared <= 0 || !h.watchdog {
+		return 0
+	}
+	return max(h.shared, 3*minSharedRenewal)
+}
+
+// renewedHeld reports whether a renewal script's answer for a key says
+// its owner holds it: 1, or a negative -n (see sharedExpiry).
+func renewedHeld(state int64) bool { return state == 1 || state < 0 }
+
+// sharedExpiry is the expiry a renewal's answer for a held key reports
+// other holders of the key had set it to, shorter than its holder's lease
+// (an answer of -n: n ms); 0 when it reports none.
+func sharedExpiry(state int64) time.Duration {
+	if state >= 0 {
+		return 0
+	}
+	return time.Duration(-state) * time.Millisecond
+}
+
+// narrower is the shorter of two expiries of a shared key, 0 meaning none.
+func narrower(a, b time.Duration) time.Duration {
+	if a <= 0 || b > 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // lose ends the ownership with reason err: Lost closes, every lease's

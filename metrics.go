@@ -43,6 +43,14 @@ type Metrics struct {
 	// not lost, and is not reported; a report comes those 100 ms after
 	// the wait ended.
 	WaitFallback func(primitive, name string)
+	// PublishedOneWay is called each time an operation runs that may
+	// publish a lock's messages by one kind of pub/sub alone (classic or
+	// sharded) on servers that have both: a lock of another layout whose
+	// publishing mode was narrowed to one kind, with the lock's name.
+	// Waiters that listen the other way (other clients of that layout)
+	// miss its messages, and wake only when the holder's lease runs out.
+	// Each name is also logged at WARN, once.
+	PublishedOneWay func(name string)
 }
 
 // fellBack counts and logs a wait of a primitive's lock (name, key) that

@@ -322,9 +322,13 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if try || !m.passesLocally() || leaseFrom(ctx, m.c, m.keys) != nil {
 		return m.queued().acquire(ctx, try)
 	}
-	// A wait for a local pass ends as a wait in the queue does.
+	// A wait for a local pass ends as a wait in the queue does, naming the
+	// lease of the Client that holds the lock meanwhile.
 	l, err := m.c.acquireLocally(ctx, m)
-	return l, waitEnded(ctx, err, mutexKind.primitive, m.name, "", ErrLocked)
+	if err != nil {
+		err = waitEnded(ctx, err, mutexKind.primitive, m.name, m.c.localHolder(m.keys.lock), ErrLocked)
+	}
+	return l, err
 }
 
 // passesLocally reports whether the mutex is passed on locally: a budget
@@ -368,6 +372,7 @@ func (q *queuedLock) acquireReserving(ctx context.Context, try bool, reserve fun
 		c: c, primitive: q.kind.primitive, name: q.name,
 		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
 		attempt: qa.attempt,
+		holder:  func() string { return qa.holder },
 		granted: qa.handedOver,
 		undo:    func(ctx context.Context) { q.releaseAbandoned(ctx, qa.owner, qa.hold) },
 		leave:   qa.leave,
@@ -398,8 +403,11 @@ type queuedAcquisition struct {
 	joined   bool      // counted by the Client's presence in the queue
 	lastSent time.Time // when the last attempt was sent
 	// What the last attempt that found the lock taken saw: the last token
-	// handed out, and the server's clock in ms (0 when not known).
+	// handed out, and the server's clock in ms (0 when not known), and the
+	// holder's owner id ("" when not known), for the error of a wait that
+	// ends.
 	seen, seenAt int64
+	holder       string
 	// reserve, when not nil, is how many tokens an attempt reserves for
 	// local passes; reserved is what the attempt that took the lock with
 	// tookToken reserved.
@@ -504,6 +512,10 @@ func (qa *queuedAcquisition) queued(res []rueidis.RedisMessage, val int64) time.
 	if len(res) > 4 {
 		qa.seen, _ = res[3].AsInt64()
 		qa.seenAt, _ = res[4].AsInt64()
+	}
+	qa.holder = ""
+	if len(res) > 5 {
+		qa.holder, _ = res[5].ToString()
 	}
 	if !qa.joined {
 		qa.joined = true

@@ -224,8 +224,9 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool, ownAt ti
 // ownRenewal tells when h needs a renewal pass of its own, between the
 // Client's passes (every third of its watchdog lease, clientLease), and
 // the period of h's renewals: a third of a lease shorter than the
-// Client's (WithRenewedLease), or of a short first lease (a lock handed
-// over). After a pass that did not renew h, it is tried again after its
+// Client's (WithRenewedLease), of a short first lease (a lock handed
+// over), or of the expiry other holders of a shared key set it to, when
+// that is shorter (see holder.shared). After a pass that did not renew h, it is tried again after its
 // period or renewRetry, whichever is shorter. ok is false for a holder the
 // Client's passes serve. Call it with h.mu held.
 func (h *holder) ownRenewal(clientLease time.Duration) (at time.Time, period time.Duration, ok bool) {
@@ -236,7 +237,17 @@ func (h *holder) ownRenewal(clientLease time.Duration) (at time.Time, period tim
 		period = h.initial / 3
 	case h.lease < clientLease:
 		period = h.lease / 3
-	default:
+	}
+	if s := h.sharedLease(); s > 0 {
+		// Other holders of the key set it to expire as soon as s after
+		// h's renewal: renewed a third into that, it never expires under
+		// h while h lives, whoever of them dies (never later than a third
+		// of h's own lease, nor sooner than minSharedRenewal).
+		if sp := min(s/3, h.lease/3); period == 0 || sp < period {
+			period = sp
+		}
+	}
+	if period == 0 {
 		return time.Time{}, 0, false
 	}
 	at = h.lastOK.Add(period)
@@ -380,10 +391,15 @@ func (w *watchdog) settle(ctx context.Context, h *holder, state int64, sent time
 		h.mu.Unlock()
 		return false
 	}
-	if state == 1 {
+	if renewedHeld(state) {
 		if h.watchdog && !check {
 			h.lastOK = sent
 			h.initial = 0
+			// Held, and other holders had set the shared key to expire
+			// sooner than h's lease: h is renewed at a third of the
+			// shortest such expiry from now on (ownRenewal), whatever
+			// its lease says.
+			h.shared = narrower(h.shared, sharedExpiry(state))
 		}
 		h.mu.Unlock()
 		return true

@@ -15,10 +15,11 @@
 -- Returns {1, token, holds, reserved} when held by ARGV[1] after the call
 -- (reserved: the tokens after token reserved for the waiter, for a lock
 -- taken free or handed over; 0 or none for a re-entry),
--- {0, pttl, 1, last, now} when another owner holds the lock: its remaining
--- lease, the last token handed out, and the server's clock in ms (not in
--- 'try' mode); the waiter is queued then; {-1, why} when a re-entry is
--- refused (reentry_refused).
+-- {0, pttl, 1, last, now, holder} when another owner holds the lock: its
+-- remaining lease, the last token handed out, and the server's clock in ms
+-- and the holder's owner id (not in 'try' mode: {0, pttl, 1, last}); the
+-- waiter is queued then; {-1, why} when a re-entry is refused
+-- (reentry_refused).
 -- owner, holds, token, last, bad and queued: lock_of, read in
 -- acquire_free.lua, which took a free lock (took) and returned unless the
 -- waiter was queued.
@@ -43,8 +44,8 @@ if owner == ARGV[1] then
   return r
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local now
-if ARGV[6] ~= 'try' then
-  now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1', ARGV[9])
+if ARGV[6] == 'try' then
+  return {0, pttl, 1, last}
 end
-return {0, pttl, 1, last, now}
+local now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), pttl, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1', ARGV[9])
+return {0, pttl, 1, last, now, owner}

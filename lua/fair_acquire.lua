@@ -10,12 +10,12 @@
 -- re-entry, the token of the parent's ownership ('' otherwise): see
 -- reentry_refused.
 -- Returns {1, token, holds} when held by ARGV[1] after the call, {0, wait
--- ms, held, last, now} otherwise: how long until something may change, held
--- 1 when another owner holds the lock (wait is its remaining lease), 0 when
--- it is free but the queue's head is another live waiter (wait is until
--- its Client's deadline), the last token handed out, and the server's
--- clock in ms (not in 'try' mode); {-1, why} when a re-entry is refused
--- (reentry_refused).
+-- ms, held, last, now[, holder]} otherwise: how long until something may
+-- change, held 1 when another owner holds the lock (wait is its remaining
+-- lease, holder its owner id), 0 when it is free but the queue's head is
+-- another live waiter (wait is until its Client's deadline), the last
+-- token handed out, and the server's clock in ms (now and holder not in
+-- 'try' mode); {-1, why} when a re-entry is refused (reentry_refused).
 
 -- owner, holds, token, last, bad and queued: lock_of, read in
 -- fair_free.lua.
@@ -31,11 +31,11 @@ end
 if owner ~= false then
   -- Held by another owner: wait for its release.
   local wait = redis.call('PTTL', KEYS[1])
-  local now
-  if ARGV[6] ~= 'try' then
-    now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1')
+  if ARGV[6] == 'try' then
+    return {0, wait, 1, last}
   end
-  return {0, wait, 1, last, now}
+  local now = enqueue(not queued and KEYS[1], KEYS[2], KEYS[3], ARGV[4], tonumber(ARGV[5]), wait, ARGV[7], ARGV[2], ARGV[1], ARGV[6] == 'first', ARGV[8] == '1')
+  return {0, wait, 1, last, now, owner}
 end
 local h, _, hd, _, _, _, t = first_live(KEYS[2], KEYS[3], nil)
 if h == nil or h == ARGV[4] then

@@ -118,12 +118,17 @@ func seam(h handle) engine.Handle {
 
 // lockHandle is Lock (try false) and TryLock (try true) of h.
 func lockHandle(ctx context.Context, h handle, try bool) (*redisync.Lease, error) {
-	return asLease(engine.H.Lock(ctx, seam(h), try))
+	form := engine.Block
+	if try {
+		form = engine.Try
+	}
+	return asLease(engine.H.Acquire(ctx, seam(h), form))
 }
 
 // acquireHandle is Acquire of h.
 func acquireHandle(ctx context.Context, h handle) <-chan *redisync.Lease {
-	return engine.H.Async(ctx, seam(h)).(<-chan *redisync.Lease)
+	ch, _ := engine.H.Acquire(ctx, seam(h), engine.Background)
+	return ch.(<-chan *redisync.Lease)
 }
 
 // asLease is the Lease a hook returned.
@@ -146,35 +151,30 @@ func (c *Client) wait(ctx context.Context, w engine.Wait, try bool) (*redisync.L
 	return asLease(engine.H.Wait(ctx, w, try))
 }
 
-// grant makes the Lease of g.
-func (c *Client) grant(ctx context.Context, g engine.Grant) (*redisync.Lease, error) {
-	g.C = c.parent
-	var parent any
-	if g.Parent != nil {
-		parent = g.Parent
-	}
-	g.Parent = parent
-	return asLease(engine.H.Grant(ctx, g))
-}
+// grantFunc makes the Lease of what a script run took (nil: it took
+// nothing); only its first call counts (see engine.Hooks.Run).
+type grantFunc func(g *engine.Grant) (*redisync.Lease, error)
 
 // run runs s, which may take something, as engine.Hooks.Run says: a
-// re-entry of parent when parent is not nil.
-func (c *Client) run(ctx context.Context, parent *redisync.Lease, s engine.Script, keys, args []string, undo func(context.Context)) ([]rueidis.RedisMessage, func(), error) {
+// re-entry of parent when parent is not nil. Call the grant it returns
+// once the outcome is known, with what the script took or nil.
+func (c *Client) run(ctx context.Context, parent *redisync.Lease, s engine.Script, keys, args []string, undo func(context.Context)) ([]rueidis.RedisMessage, grantFunc, error) {
 	var p any
 	if parent != nil {
 		p = parent
 	}
-	return engine.H.Run(ctx, c.parent, p, s, keys, args, undo)
+	res, grant, err := engine.H.Run(ctx, c.parent, p, s, keys, args, undo)
+	return res, func(g *engine.Grant) (*redisync.Lease, error) { return asLease(grant(g)) }, err
 }
 
 // parentOf returns the live lease ctx carries for the lock key of c, and
 // what it holds: the parent of a re-entry; nil if none.
 func (c *Client) parentOf(ctx context.Context, key string) (*redisync.Lease, engine.LeaseInfo) {
-	l, _ := engine.H.Parent(ctx, c.parent, key).(*redisync.Lease)
-	if l == nil {
+	v, info, ok := engine.H.Lease(ctx, c.parent, key, nil)
+	l, _ := v.(*redisync.Lease)
+	if !ok || l == nil {
 		return nil, engine.LeaseInfo{}
 	}
-	info, _ := engine.H.Lease(l)
 	return l, info
 }
 
@@ -183,22 +183,49 @@ func leaseInfo(l *redisync.Lease) (engine.LeaseInfo, bool) {
 	if l == nil {
 		return engine.LeaseInfo{}, false
 	}
-	return engine.H.Lease(l)
+	_, info, ok := engine.H.Lease(nil, nil, "", l)
+	return info, ok
 }
 
 // redisErr wraps an error from Redis or the connection as the root's
 // errors are wrapped.
 func redisErr(op string, err error) error { return engine.H.Err(op, err) }
 
-// runFound runs a script s that answers 1 when it found something to act
-// on, and reports whether it did. op names the operation in errors.
-func (c *Client) runFound(ctx context.Context, s engine.Script, op string, keys, args []string) (bool, error) {
+// object is a handle as its methods that run one script see it.
+type object interface {
+	// check reports why the handle cannot be used with ctx; the receiver
+	// may be nil.
+	check(ctx context.Context) error
+	// object returns the handle's Client, pub/sub mode and name; called
+	// only after check passed.
+	object() (c *Client, m PubSub, name string)
+}
+
+// runOn runs s, the one script of a method of o, as o's methods do: once
+// o's check of ctx passed, with keys and args made by call from how to
+// publish (redissonPubSub), which the script may need to wake waiters. It
+// returns the script's integer reply; an error from Redis or the
+// connection is wrapped naming op and o's name.
+func runOn(ctx context.Context, o object, s engine.Script, op string, call func(how string) (keys, args []string)) (int64, error) {
+	if err := o.check(ctx); err != nil {
+		return 0, err
+	}
+	c, m, name := o.object()
+	how, _, _, err := c.redissonPubSub(ctx, m, name)
+	if err != nil {
+		return 0, err
+	}
+	keys, args := call(how)
 	n, err := s.Exec(ctx, c.rc, keys, args).AsInt64()
 	if err != nil {
-		return false, redisErr(op, err)
+		return 0, redisErr(op+" "+name, err)
 	}
-	return n == 1, nil
+	return n, nil
 }
+
+// found is the outcome of a script that answers 1 when it found what it
+// acts on.
+func found(n int64, err error) (bool, error) { return n == 1, err }
 
 // probe is what the Client's presence pass reads for the waiters of a
 // channel.

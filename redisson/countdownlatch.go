@@ -72,6 +72,8 @@ func (l *CountDownLatch) check(ctx context.Context) error {
 	return checkHandle("CountDownLatch", l.c, l.err, ctx)
 }
 
+func (l *CountDownLatch) object() (*Client, PubSub, string) { return l.c, l.cfg.pubsub, l.name }
+
 // TrySetCount sets the count when the latch has none (its key does not
 // exist), as Java's trySetCount, and reports whether it did. count must
 // be at least 1. redisync.ErrWrongType when NAME holds something else than a
@@ -84,15 +86,9 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	if count < 1 {
 		return false, fmt.Errorf("%w: count %d: at least 1", redisync.ErrInvalidArgument, count)
 	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	n, err := redissonLatchSetScript.Exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{strconv.FormatInt(count, 10), how}).AsInt64()
-	if err != nil {
-		return false, redisErr("set Redisson count-down latch "+l.name, err)
-	}
-	return n == 1, nil
+	return found(runOn(ctx, l, redissonLatchSetScript, "set Redisson count-down latch", func(how string) ([]string, []string) {
+		return []string{l.name, l.channel()}, []string{strconv.FormatInt(count, 10), how}
+	}))
 }
 
 // CountDown counts the latch down by one and returns the count after; at
@@ -100,18 +96,13 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 // at zero stays there. Errors as TrySetCount. A CountDown whose reply was
 // lost may or may not have counted: retrying it may count twice.
 func (l *CountDownLatch) CountDown(ctx context.Context) (int64, error) {
-	if err := l.check(ctx); err != nil {
-		return 0, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return 0, err
-	}
-	n, err := redissonLatchDownScript.Exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
-	if err != nil {
-		return 0, redisErr("count down Redisson count-down latch "+l.name, err)
-	}
-	return n, nil
+	return runOn(ctx, l, redissonLatchDownScript, "count down Redisson count-down latch", l.keysAndHow)
+}
+
+// keysAndHow are the keys and arguments of a script that takes the latch
+// and how to publish.
+func (l *CountDownLatch) keysAndHow(how string) ([]string, []string) {
+	return []string{l.name, l.channel()}, []string{how}
 }
 
 // Count returns the count (0 when the latch has none). Errors as
@@ -188,18 +179,7 @@ func redissonCountProbe(name string) probe {
 // Delete deletes the latch, as Java's delete, and reports whether it
 // existed; its waiters then find it open. Errors as TrySetCount.
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	n, err := redissonLatchDeleteScript.Exec(ctx, l.c.rc, []string{l.name, l.channel()}, []string{how}).AsInt64()
-	if err != nil {
-		return false, redisErr("delete Redisson count-down latch "+l.name, err)
-	}
-	return n == 1, nil
+	return found(runOn(ctx, l, redissonLatchDeleteScript, "delete Redisson count-down latch", l.keysAndHow))
 }
 
 // CountDownLatchState is a snapshot of a count-down latch in

@@ -101,6 +101,8 @@ func (l *FairLock) check(ctx context.Context) error {
 	return checkHandle("FairLock", l.c, l.err, ctx)
 }
 
+func (l *FairLock) object() (*Client, PubSub, string) { return l.c, l.cfg.pubsub, l.name }
+
 func (l *FairLock) client() *Client { return l.c }
 
 // Lock acquires the lock in its turn, waiting as long as ctx allows: in
@@ -185,8 +187,8 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.run(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
-			defer done()
+			res, grant, err := c.run(ctx, parent, redissonFairLockScript, keys, []string{leaseMs, owner, waitMs, nowMs(), queue}, undo)
+			defer grant(nil)
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson fair lock "+l.name, err)
 			}
@@ -200,7 +202,7 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 				return nil, time.Duration(ttl) * time.Millisecond, nil
 			}
 			queued = false
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.
 				l.releaseHold(owner, how, lease)
@@ -240,11 +242,7 @@ func redissonFairUnlockKeys(name string, keys engine.Keys, request string) []str
 
 // redissonFairKinds are the lease kinds of RFairLock holders, by
 // publishing mode.
-var redissonFairKinds = map[string]*engine.Kind{
-	"c": newRedissonFairKind("c"),
-	"s": newRedissonFairKind("s"),
-	"b": newRedissonFairKind("b"),
-}
+var redissonFairKinds = byHow(newRedissonFairKind)
 
 func newRedissonFairKind(how string) *engine.Kind {
 	return &engine.Kind{
@@ -289,13 +287,7 @@ func (l *FairLock) Inspect(ctx context.Context) (LockState, error) {
 // another layout is left alone: redisync.ErrWrongType. For operators: a holder that
 // is alive loses mutual exclusion.
 func (l *FairLock) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	return l.c.runFound(ctx, redissonFairForceScript, "force unlock Redisson fair lock "+l.name,
-		[]string{l.keys.Lock, l.keys.Queue, l.keys.Waiters, l.keys.Channel}, []string{how, nowMs()})
+	return found(runOn(ctx, l, redissonFairForceScript, "force unlock Redisson fair lock", func(how string) ([]string, []string) {
+		return []string{l.keys.Lock, l.keys.Queue, l.keys.Waiters, l.keys.Channel}, []string{how, nowMs()}
+	}))
 }

@@ -290,13 +290,21 @@ func TestRedissonOwner(t *testing.T) {
 
 // TestRedissonNarrowPubSubWarnsOncePerName: a handle that publishes one way
 // alone (WithPubSub) on servers that have both kinds of pub/sub is logged at
-// WARN once per name, naming the waiters it cannot reach; the default is
-// not.
+// WARN once per name, naming the waiters it cannot reach, and counted in
+// Metrics.PublishedOneWay at every operation; the default is neither.
 func TestRedissonNarrowPubSubWarnsOncePerName(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, time.Minute)
 		logs := &testenv.LogBuffer{}
-		r := e.client(t, redisync.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		var mu sync.Mutex
+		oneWay := map[string]int{}
+		r := e.client(t, redisync.WithLogger(slog.New(slog.NewTextHandler(logs, nil))), redisync.WithMetrics(redisync.Metrics{
+			PublishedOneWay: func(name string) {
+				mu.Lock()
+				defer mu.Unlock()
+				oneWay[name]++
+			},
+		}))
 		base := "rnarrow-" + e.Name
 		for range 2 {
 			require.NoError(t, mustLock(t, ctx, r.Lock(base+"-classic", WithPubSub(PubSubClassic)).Lock).Unlock(ctx))
@@ -309,6 +317,12 @@ func TestRedissonNarrowPubSubWarnsOncePerName(t *testing.T) {
 		require.Regexp(t, `classic pub/sub \(PUBLISH\) alone.*waiters that subscribe sharded.*name=`+base+`-classic\n`, out)
 		require.Regexp(t, `sharded pub/sub \(SPUBLISH\) alone.*waiters that subscribe classically.*name=`+base+`-sharded\n`, out)
 		require.NotContains(t, out, base+"-auto")
+		// Counted every time, not once per name: a lock and a force unlock.
+		_, err := r.Lock(base+"-sharded", WithPubSub(PubSubSharded)).ForceUnlock(ctx)
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[string]int{base + "-classic": 2, base + "-sharded": 2}, oneWay)
 	})
 }
 

@@ -135,6 +135,10 @@ func (s *PermitExpirableSemaphore) check(ctx context.Context) error {
 	return checkHandle("PermitExpirableSemaphore", s.c, s.err, ctx)
 }
 
+func (s *PermitExpirableSemaphore) object() (*Client, PubSub, string) {
+	return s.c, s.cfg.pubsub, s.name
+}
+
 // redissonPSemAcq is one acquisition of n permits, as a handle.
 type redissonPSemAcq struct {
 	s *PermitExpirableSemaphore
@@ -254,7 +258,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease
 			// have taken its own.
 			ids := newRedissonPermitIDs(a.n)
 			sent := time.Now()
-			msgs, _, err := c.run(ctx, nil, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
+			msgs, grant, err := c.run(ctx, nil, redissonPSemAcquireScript, keys, append([]string{ms, how}, ids...), func(ctx context.Context) {
 				release(ctx, ids)
 			})
 			res := make([]int64, len(msgs))
@@ -283,7 +287,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease
 				c.cleanup(ctx, giveBack)
 			}
 			k := engine.Keys{Lock: keys[1], Channel: keys[2]}
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: s.name, Keys: k, Key: keys[1], Owner: strings.Join(ids, ","), Lease: lease, Watchdog: watchdog, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: s.name, Keys: k, Key: keys[1], Owner: strings.Join(ids, ","), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The permits were found expired, or could not be checked
 				// after a late reply: whatever of them is still held goes
@@ -304,11 +308,7 @@ func (a redissonPSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease
 
 // redissonPSemKinds are the lease kinds of RPermitExpirableSemaphore
 // permit holders, by publishing mode.
-var redissonPSemKinds = map[string]*engine.Kind{
-	"c": newRedissonPSemKind("c"),
-	"s": newRedissonPSemKind("s"),
-	"b": newRedissonPSemKind("b"),
-}
+var redissonPSemKinds = byHow(newRedissonPSemKind)
 
 // redissonPSemPrimitive names the permit expirable semaphore in metrics.
 const redissonPSemPrimitive = "redisson_permit_expirable_semaphore"
@@ -448,18 +448,9 @@ func (s *PermitExpirableSemaphore) releaseArgs(ctx context.Context, ids []string
 
 // count runs the count script in mode.
 func (s *PermitExpirableSemaphore) count(ctx context.Context, mode string) (int64, error) {
-	if err := s.check(ctx); err != nil {
-		return 0, err
-	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
-	if err != nil {
-		return 0, err
-	}
-	v, err := redissonPSemCountScript.Exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode}).AsInt64()
-	if err != nil {
-		return 0, redisErr("count Redisson permit expirable semaphore "+s.name, err)
-	}
-	return v, nil
+	return runOn(ctx, s, redissonPSemCountScript, "count Redisson permit expirable semaphore", func(how string) ([]string, []string) {
+		return redissonPSemKeys(s.name), []string{how, mode}
+	})
 }
 
 // AvailablePermits returns the permits available (0 when the semaphore
@@ -487,18 +478,9 @@ func (s *PermitExpirableSemaphore) Permits(ctx context.Context) (int64, error) {
 
 // set runs the set script in mode with n.
 func (s *PermitExpirableSemaphore) set(ctx context.Context, mode string, n int64) (int64, error) {
-	if err := s.check(ctx); err != nil {
-		return 0, err
-	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
-	if err != nil {
-		return 0, err
-	}
-	v, err := redissonPSemSetScript.Exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode, strconv.FormatInt(n, 10)}).AsInt64()
-	if err != nil {
-		return 0, redisErr("set Redisson permit expirable semaphore "+s.name, err)
-	}
-	return v, nil
+	return runOn(ctx, s, redissonPSemSetScript, "set Redisson permit expirable semaphore", func(how string) ([]string, []string) {
+		return redissonPSemKeys(s.name), []string{how, mode, strconv.FormatInt(n, 10)}
+	})
 }
 
 // TrySetPermits sets the permits available when the semaphore has no
@@ -539,19 +521,13 @@ func (s *PermitExpirableSemaphore) lease(ctx context.Context, mode, id string, d
 	if err != nil {
 		return 0, err
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
-	if err != nil {
-		return 0, err
-	}
 	ms := strconv.FormatInt(d.Milliseconds(), 10)
 	if d == NoLease {
 		ms = "-1"
 	}
-	v, err := redissonPSemLeaseScript.Exec(ctx, s.c.rc, redissonPSemKeys(s.name), []string{how, mode, ids[0], ms}).AsInt64()
-	if err != nil {
-		return 0, redisErr("lease of Redisson permit expirable semaphore "+s.name, err)
-	}
-	return v, nil
+	return runOn(ctx, s, redissonPSemLeaseScript, "lease of Redisson permit expirable semaphore", func(how string) ([]string, []string) {
+		return redissonPSemKeys(s.name), []string{how, mode, ids[0], ms}
+	})
 }
 
 // UpdateLeaseTime sets the lease of the permit id to d from now

@@ -52,15 +52,23 @@ const redissonWriteSuffix = ":write"
 // watchdog does; a writer's hash is renewed as an RLock's.
 //
 // Readers share the hash, and a Java reader's renewal sets its expiry to
-// that reader's lease (lockWatchdogTimeout), shorter or not. When a Java
-// reader with a shorter lease dies, the hash expires that lease after its
-// last renewal unless a Go reader renews it first: a Go reader renews
-// every third of its own lease, so one whose lease is longer than three
-// times the shortest Java reader's loses the read lock then (reported
-// redisync.ErrExpired), and a writer gets in. Give the read handles
-// WithRenewedLease(d) with d at most the shortest lockWatchdogTimeout of
-// the Java readers that share the lock (the Client's watchdog lease, when
-// it is that short, serves too).
+// that reader's lease (lockWatchdogTimeout), shorter or not: when it dies,
+// the hash expires that lease after its last renewal unless a Go reader
+// renews it first. A Go reader follows the hash's real expiry: when it
+// takes its hold, and at each renewal, it reads how long the hash has
+// left, and once it finds less than half of its own lease (set by a
+// reader of a shorter lease), its Lease is renewed at a third of the
+// shortest such expiry it has seen (never less often than a third of its
+// own lease, nor more often than every 100 ms), and its Deadline counts
+// from it, for as long as it holds. A Java reader of a shorter lease that
+// was there when the Go reader took its hold, or that renewed before the
+// Go reader's next renewal, can then die without the hash expiring under
+// the Go reader: a writer waits for it. Left open: a Java reader that
+// joins a Go reader's hold and dies (its hash expiring) before that Go
+// reader's next renewal, a third of the Go reader's lease after its last;
+// the Go reader reports redisync.ErrExpired then. Where short-lived Java
+// readers join Go readers' holds, WithRenewedLease(d) with d at most their
+// lockWatchdogTimeout closes that too.
 //
 // Re-entry and the rules across the two sides are Redisson's, through a
 // lease's Context:
@@ -123,6 +131,8 @@ func (l *ReadWriteLock) check(ctx context.Context) error {
 	}
 	return checkHandle("ReadWriteLock", l.c, l.err, ctx)
 }
+
+func (l *ReadWriteLock) object() (*Client, PubSub, string) { return l.c, l.cfg.pubsub, l.name }
 
 // RLock takes a read hold, waiting as long as ctx allows while a writer
 // holds the lock: for Redisson's unlock messages on the lock's channel,
@@ -317,8 +327,8 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.run(ctx, parent, script, keys, args, undo)
-			defer done()
+			res, grant, err := c.run(ctx, parent, script, keys, args, undo)
+			defer grant(nil)
 			if err != nil {
 				return nil, 0, redisErr(what+"-lock Redisson read-write lock "+l.name, err)
 			}
@@ -330,7 +340,12 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 				holder.saw(res)
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
+			var shared int64
+			if !s.write && len(res) > 2 {
+				shared, _ = res[2].AsInt64()
+			}
+			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch),
+				Lease: lease, Watchdog: watchdog, Sent: sent, Shared: time.Duration(shared) * time.Millisecond})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.
 				l.releaseHold(owner, how, lease, s.write)
@@ -366,11 +381,9 @@ func rwSideArg(write bool) string {
 
 // redissonRWKinds are the lease kinds of read-write lock holders, by
 // publishing mode: readers, then writers.
-var redissonRWKinds = map[string][2]*engine.Kind{
-	"c": {newRedissonRWKind("c", false), newRedissonRWKind("c", true)},
-	"s": {newRedissonRWKind("s", false), newRedissonRWKind("s", true)},
-	"b": {newRedissonRWKind("b", false), newRedissonRWKind("b", true)},
-}
+var redissonRWKinds = byHow(func(how string) [2]*engine.Kind {
+	return [2]*engine.Kind{newRedissonRWKind(how, false), newRedissonRWKind(how, true)}
+})
 
 func isRedissonRWKind(k *engine.Kind) bool {
 	return k != nil && (k.Primitive == "redisson_read_lock" || k.Primitive == "redisson_write_lock")
@@ -489,12 +502,7 @@ func InspectReadWriteLock(ctx context.Context, rc rueidis.Client, name string) (
 // of another layout is left alone: redisync.ErrWrongType. For operators: holders
 // that are alive lose mutual exclusion.
 func (l *ReadWriteLock) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	return l.c.runFound(ctx, redissonRWForceScript, "force unlock Redisson read-write lock "+l.name, []string{l.keys.Lock, l.keys.Channel}, []string{how})
+	return found(runOn(ctx, l, redissonRWForceScript, "force unlock Redisson read-write lock", func(how string) ([]string, []string) {
+		return []string{l.keys.Lock, l.keys.Channel}, []string{how}
+	}))
 }

@@ -284,13 +284,15 @@ func (c *Client) redissonSharded(ctx context.Context) (bool, error) {
 //
 // A mode narrowed to one way (PubSubClassic, PubSubSharded) on servers that
 // have both cannot reach waiters that listen the other way: it is logged at
-// WARN, once per object (see warnNarrow).
+// WARN, once per object (see warnNarrow), and counted at every operation
+// in the redisync.Client's Metrics (PublishedOneWay).
 func (c *Client) redissonPubSub(ctx context.Context, m PubSub, name string) (how string, classic, sharded bool, err error) {
 	has, err := c.redissonSharded(ctx)
 	if err != nil {
 		return "", false, false, err
 	}
 	if has && (m == PubSubClassic || m == PubSubSharded) {
+		c.eng.PublishedOneWay(name)
 		c.warnNarrow(name, m)
 	}
 	switch m {
@@ -307,6 +309,12 @@ func (c *Client) redissonPubSub(ctx context.Context, m PubSub, name string) (how
 		}
 	}
 	return how, true, has || how != "c", nil
+}
+
+// byHow makes, with f, one value per way of publishing that
+// redissonPubSub picks: "c" (classic), "s" (sharded), "b" (both).
+func byHow[V any](f func(how string) V) map[string]V {
+	return map[string]V{"c": f("c"), "s": f("s"), "b": f("b")}
 }
 
 // maxNarrowWarnings bounds the names a Client remembers having warned
@@ -418,6 +426,8 @@ func (l *Lock) check(ctx context.Context) error {
 
 func (l *Lock) client() *Client { return l.c }
 
+func (l *Lock) object() (*Client, PubSub, string) { return l.c, l.cfg.pubsub, l.name }
+
 // Lock acquires the lock, waiting as long as ctx allows: for Redisson's
 // unlock message on the lock's channel, which the Client's waiters share
 // one subscription to, and looking again when the holder's lease runs out
@@ -484,8 +494,8 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 		Holder: holder.get,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
-			res, done, err := c.run(ctx, parent, redissonLockScript, keys, args, undo)
-			defer done()
+			res, grant, err := c.run(ctx, parent, redissonLockScript, keys, args, undo)
+			defer grant(nil)
 			if err != nil {
 				return nil, 0, redisErr("acquire Redisson lock "+l.name, err)
 			}
@@ -498,7 +508,7 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 				return nil, time.Duration(pttl) * time.Millisecond, nil
 			}
 			token, _ := res[2].AsInt64()
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Parent: parent, Owner: owner, Hold: redissonHold(l.cfg.latch), Token: token, Lease: lease, Watchdog: watchdog, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch), Token: token, Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
 				// The outer lease ended meanwhile: give the hold back.
 				l.releaseHold(owner, how, lease)
@@ -520,11 +530,7 @@ func (l *Lock) releaseHold(owner, how string, lease time.Duration) {
 
 // redissonLockKinds are the lease kinds of RLock holders, by publishing
 // mode.
-var redissonLockKinds = map[string]*engine.Kind{
-	"c": newRedissonLockKind("c"),
-	"s": newRedissonLockKind("s"),
-	"b": newRedissonLockKind("b"),
-}
+var redissonLockKinds = byHow(newRedissonLockKind)
 
 func newRedissonLockKind(how string) *engine.Kind {
 	return &engine.Kind{
@@ -730,12 +736,7 @@ func InspectLock(ctx context.Context, rc rueidis.Client, name string) (LockState
 // of another layout is left alone: redisync.ErrWrongType. For operators: a holder
 // that is alive loses mutual exclusion.
 func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, err
-	}
-	how, _, _, err := l.c.redissonPubSub(ctx, l.cfg.pubsub, l.name)
-	if err != nil {
-		return false, err
-	}
-	return l.c.runFound(ctx, redissonForceScript, "force unlock Redisson lock "+l.name, []string{l.keys.Lock, l.keys.Channel}, []string{how})
+	return found(runOn(ctx, l, redissonForceScript, "force unlock Redisson lock", func(how string) ([]string, []string) {
+		return []string{l.keys.Lock, l.keys.Channel}, []string{how}
+	}))
 }

@@ -520,34 +520,66 @@ func (j *javaRW) renewRead(ctx context.Context) error {
 }
 
 // TestRedissonRWShorterJavaWatchdog: a Java reader's renewals set the
-// shared read hash's expiry to its own lease (1.5 s). When it dies, a Go
-// reader whose lease is renewed at least as often (WithRenewedLease of at
-// most the Java lease, as the package doc says) keeps the read lock, and a
-// Java writer waits.
+// shared read hash's expiry to its own lease (1.5 s), far shorter than a
+// Go reader's. When the Java reader dies, the Go reader keeps the read
+// lock and a Java writer waits: the Go reader renews at a third of the
+// shortest expiry it has seen on the hash, read when it took its hold
+// (the Java reader there first) or at a renewal (the Java reader joined
+// later), whatever its own lease (the default watchdog lease, or
+// WithRenewedLease).
 func TestRedissonRWShorterJavaWatchdog(t *testing.T) {
+	const javaLease = 1500 * time.Millisecond
+	cases := []struct {
+		name string
+		// javaFirst: the Java reader holds before the Go reader comes.
+		javaFirst bool
+		javaLease time.Duration
+		// javaFor is how long the Java reader renews before it dies.
+		javaFor time.Duration
+		client  []redisync.Option
+		opts    []Option
+	}{
+		{name: "default-lease", javaFirst: true, javaLease: javaLease, javaFor: 2500 * time.Millisecond},
+		{name: "renewed-lease", javaFirst: true, javaLease: javaLease, javaFor: 2500 * time.Millisecond, opts: []Option{WithRenewedLease(javaLease)}},
+		// The Go reader renews first a third of its 6 s lease in (2 s),
+		// when it finds the expiry the Java reader's renewals set; the
+		// Java reader dies a second later, and its expiry would end the
+		// hash before the Go reader's next renewal on its own lease (4 s).
+		{name: "java-joins", javaLease: 600 * time.Millisecond, javaFor: 3 * time.Second, client: []redisync.Option{redisync.WithWatchdogLease(6 * time.Second)}},
+	}
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := withTimeout(t, time.Minute)
-		name := "rw-short-java-" + e.Name
-		const javaLease = 1500 * time.Millisecond
-		reader, writer := newJavaRW(t, e, name), newJavaRW(t, e, name)
-		reader.lease = javaLease
-		reader.mustTry(t, ctx, false)
-		r := mustLock(t, ctx, e.client(t).ReadWriteLock(name, WithRenewedLease(javaLease)).RLock)
-		// The Java reader's watchdog, a third of its lease apart, then it
-		// dies.
-		for range 4 {
-			require.NoError(t, reader.renewRead(ctx))
-			time.Sleep(javaLease / 3)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := withTimeout(t, time.Minute)
+				name := "rw-short-java-" + tc.name + "-" + e.Name
+				reader, writer := newJavaRW(t, e, name), newJavaRW(t, e, name)
+				reader.lease = tc.javaLease
+				rw := e.client(t, tc.client...).ReadWriteLock(name, tc.opts...)
+				var r *redisync.Lease
+				if tc.javaFirst {
+					reader.mustTry(t, ctx, false)
+					r = mustLock(t, ctx, rw.RLock)
+				} else {
+					r = mustLock(t, ctx, rw.RLock)
+					reader.mustTry(t, ctx, false)
+				}
+				// The Java reader's watchdog, a third of its lease apart,
+				// then it dies.
+				for start := time.Now(); time.Since(start) < tc.javaFor; {
+					require.NoError(t, reader.renewRead(ctx))
+					time.Sleep(tc.javaLease / 3)
+				}
+				require.NoError(t, reader.renewRead(ctx))
+				died := time.Now()
+				for time.Since(died) < 3*tc.javaLease {
+					ok, _, err := writer.try(ctx, true)
+					require.NoError(t, err)
+					require.False(t, ok, "the Java writer got in %v after the Java reader died", time.Since(died).Round(time.Millisecond))
+					require.NoError(t, r.Err(), "the Go reader keeps its lock")
+					time.Sleep(100 * time.Millisecond)
+				}
+				require.NoError(t, r.Unlock(ctx))
+			})
 		}
-		require.NoError(t, reader.renewRead(ctx))
-		died := time.Now()
-		for time.Since(died) < 3*javaLease {
-			ok, _, err := writer.try(ctx, true)
-			require.NoError(t, err)
-			require.False(t, ok, "the Java writer got in %v after the Java reader died", time.Since(died).Round(time.Millisecond))
-			require.NoError(t, r.Err(), "the Go reader keeps its lock")
-			time.Sleep(100 * time.Millisecond)
-		}
-		require.NoError(t, r.Unlock(ctx))
 	})
 }

@@ -87,6 +87,8 @@ func (s *Semaphore) check(ctx context.Context) error {
 	return checkHandle("Semaphore", s.c, s.err, ctx)
 }
 
+func (s *Semaphore) object() (*Client, PubSub, string) { return s.c, s.cfg.pubsub, s.name }
+
 // redissonSemAcq is one acquisition of n permits, as a handle.
 type redissonSemAcq struct {
 	s *Semaphore
@@ -157,7 +159,7 @@ func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease,
 		Attempt: func(ctx context.Context) (any, time.Duration, error) {
 			sent := time.Now()
 			// Nothing to undo: see below.
-			res, _, err := c.run(ctx, nil, redissonSemAcquireScript, []string{s.name}, []string{n}, nil)
+			res, grant, err := c.run(ctx, nil, redissonSemAcquireScript, []string{s.name}, []string{n}, nil)
 			if err != nil {
 				return nil, 0, redisErr("acquire from Redisson semaphore "+s.name, err)
 			}
@@ -168,7 +170,7 @@ func (a redissonSemAcq) acquire(ctx context.Context, try bool) (*redisync.Lease,
 				return nil, -1, nil
 			}
 			keys := engine.Keys{Lock: s.name, Channel: s.channel()}
-			gl, err := c.grant(ctx, engine.Grant{Kind: kind, Name: s.name, Keys: keys, Key: s.name, Owner: owner, Lease: redissonNoExpiry, Watchdog: false, Sent: sent})
+			gl, err := grant(&engine.Grant{Kind: kind, Name: s.name, Keys: keys, Key: s.name, Owner: owner, Lease: redissonNoExpiry, Watchdog: false, Sent: sent})
 			return gl, 0, err
 		},
 		// An attempt whose outcome is unknown may have taken the permits:
@@ -197,11 +199,7 @@ func redissonSemPermits(h engine.Holder) string {
 
 // redissonSemKinds are the lease kinds of RSemaphore permit holders, by
 // publishing mode.
-var redissonSemKinds = map[string]*engine.Kind{
-	"c": newRedissonSemKind("c"),
-	"s": newRedissonSemKind("s"),
-	"b": newRedissonSemKind("b"),
-}
+var redissonSemKinds = byHow(newRedissonSemKind)
 
 func newRedissonSemKind(how string) *engine.Kind {
 	return &engine.Kind{
@@ -236,15 +234,9 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 0 {
 		return false, fmt.Errorf("%w: %d permits", redisync.ErrInvalidArgument, n)
 	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
-	if err != nil {
-		return false, err
-	}
-	v, err := redissonSemSetScript.Exec(ctx, s.c.rc, []string{s.name, s.channel()}, []string{strconv.Itoa(n), how}).AsInt64()
-	if err != nil {
-		return false, redisErr("set Redisson semaphore "+s.name, err)
-	}
-	return v == 1, nil
+	return found(runOn(ctx, s, redissonSemSetScript, "set Redisson semaphore", func(how string) ([]string, []string) {
+		return []string{s.name, s.channel()}, []string{strconv.Itoa(n), how}
+	}))
 }
 
 // AddPermits adds n permits (takes them away when n is negative, which
@@ -252,18 +244,9 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // waiters, and returns the permits available after. A semaphore that
 // does not exist starts from 0. Errors as TrySetPermits.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) (int64, error) {
-	if err := s.check(ctx); err != nil {
-		return 0, err
-	}
-	how, _, _, err := s.c.redissonPubSub(ctx, s.cfg.pubsub, s.name)
-	if err != nil {
-		return 0, err
-	}
-	v, err := redissonSemReleaseScript.Exec(ctx, s.c.rc, []string{s.name, s.channel()}, []string{strconv.Itoa(n), how, "0"}).AsInt64()
-	if err != nil {
-		return 0, redisErr("add to Redisson semaphore "+s.name, err)
-	}
-	return v, nil
+	return runOn(ctx, s, redissonSemReleaseScript, "add to Redisson semaphore", func(how string) ([]string, []string) {
+		return []string{s.name, s.channel()}, []string{strconv.Itoa(n), how, "0"}
+	})
 }
 
 // AvailablePermits returns the permits available (0 when the semaphore

@@ -5,38 +5,40 @@
 // root, and nothing outside this module can import it.
 //
 // A lock of another layout needs from the Client what a lock of the
-// Client's own needs, and no more:
+// Client's own needs, and no more. The hooks, one per concept:
 //
-//   - its view of a Client (Client): the connection, the logger, the
+//   - Client: its view of a Client: the connection, the logger, the
 //     watchdog lease, fresh owner ids, the checks every handle makes, and
-//     the running of an undo that must outlive its caller; and the
-//     wrapping of Redis errors as the root's (Err);
-//   - the three forms of acquiring (Lock, Async), which check the handle,
-//     give the call its grace, and count a background acquisition for the
-//     Client's Close;
-//   - an acquisition with a script and a wait (Wait): attempts, waiting in
+//     the running of an undo that must outlive its caller;
+//   - Acquire: the three forms of acquiring (Lock, TryLock, Acquire),
+//     which check the handle, give the call its grace, and count a
+//     background acquisition for the Client's Close;
+//   - Wait: an acquisition with a script and a wait: attempts, waiting in
 //     between for a message on the lock's channel, the end of the
 //     holder's lease or the Client's presence pass, which reads the lock
 //     for every waiter of the channel whatever messages were lost;
-//   - a script that may take something and whose reply may come late (Run):
-//     it is undone once its caller gave up on it, and, when it re-enters
-//     a lease, counted on that lease's ownership while it is on its way;
-//   - a Lease for what a script took (Grant), of a Kind whose scripts the
-//     watchdog runs to renew it, the Client runs to release it on Close,
-//     and whose Unlock the Client calls with "release every hold" decided
-//     from the ownership's leases and the re-entries on their way;
-//   - what a Lease holds (Lease), and the live lease a context carries for
-//     a lock (Parent), the parent of a re-entry.
+//   - Run: a script that may take something, whose reply may come late
+//     (it is undone once its caller gave up on it), and the Lease of what
+//     it took (a Grant), of a Kind whose scripts the watchdog runs to
+//     renew it, the Client runs to release it on Close, and whose Unlock
+//     the Client calls with "release every hold" decided from the
+//     ownership's leases and the re-entries on their way; a re-entry is
+//     counted on its parent's ownership from the script's start until its
+//     Lease is made, or never will be;
+//   - Lease: what a Lease holds, the Lease named or the live one a
+//     context carries for a lock (the parent of a re-entry);
+//   - Err: the wrapping of Redis errors as the root's.
 //
 // That is enough because every Redisson kind is one of these shapes: a
 // script takes a lock or permits or reads a count, a miss waits on a
 // channel (and a presence probe), and what was taken is held by a Lease
 // that the watchdog renews and Unlock gives back. State the Client keeps
-// (the ownership's leases, the re-entries on their way) stays behind the
-// seam: the kinds see it only as the decision it leads to, so that it is
-// checked against Redis where it is used, in the root, and nowhere else.
+// (the ownership's leases, the re-entries on their way, the shortest
+// expiry other holders gave a shared key) stays behind the seam: the
+// kinds see it only as the decision it leads to, so that it is checked
+// against Redis where it is used, in the root, and nowhere else.
 //
-// Nine hooks in all, and three more for tests (TestHooks: the waiters of a
+// Six hooks in all, and three more for tests (TestHooks: the waiters of a
 // channel, a stalled presence pass, the subscription linger). The Client
 // and Lease types cross the seam as any (a *redisync.Client, a
 // *redisync.Lease): this package cannot name them, since the root imports
@@ -109,7 +111,24 @@ type Client struct {
 	// Detached returns a context for work that must finish though the
 	// caller's ctx ended, bounded by the Client's cleanup timeout.
 	Detached func(ctx context.Context) (context.Context, context.CancelFunc)
+	// PublishedOneWay counts, in the Client's Metrics, an operation of the
+	// named lock that may publish by one kind of pub/sub alone on servers
+	// that have both (see redisync.Metrics.PublishedOneWay).
+	PublishedOneWay func(name string)
 }
+
+// Form is one of the three forms of acquiring of a lock handle.
+type Form int
+
+const (
+	// Block waits as long as ctx allows (a handle's Lock).
+	Block Form = iota
+	// Try makes a single attempt (TryLock).
+	Try
+	// Background waits on a goroutine of its own and delivers the Lease
+	// on a channel (Acquire).
+	Background
+)
 
 // Handle is one way of acquiring: a lock handle's method. Check reports
 // why it cannot acquire with ctx (bad input, a closed Client); Client is
@@ -187,7 +206,12 @@ type Kind struct {
 	// Renew renews (or, with a lease of "0", checks) a batch of holders
 	// of one slot: KEYS[i] a holder's key, ARGV[2i-1] its owner,
 	// ARGV[2i] its lease in ms; it answers per key 1 (held), 0 (gone) or
-	// 2 (another owner's).
+	// 2 (another owner's), or, for a key shared with holders that set its
+	// expiry to a lease of their own, -n: held, and found with n ms to
+	// live, less than half its holder's lease (the holder's renewals alone
+	// leave it about two thirds, so another holder set it). From then on
+	// the holder is renewed at a third of the shortest n found, and its
+	// deadline counts from it.
 	Renew Script
 	// Release, with the keys and args ReleaseAll gives, frees everything
 	// a holder holds, when its Client closes.
@@ -206,22 +230,27 @@ type Kind struct {
 	Counted bool
 }
 
-// Grant is the ownership a script took, to be made a Lease.
+// Grant is the ownership a script took, to be made a Lease (see
+// Hooks.Run): on the Client the script ran on, a re-entry of the parent
+// the script ran with.
 type Grant struct {
-	C      any           // the *redisync.Client that took it
-	Kind   *Kind         // its kind
-	Name   string        // the lock's name
-	Keys   Keys          // the lock's keys
-	Key    string        // the key the watchdog renews
-	Parent any           // the *redisync.Lease re-entered, or nil
-	Owner  string        // the owner id it holds by
-	Hold   string        // the Lease's hold, handed to Kind.Unlock
-	Token  int64         // the Lease's fencing token (0: none)
-	Lease  time.Duration // the lease the key got
+	Kind  *Kind         // its kind
+	Name  string        // the lock's name
+	Keys  Keys          // the lock's keys
+	Key   string        // the key the watchdog renews
+	Owner string        // the owner id it holds by
+	Hold  string        // the Lease's hold, handed to Kind.Unlock
+	Token int64         // the Lease's fencing token (0: none)
+	Lease time.Duration // the lease the key got
 	// Watchdog: renewed by the watchdog; otherwise a fixed lease.
 	Watchdog bool
 	// Sent is when the command that took it was sent.
 	Sent time.Time
+	// Shared, when not 0, is how long the key had to live when the
+	// script took it, shorter than half the lease: other holders of the
+	// shared key set its expiry to their own shorter lease, and the
+	// watchdog renews it as a renewal's answer -n says (see Kind.Renew).
+	Shared time.Duration
 }
 
 // LeaseInfo is what a Lease holds.
@@ -240,33 +269,32 @@ type Hooks struct {
 	// Client returns the view of c (a *redisync.Client), or
 	// ErrInvalidArgument for a nil or zero Client.
 	Client func(c any) (Client, error)
-	// Lock runs h once as Lock (try false) or TryLock (try true).
-	Lock func(ctx context.Context, h Handle, try bool) (any, error)
-	// Async runs h in the background as Acquire: a <-chan *Lease.
-	Async func(ctx context.Context, h Handle) any
+	// Acquire runs h in the given form: for Block and Try, the Lease (a
+	// *redisync.Lease) or the error; for Background, a
+	// <-chan *redisync.Lease, and a nil error.
+	Acquire func(ctx context.Context, h Handle, form Form) (any, error)
 	// Wait attempts, and unless try, waits between attempts, until it
 	// acquires or ctx ends: connection errors retried with backoff, Redis
 	// errors returned at once.
 	Wait func(ctx context.Context, w Wait, try bool) (any, error)
-	// Run runs s, which may take something: undo undoes it once the
-	// caller gave up on it. With a parent lease it is a re-entry, counted
-	// on the parent's ownership until done is called (or, given up on,
-	// until its reply came), and refused with ErrNotHeld while the parent
-	// is being released; a re-entry the script refused ({-1, why}) is
-	// the parent's loss, an error.
-	Run func(ctx context.Context, c any, parent any, s Script, keys, args []string, undo func(context.Context)) (res []rueidis.RedisMessage, done func(), err error)
-	// Grant makes the Lease of g.
-	Grant func(ctx context.Context, g Grant) (any, error)
-	// Lease tells what l (a *redisync.Lease) holds; false for a failed
-	// or nil Lease.
-	Lease func(l any) (LeaseInfo, bool)
+	// Run runs s on c, a script that may take something: undo undoes it
+	// once the caller gave up on it. grant makes the Lease of what the
+	// script took, or with nil tells that it took nothing; only its first
+	// call counts (later ones return nil, nil). With a parent Lease the
+	// script is a re-entry: counted on the parent's ownership until grant
+	// is called (or, given up on, until its reply came), and refused with
+	// ErrNotHeld while the parent is being released; a re-entry the
+	// script refused ({-1, why}) is the parent's loss, an error.
+	Run func(ctx context.Context, c any, parent any, s Script, keys, args []string, undo func(context.Context)) (res []rueidis.RedisMessage, grant func(g *Grant) (any, error), err error)
+	// Lease returns the Lease l (a *redisync.Lease), or, when l is nil,
+	// the live Lease ctx carries for the lock key of c (the parent of a
+	// re-entry), and what it holds; ok is false when there is none, or
+	// its acquisition failed.
+	Lease func(ctx context.Context, c any, key string, l any) (lease any, info LeaseInfo, ok bool)
 	// Err wraps an error from Redis or the connection as the root's own
 	// errors are wrapped (ErrWrongType, ErrClosed marked), op naming the
 	// operation.
 	Err func(op string, err error) error
-	// Parent returns the live lease ctx carries for the lock key of c,
-	// nil if none: the parent of a re-entry.
-	Parent func(ctx context.Context, c any, key string) any
 }
 
 // HasHashTag reports whether Redis Cluster would hash s by a tag: a '{'

@@ -10,11 +10,13 @@ import (
 
 // WaitCase is one wait of a test: what it waits for (Name, which its error
 // must name), the error a single attempt gives while that is taken (nil
-// when nobody can hold it: a latch), and the wait.
+// when nobody can hold it: a latch), and the wait. Holder, when set, is
+// the holder the error of a wait that ended must name.
 type WaitCase struct {
-	Name string
-	Busy error
-	Wait func(ctx context.Context) error
+	Name   string
+	Busy   error
+	Wait   func(ctx context.Context) error
+	Holder string
 }
 
 // RequireWaitsEnd runs each wait with a ctx that ends 100 ms later, by its
@@ -29,6 +31,9 @@ func RequireWaitsEnd(t testing.TB, ctx context.Context, locked error, waits []Wa
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded, w.Name)
 		require.Contains(t, err.Error(), w.Name, "the error names what it waited for")
+		if w.Holder != "" {
+			require.Contains(t, err.Error(), "(held by "+w.Holder+")", "the error names the holder")
+		}
 		if w.Busy != nil {
 			require.ErrorIs(t, err, w.Busy, w.Name)
 			require.ErrorIs(t, err, locked, w.Name)

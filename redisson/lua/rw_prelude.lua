@@ -33,6 +33,23 @@ local function rw_timeout(key, owner)
   return prefix .. ':' .. owner .. ':rwlock_timeout:'
 end
 
+-- rw_shorter returns how long the hash at key has to live (ms) when that
+-- is less than half of lease, the lease of a reader about to renew it; 0
+-- otherwise. A Redisson reader's renewal sets the shared hash's expiry to
+-- its own lease, whatever it was: a reader renewed every third of lease
+-- finds the hash about two thirds of lease from its end when it alone set
+-- it, so less than half was set by a reader with a shorter lease, at least
+-- as long as what is left. One it does not report, of half of lease or
+-- more, outlasts the reader's next renewal: the hash cannot expire under
+-- the reader while it lives.
+local function rw_shorter(key, lease)
+  local pttl = redis.call('PTTL', key)
+  if pttl > 0 and pttl < tonumber(lease) / 2 then
+    return pttl
+  end
+  return 0
+end
+
 -- rw_read_release releases one read hold of owner (every hold when all),
 -- as Redisson's read unlock does: the hold's key goes, the hash lives on
 -- as long as the longest read hold left, and the last reader's release

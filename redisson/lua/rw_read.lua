@@ -7,7 +7,8 @@
 -- ARGV[1] lease ms, ARGV[2] owner field (uuid:threadId), ARGV[3] its
 -- write field (uuid:threadId:write), ARGV[4] (optional) 'r' for a
 -- re-entry of the owner's read holds: only while the owner has one.
--- Returns {1, holds} when taken, {0, pttl, writer} when a writer holds it, {-1,
+-- Returns {1, holds, shorter} when taken (shorter: how long the hash had
+-- to live when a reader of a shorter lease set it, rw_shorter; 0 if not), {0, pttl, writer} when a writer holds it, {-1,
 -- why} when a re-entry is refused (rlock_reentry_refused).
 local mode, bad = rw_layout(KEYS[1])
 if bad then
@@ -26,8 +27,9 @@ if mode == false or mode == 'read' or redis.call('HEXISTS', KEYS[1], ARGV[3]) ==
   end
   local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
   redis.call('SET', rw_timeout(KEYS[1], ARGV[2]) .. n, 1, 'PX', ARGV[1])
+  local shorter = rw_shorter(KEYS[1], ARGV[1])
   local remain = redis.call('PTTL', KEYS[1])
   redis.call('PEXPIRE', KEYS[1], math.max(remain, tonumber(ARGV[1])))
-  return {1, n}
+  return {1, n, shorter}
 end
 return {0, redis.call('PTTL', KEYS[1]), rholder(KEYS[1])}
