@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,6 +81,62 @@ func BenchmarkMutexUncontended(b *testing.B) {
 	if b.Failed() {
 		return
 	}
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	reportCommands(b, d, b.N, "op")
+}
+
+// BenchmarkMutexUncontendedDeadline is BenchmarkMutexUncontended with a
+// context that has a deadline on every call, as callers usually give (and
+// bench/peers does): the calls that may take a lock then keep their outcome
+// known past the context's end.
+func BenchmarkMutexUncontendedDeadline(b *testing.B) {
+	e := standaloneEnv(b)
+	c := e.client(b)
+	prefix := "bench:deadline:"
+	benchLockUnlock(b, c.Mutex(prefix+"warm-up").Lock)
+
+	var ids atomic.Int64
+	before := commandCalls(b, e.server)
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		m := c.Mutex(prefix + strconv.FormatInt(ids.Add(1), 10))
+		for pb.Next() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ok := benchCycle(b, ctx, m.Lock)
+			cancel()
+			if !ok {
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if b.Failed() {
+		return
+	}
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	reportCommands(b, d, b.N, "op")
+}
+
+// BenchmarkMutexSerial measures one goroutine's Lock+Unlock cycles one
+// after the other, each with a deadline: the latency of an uncontended
+// cycle (two round trips at least).
+func BenchmarkMutexSerial(b *testing.B) {
+	e := standaloneEnv(b)
+	c := e.client(b)
+	m := c.Mutex("bench:serial")
+	benchLockUnlock(b, m.Lock)
+	before := commandCalls(b, e.server)
+	b.ResetTimer()
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ok := benchCycle(b, ctx, m.Lock)
+		cancel()
+		if !ok {
+			return
+		}
+	}
+	b.StopTimer()
 	d := commandDelta(b, before, commandCalls(b, e.server))
 	reportCommands(b, d, b.N, "op")
 }
@@ -368,7 +425,23 @@ func commandCalls(tb testing.TB, srv *redistest.Server) map[string]int64 {
 		tb.Fatalf("INFO cpu: %v", err)
 	}
 	calls[serverCPU] = parseServerCPU(cpu)
+	calls[clientCPU] = processCPU(tb)
 	return calls
+}
+
+// clientCPU is the entry of commandCalls' map that holds this process's
+// CPU time (user and system, every thread) in microseconds: the client
+// side of the work, measured on its own, whatever else runs on the machine.
+const clientCPU = "\x00client-cpu-usec"
+
+// processCPU returns this process's CPU time so far, in microseconds.
+func processCPU(tb testing.TB) int64 {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return ru.Utime.Nano()/1e3 + ru.Stime.Nano()/1e3
 }
 
 // serverCPU is the entry of commandCalls' map that holds the server's CPU
@@ -440,6 +513,9 @@ type commandCount struct {
 	client int64            // the commands clients sent
 	cpu    int64            // the server's CPU time, µs (observation included)
 	script int64            // the server's time inside scripts, µs
+	// clientCPU is this process's CPU time, µs: the Clients' work, and
+	// the benchmark's own.
+	clientCPU int64
 }
 
 // benchObserver reports the commands not counted as work: those the
@@ -465,6 +541,9 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 		case scriptTime:
 			d.script = n
 			continue
+		case clientCPU:
+			d.clientCPU = n
+			continue
 		}
 		if n == 0 || benchObserver(name) {
 			continue
@@ -479,10 +558,11 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 }
 
 // reportCommands reports cmds/<per>, allcmds/<per>, srv-µs/<per> (the
-// server's CPU time) and script-µs/<per> (its time inside scripts) for n
-// units of work.
+// server's CPU time), script-µs/<per> (its time inside scripts) and
+// cli-µs/<per> (this process's CPU time) for n units of work.
 func reportCommands(b *testing.B, d commandCount, n int, per string) {
 	b.Helper()
+	b.ReportMetric(float64(d.clientCPU)/float64(n), "cli-µs/"+per)
 	b.ReportMetric(float64(d.cpu)/float64(n), "srv-µs/"+per)
 	b.ReportMetric(float64(d.script)/float64(n), "script-µs/"+per)
 	b.ReportMetric(float64(d.client)/float64(n), "cmds/"+per)
