@@ -652,6 +652,34 @@ func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 	})
 }
 
+// A lock handed over to a Client whose watchdog sleeps until a later
+// renewal (it holds another lock) is renewed a third into its short
+// lease all the same: the watchdog's timer is brought forward.
+func TestMutexHandedOverWhileWatchdogSleepsRenewed(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const expiry = time.Second
+		ctx := withTimeout(t, time.Minute)
+		holder := e.client(t)
+		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
+		c := e.client(t, WithWatchdogLease(30*time.Second))
+		other := mustLock(t, ctx, c.Mutex(t.Name()+":other").Lock)
+		w := c.Mutex(t.Name(), WithWaiterExpiry(expiry)).Acquire(ctx)
+		eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
+		time.Sleep(100 * time.Millisecond) // the waiter's look once subscribed
+		require.NoError(t, l.Unlock(ctx))
+		wl := <-w
+		require.NoError(t, wl.Err())
+		time.Sleep(2 * expiry)
+		require.NoError(t, wl.Err(), "lease lost after the hand-over")
+		st, err := holder.Mutex(t.Name()).Inspect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, wl.Token(), st.Token)
+		require.Greater(t, st.TTL, 20*time.Second, "the full lease was not renewed")
+		require.NoError(t, wl.Unlock(ctx))
+		require.NoError(t, other.Unlock(ctx))
+	})
+}
+
 // The renewal that a lock handed over needs renews that lease
 // only, not every lease its Client holds.
 func TestMutexHandOverRenewsTheNewLeaseOnly(t *testing.T) {
