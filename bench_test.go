@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -706,4 +707,93 @@ func serverMemory(tb testing.TB, srv *redistest.Server) int64 {
 	}
 	tb.Fatal("INFO memory without used_memory")
 	return 0
+}
+
+// BenchmarkIdleWaiting measures what waiting costs while nothing changes:
+// each of clients Clients has one goroutine blocked in Lock on each of
+// locks locks that another Client holds (with a lease its watchdog does
+// not renew within the run). Each op is one second of that idle waiting,
+// measured once the waiters settled. It reports the server's commands per
+// (waiting Client, lock) per second: in all (cmds/wait/s, those the scripts
+// run included), and by command (<command>/wait/s), summed over the
+// masters on Cluster; and the calls the waiting Clients make (the scripts,
+// subscriptions and reads they send: calls/wait/s).
+func BenchmarkIdleWaiting(b *testing.B) {
+	for _, shape := range []struct{ clients, locks int }{{1, 1000}, {10, 100}} {
+		for _, where := range []string{"standalone", "cluster"} {
+			b.Run(fmt.Sprintf("%s/%dx%d", where, shape.clients, shape.locks), func(b *testing.B) {
+				e := standaloneEnv(b)
+				if where == "cluster" {
+					e = clusterEnv(b)
+				}
+				benchIdleWaiting(b, e, shape.clients, shape.locks)
+			})
+		}
+	}
+}
+
+func benchIdleWaiting(b *testing.B, e *env, clients, locks int) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("bench:idle:%d:%d:", clients, locks)
+	holder := e.client(b, WithWatchdogLease(10*time.Minute))
+	helds := make([]*Lease, locks)
+	for i := range helds {
+		l, err := holder.Mutex(prefix + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			b.Fatalf("Lock: %v", err)
+		}
+		helds[i] = l
+	}
+	defer func() {
+		for _, l := range helds {
+			_ = l.Unlock(ctx)
+		}
+	}()
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for range clients {
+		c := e.client(b)
+		for i := range locks {
+			m := c.Mutex(prefix + strconv.Itoa(i))
+			wg.Go(func() {
+				if l, err := m.Lock(wctx); err == nil {
+					b.Errorf("a waiter took %s, which stays held", m.name)
+					_ = l.Unlock(ctx)
+				}
+			})
+		}
+	}
+	// Settled: every waiter queued, subscribed and past its first look.
+	time.Sleep(3 * time.Second)
+	before := clusterCommandCalls(b, e)
+	b.ResetTimer()
+	time.Sleep(time.Duration(b.N) * time.Second)
+	b.StopTimer()
+	d := commandDelta(b, before, clusterCommandCalls(b, e))
+	per := float64(b.N) * float64(clients*locks) // (Client, lock) seconds
+	b.ReportMetric(float64(d.all)/per, "cmds/wait/s")
+	b.ReportMetric(float64(d.client)/per, "calls/wait/s")
+	for name, n := range d.calls {
+		b.ReportMetric(float64(n)/per, name+"/wait/s")
+	}
+}
+
+// clusterCommandCalls is commandCalls of e's server, or summed over the
+// masters of its Cluster (the CPU entries too).
+func clusterCommandCalls(tb testing.TB, e *env) map[string]int64 {
+	tb.Helper()
+	if e.cluster == nil {
+		return commandCalls(tb, e.server)
+	}
+	sum := make(map[string]int64)
+	for _, m := range e.cluster.Masters {
+		for name, n := range commandCalls(tb, m) {
+			sum[name] += n
+		}
+	}
+	return sum
 }
