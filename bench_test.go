@@ -119,6 +119,53 @@ func BenchmarkMutexUncontendedDeadline(b *testing.B) {
 	reportCommands(b, d, b.N, "op")
 }
 
+// BenchmarkFloorUncontendedDeadline is BenchmarkMutexUncontendedDeadline's
+// cycle done the least a Redis lock can do it, for comparison: SET NX PX,
+// then a compare-and-delete script, on a rueidis client of its own (with
+// client-side caching, as a Client made by Dial has), with the same
+// deadline on every cycle.
+func BenchmarkFloorUncontendedDeadline(b *testing.B) {
+	e := standaloneEnv(b)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	cad := rueidis.NewLuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+	cycle := func(ctx context.Context, key, token string) error {
+		if err := rc.Do(ctx, rc.B().Set().Key(key).Value(token).Nx().Px(10*time.Second).Build()).Error(); err != nil {
+			return err
+		}
+		return cad.Exec(ctx, rc, []string{key}, []string{token}).Error()
+	}
+	if err := cycle(context.Background(), "bench:floor:warm-up", "t"); err != nil {
+		b.Fatal(err)
+	}
+	var ids atomic.Int64
+	before := commandCalls(b, e.server)
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		id := strconv.FormatInt(ids.Add(1), 10)
+		key := "bench:floor:" + id
+		for n := 0; pb.Next(); n++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := cycle(ctx, key, id+":"+strconv.Itoa(n))
+			cancel()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if b.Failed() {
+		return
+	}
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	reportCommands(b, d, b.N, "op")
+}
+
 // BenchmarkMutexSerial measures one goroutine's Lock+Unlock cycles one
 // after the other, each with a deadline: the latency of an uncontended
 // cycle (two round trips at least).
