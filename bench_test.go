@@ -62,28 +62,7 @@ func BenchmarkPing(b *testing.B) {
 // BenchmarkMutexUncontended measures Lock+Unlock of a free lock: every
 // goroutine has a key of its own, all share one Client.
 func BenchmarkMutexUncontended(b *testing.B) {
-	e := standaloneEnv(b)
-	c := e.client(b)
-	ctx := context.Background()
-	prefix := "bench:uncontended:"
-	// Loads the scripts, starts the watchdog.
-	benchLockUnlock(b, c.Mutex(prefix+"warm-up").Lock)
-
-	var ids atomic.Int64
-	before := commandCalls(b, e.server)
-	b.SetParallelism(16) // 32 goroutines on two CPUs, as bench/peers A
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		m := c.Mutex(prefix + strconv.FormatInt(ids.Add(1), 10))
-		for pb.Next() && benchCycle(b, ctx, m.Lock) {
-		}
-	})
-	b.StopTimer()
-	if b.Failed() {
-		return
-	}
-	d := commandDelta(b, before, commandCalls(b, e.server))
-	reportCommands(b, d, b.N, "op")
+	benchMutexUncontended(b, "bench:uncontended:", false)
 }
 
 // BenchmarkMutexUncontendedDeadline is BenchmarkMutexUncontended with a
@@ -91,32 +70,27 @@ func BenchmarkMutexUncontended(b *testing.B) {
 // bench/peers does): the calls that may take a lock then keep their outcome
 // known past the context's end.
 func BenchmarkMutexUncontendedDeadline(b *testing.B) {
+	benchMutexUncontended(b, "bench:deadline:", true)
+}
+
+func benchMutexUncontended(b *testing.B, prefix string, deadline bool) {
 	e := standaloneEnv(b)
 	c := e.client(b)
-	prefix := "bench:deadline:"
+	// Loads the scripts, starts the watchdog.
 	benchLockUnlock(b, c.Mutex(prefix+"warm-up").Lock)
-
-	var ids atomic.Int64
-	before := commandCalls(b, e.server)
-	b.SetParallelism(16)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		m := c.Mutex(prefix + strconv.FormatInt(ids.Add(1), 10))
-		for pb.Next() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			ok := benchCycle(b, ctx, m.Lock)
-			cancel()
-			if !ok {
-				return
+	benchParallelCycles(b, e, deadline, func(id string) func(ctx context.Context, n int) error {
+		m := c.Mutex(prefix + id)
+		return func(ctx context.Context, _ int) error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return fmt.Errorf("Lock: %w", err)
 			}
+			if err := l.Unlock(ctx); err != nil {
+				return fmt.Errorf("Unlock: %w", err)
+			}
+			return nil
 		}
 	})
-	b.StopTimer()
-	if b.Failed() {
-		return
-	}
-	d := commandDelta(b, before, commandCalls(b, e.server))
-	reportCommands(b, d, b.N, "op")
 }
 
 // BenchmarkFloorUncontendedDeadline is BenchmarkMutexUncontendedDeadline's
@@ -141,16 +115,29 @@ func BenchmarkFloorUncontendedDeadline(b *testing.B) {
 	if err := cycle(context.Background(), "bench:floor:warm-up", "t"); err != nil {
 		b.Fatal(err)
 	}
+	benchParallelCycles(b, e, true, func(id string) func(ctx context.Context, n int) error {
+		key := "bench:floor:" + id
+		return func(ctx context.Context, n int) error { return cycle(ctx, key, id+":"+strconv.Itoa(n)) }
+	})
+}
+
+// benchParallelCycles runs cycles on 32 goroutines (two CPUs, as bench/peers
+// A): each gets its cycle from worker, given an id of its own, and runs it
+// with its number, under a context with a 10 s deadline when deadline is
+// set. It reports the commands per cycle.
+func benchParallelCycles(b *testing.B, e *env, deadline bool, worker func(id string) func(ctx context.Context, n int) error) {
 	var ids atomic.Int64
 	before := commandCalls(b, e.server)
 	b.SetParallelism(16)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		id := strconv.FormatInt(ids.Add(1), 10)
-		key := "bench:floor:" + id
+		cycle := worker(strconv.FormatInt(ids.Add(1), 10))
 		for n := 0; pb.Next(); n++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := cycle(ctx, key, id+":"+strconv.Itoa(n))
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if deadline {
+				ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+			}
+			err := cycle(ctx, n)
 			cancel()
 			if err != nil {
 				b.Error(err)
