@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -498,13 +497,21 @@ func (c *Client) execTaking(ctx context.Context, s script, keys, args []string, 
 	if ctx.Done() == nil {
 		return s.exec(ctx, c.rc, keys, args)
 	}
-	// The caller may change its slices once it got its answer.
-	keys, args = slices.Clone(keys), slices.Clone(args)
+	// The caller may change its slices once it got its answer: the call
+	// gets copies, in one allocation.
+	keys, args = cloneWords(keys, args)
 	r, ok := takeInFlight(c, ctx, func(actx context.Context) rueidis.RedisResult { return s.exec(actx, c.rc, keys, args) }, undo)
 	if !ok {
 		return rueidis.NewErrorResult(ctx.Err())
 	}
 	return r
+}
+
+// cloneWords returns copies of keys and args that share one backing array.
+func cloneWords(keys, args []string) (k, a []string) {
+	w := make([]string, 0, len(keys)+len(args))
+	w = append(append(w, keys...), args...)
+	return w[:len(keys):len(keys)], w[len(keys):]
 }
 
 // takeInFlight runs call, which sends to Redis what may take a lock or
