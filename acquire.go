@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -402,8 +402,16 @@ type graceKey struct{}
 // inflightGrace after the call's context ended. done is that context's
 // Done channel: the grace is the call's own, not that of a context
 // derived from it (a Lease's Context, which a later call may be given).
+// Most calls return without waiting past their context's end, so over is
+// made when first asked for (graceOver), not with the call.
 type grace struct {
-	done, over <-chan struct{}
+	ctx  context.Context // the call's context
+	done <-chan struct{} // ctx.Done()
+
+	mu    sync.Mutex
+	over  <-chan struct{} // nil until first asked for
+	stop  func()          // ends over's timer; nil until over is made
+	ended bool            // the call returned
 }
 
 // withGrace gives a call that waits (Lock, TryLock, Acquire, Wait) its
@@ -416,8 +424,44 @@ func withGrace(ctx context.Context) (gctx context.Context, done func()) {
 	if ctx.Done() == nil {
 		return ctx, func() {}
 	}
-	actx, done := inflight(ctx)
-	return context.WithValue(ctx, graceKey{}, &grace{done: ctx.Done(), over: actx.Done()}), done
+	g := &grace{ctx: ctx, done: ctx.Done()}
+	return context.WithValue(ctx, graceKey{}, g), g.end
+}
+
+// overChan returns the channel that closes when the grace passed, made at
+// the first call. Made after ctx ended, it is as if made with the call:
+// the grace runs from ctx's end (graceLeft), so that waiting to ask costs
+// the caller nothing.
+func (g *grace) overChan() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.over == nil {
+		if g.ended {
+			// Asked for after the call returned (by work it left running):
+			// its grace is over, as the call's end ends it.
+			closed := make(chan struct{})
+			close(closed)
+			g.over = closed
+			return g.over
+		}
+		left := func() time.Duration { return inflightGrace }
+		if g.ctx.Err() != nil {
+			left = func() time.Duration { return graceLeft(g.ctx) }
+		}
+		actx, stop := graceAfter(g.ctx, left)
+		g.over, g.stop = actx.Done(), stop
+	}
+	return g.over
+}
+
+// end ends the grace when its call returned.
+func (g *grace) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ended = true
+	if g.stop != nil {
+		g.stop()
+	}
 }
 
 // graceOver returns a channel closed when the grace of the call that ctx
@@ -426,7 +470,7 @@ func withGrace(ctx context.Context) (gctx context.Context, done func()) {
 // already. Call stop when done waiting.
 func graceOver(ctx context.Context) (over <-chan struct{}, stop func()) {
 	if g, ok := ctx.Value(graceKey{}).(*grace); ok && g.done == ctx.Done() {
-		return g.over, func() {}
+		return g.overChan(), func() {}
 	}
 	actx, done := inflight(ctx)
 	return actx.Done(), done
@@ -435,9 +479,27 @@ func graceOver(ctx context.Context) (over <-chan struct{}, stop func()) {
 // inflight returns a context that ends inflightGrace after ctx ended: the
 // grace of a call (see withGrace). Call done when the call returned.
 func inflight(ctx context.Context) (actx context.Context, done func()) {
+	return graceAfter(ctx, func() time.Duration { return inflightGrace })
+}
+
+// graceAfter returns a context that ends left() after ctx ended (left is
+// called then). Call done when the call returned.
+func graceAfter(ctx context.Context, left func() time.Duration) (actx context.Context, done func()) {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(inflightGrace, cancel) })
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(left(), cancel) })
 	return actx, func() { stop(); cancel() }
+}
+
+// graceLeft is what is left of the grace of a call whose context ctx
+// ended before its grace was first asked for: inflightGrace from its end.
+// A context that ended at its deadline ended then, however late this is
+// asked; one cancelled ended about now, for the call's waits watch ctx and
+// ask as soon as it ends (takeInFlight).
+func graceLeft(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return min(max(time.Until(d.Add(inflightGrace)), 0), inflightGrace)
+	}
+	return inflightGrace
 }
 
 // execTaking runs s once on keys with args: a script that may take a lock
@@ -447,13 +509,21 @@ func (c *Client) execTaking(ctx context.Context, s script, keys, args []string, 
 	if ctx.Done() == nil {
 		return s.exec(ctx, c.rc, keys, args)
 	}
-	// The caller may change its slices once it got its answer.
-	keys, args = slices.Clone(keys), slices.Clone(args)
+	// The caller may change its slices once it got its answer: the call
+	// gets copies, in one allocation.
+	keys, args = cloneWords(keys, args)
 	r, ok := takeInFlight(c, ctx, func(actx context.Context) rueidis.RedisResult { return s.exec(actx, c.rc, keys, args) }, undo)
 	if !ok {
 		return rueidis.NewErrorResult(ctx.Err())
 	}
 	return r
+}
+
+// cloneWords returns copies of keys and args that share one backing array.
+func cloneWords(keys, args []string) (k, a []string) {
+	w := make([]string, 0, len(keys)+len(args))
+	w = append(append(w, keys...), args...)
+	return w[:len(keys):len(keys)], w[len(keys):]
 }
 
 // takeInFlight runs call, which sends to Redis what may take a lock or

@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,26 +62,116 @@ func BenchmarkPing(b *testing.B) {
 // BenchmarkMutexUncontended measures Lock+Unlock of a free lock: every
 // goroutine has a key of its own, all share one Client.
 func BenchmarkMutexUncontended(b *testing.B) {
+	benchMutexUncontended(b, "bench:uncontended:", false)
+}
+
+// BenchmarkMutexUncontendedDeadline is BenchmarkMutexUncontended with a
+// context that has a deadline on every call, as callers usually give (and
+// bench/peers does): the calls that may take a lock then keep their outcome
+// known past the context's end.
+func BenchmarkMutexUncontendedDeadline(b *testing.B) {
+	benchMutexUncontended(b, "bench:deadline:", true)
+}
+
+func benchMutexUncontended(b *testing.B, prefix string, deadline bool) {
 	e := standaloneEnv(b)
 	c := e.client(b)
-	ctx := context.Background()
-	prefix := "bench:uncontended:"
 	// Loads the scripts, starts the watchdog.
 	benchLockUnlock(b, c.Mutex(prefix+"warm-up").Lock)
+	benchParallelCycles(b, e, deadline, func(id string) func(ctx context.Context, n int) error {
+		m := c.Mutex(prefix + id)
+		return func(ctx context.Context, _ int) error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return fmt.Errorf("Lock: %w", err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				return fmt.Errorf("Unlock: %w", err)
+			}
+			return nil
+		}
+	})
+}
 
+// BenchmarkFloorUncontendedDeadline is BenchmarkMutexUncontendedDeadline's
+// cycle done the least a Redis lock can do it, for comparison: SET NX PX,
+// then a compare-and-delete script, on a rueidis client of its own (with
+// client-side caching, as a Client made by Dial has), with the same
+// deadline on every cycle.
+func BenchmarkFloorUncontendedDeadline(b *testing.B) {
+	e := standaloneEnv(b)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	cad := rueidis.NewLuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+	cycle := func(ctx context.Context, key, token string) error {
+		if err := rc.Do(ctx, rc.B().Set().Key(key).Value(token).Nx().Px(10*time.Second).Build()).Error(); err != nil {
+			return err
+		}
+		return cad.Exec(ctx, rc, []string{key}, []string{token}).Error()
+	}
+	if err := cycle(context.Background(), "bench:floor:warm-up", "t"); err != nil {
+		b.Fatal(err)
+	}
+	benchParallelCycles(b, e, true, func(id string) func(ctx context.Context, n int) error {
+		key := "bench:floor:" + id
+		return func(ctx context.Context, n int) error { return cycle(ctx, key, id+":"+strconv.Itoa(n)) }
+	})
+}
+
+// benchParallelCycles runs cycles on 32 goroutines (two CPUs, as bench/peers
+// A): each gets its cycle from worker, given an id of its own, and runs it
+// with its number, under a context with a 10 s deadline when deadline is
+// set. It reports the commands per cycle.
+func benchParallelCycles(b *testing.B, e *env, deadline bool, worker func(id string) func(ctx context.Context, n int) error) {
 	var ids atomic.Int64
 	before := commandCalls(b, e.server)
-	b.SetParallelism(16) // 32 goroutines on two CPUs, as bench/peers A
+	b.SetParallelism(16)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		m := c.Mutex(prefix + strconv.FormatInt(ids.Add(1), 10))
-		for pb.Next() && benchCycle(b, ctx, m.Lock) {
+		cycle := worker(strconv.FormatInt(ids.Add(1), 10))
+		for n := 0; pb.Next(); n++ {
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if deadline {
+				ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+			}
+			err := cycle(ctx, n)
+			cancel()
+			if err != nil {
+				b.Error(err)
+				return
+			}
 		}
 	})
 	b.StopTimer()
 	if b.Failed() {
 		return
 	}
+	d := commandDelta(b, before, commandCalls(b, e.server))
+	reportCommands(b, d, b.N, "op")
+}
+
+// BenchmarkMutexSerial measures one goroutine's Lock+Unlock cycles one
+// after the other, each with a deadline: the latency of an uncontended
+// cycle (two round trips at least).
+func BenchmarkMutexSerial(b *testing.B) {
+	e := standaloneEnv(b)
+	c := e.client(b)
+	m := c.Mutex("bench:serial")
+	benchLockUnlock(b, m.Lock)
+	before := commandCalls(b, e.server)
+	b.ResetTimer()
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ok := benchCycle(b, ctx, m.Lock)
+		cancel()
+		if !ok {
+			return
+		}
+	}
+	b.StopTimer()
 	d := commandDelta(b, before, commandCalls(b, e.server))
 	reportCommands(b, d, b.N, "op")
 }
@@ -368,7 +460,23 @@ func commandCalls(tb testing.TB, srv *redistest.Server) map[string]int64 {
 		tb.Fatalf("INFO cpu: %v", err)
 	}
 	calls[serverCPU] = parseServerCPU(cpu)
+	calls[clientCPU] = processCPU(tb)
 	return calls
+}
+
+// clientCPU is the entry of commandCalls' map that holds this process's
+// CPU time (user and system, every thread) in microseconds: the client
+// side of the work, measured on its own, whatever else runs on the machine.
+const clientCPU = "\x00client-cpu-usec"
+
+// processCPU returns this process's CPU time so far, in microseconds.
+func processCPU(tb testing.TB) int64 {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return ru.Utime.Nano()/1e3 + ru.Stime.Nano()/1e3
 }
 
 // serverCPU is the entry of commandCalls' map that holds the server's CPU
@@ -440,6 +548,9 @@ type commandCount struct {
 	client int64            // the commands clients sent
 	cpu    int64            // the server's CPU time, µs (observation included)
 	script int64            // the server's time inside scripts, µs
+	// clientCPU is this process's CPU time, µs: the Clients' work, and
+	// the benchmark's own.
+	clientCPU int64
 }
 
 // benchObserver reports the commands not counted as work: those the
@@ -465,6 +576,9 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 		case scriptTime:
 			d.script = n
 			continue
+		case clientCPU:
+			d.clientCPU = n
+			continue
 		}
 		if n == 0 || benchObserver(name) {
 			continue
@@ -479,10 +593,11 @@ func commandDelta(tb testing.TB, before, after map[string]int64) commandCount {
 }
 
 // reportCommands reports cmds/<per>, allcmds/<per>, srv-µs/<per> (the
-// server's CPU time) and script-µs/<per> (its time inside scripts) for n
-// units of work.
+// server's CPU time), script-µs/<per> (its time inside scripts) and
+// cli-µs/<per> (this process's CPU time) for n units of work.
 func reportCommands(b *testing.B, d commandCount, n int, per string) {
 	b.Helper()
+	b.ReportMetric(float64(d.clientCPU)/float64(n), "cli-µs/"+per)
 	b.ReportMetric(float64(d.cpu)/float64(n), "srv-µs/"+per)
 	b.ReportMetric(float64(d.script)/float64(n), "script-µs/"+per)
 	b.ReportMetric(float64(d.client)/float64(n), "cmds/"+per)
@@ -626,4 +741,93 @@ func serverMemory(tb testing.TB, srv *redistest.Server) int64 {
 	}
 	tb.Fatal("INFO memory without used_memory")
 	return 0
+}
+
+// BenchmarkIdleWaiting measures what waiting costs while nothing changes:
+// each of clients Clients has one goroutine blocked in Lock on each of
+// locks locks that another Client holds (with a lease its watchdog does
+// not renew within the run). Each op is one second of that idle waiting,
+// measured once the waiters settled. It reports the server's commands per
+// (waiting Client, lock) per second: in all (cmds/wait/s, those the scripts
+// run included), and by command (<command>/wait/s), summed over the
+// masters on Cluster; and the calls the waiting Clients make (the scripts,
+// subscriptions and reads they send: calls/wait/s).
+func BenchmarkIdleWaiting(b *testing.B) {
+	for _, shape := range []struct{ clients, locks int }{{1, 1000}, {10, 100}} {
+		for _, where := range []string{"standalone", "cluster"} {
+			b.Run(fmt.Sprintf("%s/%dx%d", where, shape.clients, shape.locks), func(b *testing.B) {
+				e := standaloneEnv(b)
+				if where == "cluster" {
+					e = clusterEnv(b)
+				}
+				benchIdleWaiting(b, e, shape.clients, shape.locks)
+			})
+		}
+	}
+}
+
+func benchIdleWaiting(b *testing.B, e *env, clients, locks int) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("bench:idle:%d:%d:", clients, locks)
+	holder := e.client(b, WithWatchdogLease(10*time.Minute))
+	helds := make([]*Lease, locks)
+	for i := range helds {
+		l, err := holder.Mutex(prefix + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			b.Fatalf("Lock: %v", err)
+		}
+		helds[i] = l
+	}
+	defer func() {
+		for _, l := range helds {
+			_ = l.Unlock(ctx)
+		}
+	}()
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for range clients {
+		c := e.client(b)
+		for i := range locks {
+			m := c.Mutex(prefix + strconv.Itoa(i))
+			wg.Go(func() {
+				if l, err := m.Lock(wctx); err == nil {
+					b.Errorf("a waiter took %s, which stays held", m.name)
+					_ = l.Unlock(ctx)
+				}
+			})
+		}
+	}
+	// Settled: every waiter queued, subscribed and past its first look.
+	time.Sleep(3 * time.Second)
+	before := clusterCommandCalls(b, e)
+	b.ResetTimer()
+	time.Sleep(time.Duration(b.N) * time.Second)
+	b.StopTimer()
+	d := commandDelta(b, before, clusterCommandCalls(b, e))
+	per := float64(b.N) * float64(clients*locks) // (Client, lock) seconds
+	b.ReportMetric(float64(d.all)/per, "cmds/wait/s")
+	b.ReportMetric(float64(d.client)/per, "calls/wait/s")
+	for name, n := range d.calls {
+		b.ReportMetric(float64(n)/per, name+"/wait/s")
+	}
+}
+
+// clusterCommandCalls is commandCalls of e's server, or summed over the
+// masters of its Cluster (the CPU entries too).
+func clusterCommandCalls(tb testing.TB, e *env) map[string]int64 {
+	tb.Helper()
+	if e.cluster == nil {
+		return commandCalls(tb, e.server)
+	}
+	sum := make(map[string]int64)
+	for _, m := range e.cluster.Masters {
+		for name, n := range commandCalls(tb, m) {
+			sum[name] += n
+		}
+	}
+	return sum
 }

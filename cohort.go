@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"hash/maphash"
 	"strconv"
 	"sync"
 	"time"
@@ -97,17 +98,40 @@ type localWaiter struct {
 	turn chan *Lease
 }
 
+// cohortShards is how many shards a Client keeps its cohorts in, each
+// under a mutex of its own: an uncontended Lock and Unlock look up and
+// drop their cohort, and goroutines locking keys of their own then rarely
+// wait for one another (with one mutex, they queued on it at every cycle).
+const cohortShards = 32
+
+// cohortShard is a part of a Client's cohorts: those of the lock keys that
+// cohortShardOf sends to it.
+type cohortShard struct {
+	mu sync.Mutex
+	m  map[string]*cohort
+}
+
+// cohortSeed spreads the lock keys over the shards.
+var cohortSeed = maphash.MakeSeed()
+
+// cohortShardOf is the shard of the cohort of the lock key. Every use of
+// that cohort in the Client's map is under its mutex.
+func (c *Client) cohortShardOf(key string) *cohortShard {
+	return &c.cohorts[maphash.String(cohortSeed, key)%cohortShards]
+}
+
 // cohortOf returns the cohort of the lock key, counting one more user.
 func (c *Client) cohortOf(key string) *cohort {
-	c.cohortsMu.Lock()
-	defer c.cohortsMu.Unlock()
-	co := c.cohorts[key]
+	sh := c.cohortShardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	co := sh.m[key]
 	if co == nil {
-		if c.cohorts == nil {
-			c.cohorts = make(map[string]*cohort)
+		if sh.m == nil {
+			sh.m = make(map[string]*cohort)
 		}
 		co = &cohort{c: c, key: key}
-		c.cohorts[key] = co
+		sh.m[key] = co
 	}
 	co.mu.Lock()
 	co.refs++
@@ -118,9 +142,7 @@ func (c *Client) cohortOf(key string) *cohort {
 // localHolder is the owner id of the lease that holds the lock at key for
 // its cohort, "" when none does: whom a local waiter waited for.
 func (c *Client) localHolder(key string) string {
-	c.cohortsMu.Lock()
-	co := c.cohorts[key]
-	c.cohortsMu.Unlock()
+	co := c.knownCohort(key)
 	if co == nil {
 		return ""
 	}
@@ -132,18 +154,41 @@ func (c *Client) localHolder(key string) string {
 	return co.current.h.owner
 }
 
+// knownCohort returns the cohort the Client keeps for the lock key, nil
+// when it keeps none; it counts no user.
+func (c *Client) knownCohort(key string) *cohort {
+	sh := c.cohortShardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[key]
+}
+
+// knownCohorts returns every cohort the Client keeps.
+func (c *Client) knownCohorts() []*cohort {
+	var cos []*cohort
+	for i := range c.cohorts {
+		sh := &c.cohorts[i]
+		sh.mu.Lock()
+		for _, co := range sh.m {
+			cos = append(cos, co)
+		}
+		sh.mu.Unlock()
+	}
+	return cos
+}
+
 // drop counts one user of the cohort less; the Client forgets an unused
 // cohort.
 func (co *cohort) drop() {
-	c := co.c
-	c.cohortsMu.Lock()
-	defer c.cohortsMu.Unlock()
+	sh := co.c.cohortShardOf(co.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	co.mu.Lock()
 	co.refs--
 	unused := co.refs == 0
 	co.mu.Unlock()
-	if unused && c.cohorts[co.key] == co {
-		delete(c.cohorts, co.key)
+	if unused && sh.m[co.key] == co {
+		delete(sh.m, co.key)
 	}
 }
 
@@ -527,20 +572,16 @@ func (co *cohort) detach(l *Lease) { co.lose(l) }
 // (keep), which finds out. It runs in a connection's reader: it must not
 // block.
 func (c *Client) voidPasses(keys []string, all bool) {
-	c.cohortsMu.Lock()
 	var cos []*cohort
 	if all {
-		for _, co := range c.cohorts {
-			cos = append(cos, co)
-		}
+		cos = c.knownCohorts()
 	} else {
 		for _, k := range keys {
-			if co := c.cohorts[k]; co != nil {
+			if co := c.knownCohort(k); co != nil {
 				cos = append(cos, co)
 			}
 		}
 	}
-	c.cohortsMu.Unlock()
 	for _, co := range cos {
 		co.mu.Lock()
 		co.until = time.Time{}

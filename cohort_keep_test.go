@@ -26,9 +26,7 @@ func keeps(cmd []string) bool {
 // cohortRefs is the number of users of m's cohort in its Client, and
 // whether the Client still knows the cohort of the lease l.
 func cohortRefs(m *Mutex, l *Lease) (refs int, known bool) {
-	m.c.cohortsMu.Lock()
-	co := m.c.cohorts[m.keys.lock]
-	m.c.cohortsMu.Unlock()
+	co := m.c.knownCohort(m.keys.lock)
 	if co == nil {
 		return 0, false
 	}
@@ -40,9 +38,7 @@ func cohortRefs(m *Mutex, l *Lease) (refs int, known bool) {
 // requireNoCohorts checks that c forgot every cohort: nobody uses them.
 func requireNoCohorts(t testing.TB, c *Client) {
 	t.Helper()
-	c.cohortsMu.Lock()
-	defer c.cohortsMu.Unlock()
-	require.Empty(t, c.cohorts)
+	require.Empty(t, c.knownCohorts())
 }
 
 // A keep whose reply comes after its lease was lost, once the next local

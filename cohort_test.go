@@ -23,9 +23,7 @@ func warm(t testing.TB, ctx context.Context, m *Mutex) {
 
 // localWaiters is the number of goroutines that wait for m in its Client.
 func localWaiters(m *Mutex) int {
-	m.c.cohortsMu.Lock()
-	co := m.c.cohorts[m.keys.lock]
-	m.c.cohortsMu.Unlock()
+	co := m.c.knownCohort(m.keys.lock)
 	if co == nil {
 		return 0
 	}
@@ -180,9 +178,7 @@ func TestMutexLocalWaiterCancelled(t *testing.T) {
 		st, err := m.Inspect(ctx)
 		require.NoError(t, err)
 		require.False(t, st.Locked)
-		c.cohortsMu.Lock()
-		require.Empty(t, c.cohorts)
-		c.cohortsMu.Unlock()
+		require.Empty(t, c.knownCohorts())
 	})
 }
 

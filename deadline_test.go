@@ -280,3 +280,60 @@ func TestBlockingCallsEndAtDeadlineWhileReplicasDoNotAcknowledge(t *testing.T) {
 	}
 	requireCallsEndAtDeadline(t, e, clients, calls, func() {})
 }
+
+// TestLockReplyHeldPastItsContext: a Lock whose acquire script ran but
+// whose reply is held back returns its context's error within the grace
+// after the context ended, by its deadline or by a cancellation, and what
+// the script took is released once the reply came: the next Lock takes
+// the lock at once.
+func TestLockReplyHeldPastItsContext(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		c, rf := e.faultyClient(t)
+		other := e.client(t)
+		for _, how := range []string{"deadline", "cancel"} {
+			t.Run(how, func(t *testing.T) {
+				name := "grace:" + how
+				m := c.Mutex(name)
+				r, open := rf.gate(runsWith(acquireScript, m.keys.lock), 1, false)
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				ended, _ := ctx.Deadline()
+				if how == "cancel" {
+					ctx, cancel = context.WithCancel(context.Background())
+					defer cancel()
+					go func() {
+						<-r.Ran()
+						time.Sleep(100 * time.Millisecond)
+						ended = time.Now() // read once ctx ended
+						cancel()
+					}()
+				}
+				errc := make(chan error, 1)
+				go func() { errc <- locked(m.Lock(ctx)) }()
+				select {
+				case <-r.Ran():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the acquire script did not run")
+				}
+				var err error
+				select {
+				case err = <-errc:
+				case <-time.After(5 * time.Second):
+					t.Fatal("Lock did not return while its reply was held")
+				}
+				returned := time.Now()
+				<-ctx.Done()
+				require.ErrorIs(t, err, ctx.Err())
+				// The context ended before Lock returned (the reply is still
+				// held); Lock waited for the reply its grace at most.
+				require.Less(t, returned.Sub(ended), deadlineOverrun)
+				open()
+				lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer lcancel()
+				l, err := other.Mutex(name).Lock(lctx)
+				require.NoError(t, err)
+				require.NoError(t, l.Unlock(lctx))
+			})
+		}
+	})
+}

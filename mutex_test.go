@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -628,28 +629,40 @@ func TestMutexDeadWaiterPassedOver(t *testing.T) {
 
 // A release hands the lock to the first waiter with a lease no longer than
 // the waiter's place lives; the new holder's watchdog renews the full lease
-// a third into that one, so the lease outlives it.
+// a third into that one, so the lease outlives it: when the watchdog had
+// nothing to renew, and when it sleeps until a later renewal (its Client
+// holds another lock).
 func TestMutexHandedOverLeaseRenewed(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		const expiry = time.Second
-		ctx := withTimeout(t, time.Minute)
-		holder := e.client(t)
-		l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
-		c := e.client(t, WithWatchdogLease(30*time.Second))
-		w := c.Mutex(t.Name(), WithWaiterExpiry(expiry)).Acquire(ctx)
-		eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
-		time.Sleep(100 * time.Millisecond) // the waiter's look once subscribed
-		require.NoError(t, l.Unlock(ctx))
-		wl := <-w
-		require.NoError(t, wl.Err())
-		time.Sleep(2 * expiry)
-		require.NoError(t, wl.Err(), "lease lost after the hand-over")
-		st, err := holder.Mutex(t.Name()).Inspect(ctx)
-		require.NoError(t, err)
-		require.Equal(t, wl.Token(), st.Token)
-		require.Greater(t, st.TTL, 20*time.Second, "the full lease was not renewed")
-		require.NoError(t, wl.Unlock(ctx))
+		for _, other := range []bool{false, true} {
+			t.Run(fmt.Sprintf("other lock held %v", other), func(t *testing.T) { testHandedOverLeaseRenewed(t, e, other) })
+		}
 	})
+}
+
+func testHandedOverLeaseRenewed(t *testing.T, e *env, holdOther bool) {
+	const expiry = time.Second
+	ctx := withTimeout(t, time.Minute)
+	holder := e.client(t)
+	l := mustLock(t, ctx, holder.Mutex(t.Name()).Lock)
+	c := e.client(t, WithWatchdogLease(30*time.Second))
+	if holdOther {
+		other := mustLock(t, ctx, c.Mutex(t.Name()+":other").Lock)
+		defer other.Unlock(ctx)
+	}
+	w := c.Mutex(t.Name(), WithWaiterExpiry(expiry)).Acquire(ctx)
+	eventually(t, 5*time.Second, func() bool { return queuedMutexWaiters(t, ctx, holder, t.Name()) == 1 }, "waiter did not queue")
+	time.Sleep(100 * time.Millisecond) // the waiter's look once subscribed
+	require.NoError(t, l.Unlock(ctx))
+	wl := <-w
+	require.NoError(t, wl.Err())
+	time.Sleep(2 * expiry)
+	require.NoError(t, wl.Err(), "lease lost after the hand-over")
+	st, err := holder.Mutex(t.Name()).Inspect(ctx)
+	require.NoError(t, err)
+	require.Equal(t, wl.Token(), st.Token)
+	require.Greater(t, st.TTL, 20*time.Second, "the full lease was not renewed")
+	require.NoError(t, wl.Unlock(ctx))
 }
 
 // The renewal that a lock handed over needs renews that lease

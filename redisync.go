@@ -332,9 +332,8 @@ type Client struct {
 	waiters   sync.WaitGroup // goroutines started by Acquire
 
 	// cohorts are the goroutines that want a Mutex passed on locally, by
-	// lock key (see cohort).
-	cohortsMu sync.Mutex
-	cohorts   map[string]*cohort
+	// lock key (see cohort), in shards (cohortShardOf).
+	cohorts [cohortShards]cohortShard
 
 	// nameDone is closed once the name connection of a Client made by New
 	// with WithClientName is closed (see keepName); nil without one.

@@ -3,7 +3,6 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/redis/rueidis"
 )
@@ -36,7 +35,7 @@ func (c *Client) runAcquire(ctx context.Context, s script, op string, keys, args
 		acked int64
 		err   error
 	}
-	keys, args = slices.Clone(keys), slices.Clone(args)
+	keys, args = cloneWords(keys, args)
 	r, ok := takeInFlight(c, ctx, func(actx context.Context) (r reply) {
 		r.res, r.acked, r.err = s.execAndWait(actx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
 		return r

@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -87,6 +88,11 @@ type tracker struct {
 	dirty   map[string]struct{}  // keys invalidated since their last read
 	all     bool                 // every key invalidated
 	closed  bool
+	// sleepUntil is when the loop's timer wakes it while it sleeps; zero
+	// while it runs. A new holder's first read brings the timer forward
+	// rather than waking the loop (see add).
+	sleepUntil time.Time
+	timer      *time.Timer // the loop's, set before sleepUntil first is
 	loop
 }
 
@@ -116,9 +122,26 @@ func (t *tracker) add(h *holder) {
 		return
 	}
 	t.keys[h.key] = append(t.keys[h.key], h)
-	t.pending = append(t.pending, pendingTrack{h, time.Now().Add(trackDelay)})
+	at := time.Now().Add(trackDelay)
+	t.pending = append(t.pending, pendingTrack{h, at})
 	// Reads come due in the order of pending: the loop wakes for the first.
-	if !t.running || len(t.pending) == 1 {
+	switch {
+	case len(t.pending) > 1:
+		// The loop wakes for an earlier one, and then looks at the rest.
+	case t.running && !t.sleepUntil.IsZero():
+		// The loop sleeps: its timer is brought forward to the read,
+		// rather than the loop woken now to set it, so that taking a lock
+		// (a hand-over on its way to the waiter included) costs no
+		// goroutine wake-up. The timer is used under t.mu only, and the
+		// loop, once woken, takes what is due from pending, this holder
+		// included.
+		if at.Before(t.sleepUntil) {
+			t.sleepUntil = at
+			t.timer.Reset(trackDelay)
+		}
+	default:
+		// Not started, or running: due, which reads pending, may have run
+		// already; the kick has it look again.
 		t.start()
 	}
 }
@@ -200,8 +223,20 @@ func (t *tracker) close() {
 func (t *tracker) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	t.mu.Lock()
+	t.timer = timer
+	t.mu.Unlock()
+	defer func() {
+		// Stopped: add no longer moves the timer.
+		t.mu.Lock()
+		t.sleepUntil = time.Time{}
+		t.mu.Unlock()
+	}()
 	retry := backoff{first: trackRetry, limit: trackRetryMax}
 	for {
+		t.mu.Lock()
+		t.sleepUntil = time.Time{} // awake: add kicks
+		t.mu.Unlock()
 		hs, next := t.due(time.Now())
 		if len(hs) > 0 {
 			if t.read(hs) {
@@ -213,7 +248,11 @@ func (t *tracker) run() {
 		if next.IsZero() {
 			next = time.Now().Add(time.Hour)
 		}
-		timer.Reset(max(time.Until(next), time.Millisecond))
+		t.mu.Lock()
+		wait := max(time.Until(next), time.Millisecond)
+		timer.Reset(wait)
+		t.sleepUntil = time.Now().Add(wait)
+		t.mu.Unlock()
 		select {
 		case <-t.stop:
 			return
@@ -240,6 +279,11 @@ func (t *tracker) due(now time.Time) (hs []*holder, next time.Time) {
 		take(t.pending[n].h)
 	}
 	t.pending = t.pending[n:]
+	// A holder released before its first read needs none: the loop does
+	// not wake for it (most locks are held for less than trackDelay).
+	for len(t.pending) > 0 && !slices.Contains(t.keys[t.pending[0].h.key], t.pending[0].h) {
+		t.pending = t.pending[1:]
+	}
 	if len(t.pending) > 0 {
 		next = t.pending[0].at
 	}
