@@ -250,6 +250,10 @@ type world struct {
 	unlocking      map[string][]*[2]time.Time
 	lapsedOverlaps []overlapAfterFailover
 	recs           []*rec // every lease delivered in this schedule, while one runs on a replica
+	// schedClients and schedTargets are the current schedule's Clients
+	// and their targets, by Client.
+	schedClients []*schedClient
+	schedTargets [][]*target
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -992,12 +996,17 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		var c *Client
 		var err error
 		made := []string{"dial", "dial-cache", "new"}[rnd.IntN(3)]
-		if mode == "replies" && i == 1 {
+		if mode == "replies" && i == 1 || w.pair != nil && i == 0 {
 			made = "new"
 		}
 		switch made {
 		case "new":
 			detect := rnd.IntN(2) == 0 // DetectChanges: loss found on change, local passes
+			if w.pair != nil && i == 0 {
+				// On a primary with a replica, one Client passes locks on
+				// locally: its keeps wait for the replica (WithReplicaAck).
+				detect = true
+			}
 			if detect {
 				opts = append(opts, DetectChanges(&opt))
 			}
@@ -1028,6 +1037,9 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	for _, sc := range clients {
 		targets = append(targets, w.targets(rnd, sc, clients))
 	}
+	w.mu.Lock()
+	w.schedClients, w.schedTargets = clients, targets
+	w.mu.Unlock()
 	t.Logf("schedule %d (seed %d) at %s for %v on %s, faults %s: %s", n, seed, w.rel(time.Now()), d, kind, mode, strings.Join(settings, "; "))
 	w.lh = newLockHistory(w.begin)
 
@@ -1470,6 +1482,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		// for a fault to take it from its Client.
 		hold = time.Duration(1000+rnd.IntN(2000)) * time.Millisecond
 	}
+	hold = overstay(rnd, t, hold)
 	time.Sleep(hold / 2)
 	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
 	// Detach leaves the lock held up to a lease: rarer, not to starve the
@@ -1519,10 +1532,21 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	// first renewal.
 	deadline, deadlineOK := l.Deadline()
 	lostBefore := lostNow(l)
+	how := rnd.IntN(12)
+	if how >= 9 && sc.rf != nil && t.fixed {
+		how = 2 // a fixed lease due soon: its Client may lapse over it
+	}
+	// A lease held past its deadline, or lost: what Redis shows before
+	// its Unlock (schedule_overrun_test.go).
+	var elsewhere string
+	var seen time.Time
+	if lostBefore || hold > t.lease {
+		elsewhere, seen = w.notHeldNow(t, l)
+	}
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 	began := time.Now()
 	var twice string
-	switch rnd.IntN(12) {
+	switch how {
 	case 0: // two Unlocks at once
 		errs := make(chan error, 1)
 		go func() { errs <- w.unlockLease(l, r.life, uctx) }()
@@ -1547,12 +1571,19 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			err = again
 		}
 		w.count(w.attempts, t.prim+" unlock retried")
+	case 2: // its first reply lost, retried (schedule_overrun_test.go)
+		if sc.rf != nil && t.owner != nil {
+			err = w.unlockAfterLostReply(sc, t, l, r.life, uctx)
+			break
+		}
+		err = w.unlockLease(l, r.life, uctx)
 	default:
 		err = w.unlockLease(l, r.life, uctx)
 	}
 	returned := time.Now()
 	took := returned.Sub(began)
 	ucancel()
+	w.unlockedAfterLoss(t, sc, l, elsewhere, seen, err)
 	if twice != "" {
 		w.violation("unlock-twice-nil", "%s %v of c%d (token %d, delivered %s): %s both returned nil at %s",
 			t.prim, t.res, sc.i, r.token, w.rel(at), twice, w.rel(returned))
@@ -1950,6 +1981,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			call := replyCalls[rnd.IntN(len(replyCalls))]
 			counted = kind + " " + call
 			match, times := callMatcher(call, w.liveOwner), 1+rnd.IntN(3)
+			match, forceLater := w.forceInFlight(rnd, sc, match, stop, &wg)
 			var r *replyRule
 			if kind == "hold-reply" {
 				hold := time.Duration(500+rnd.IntN(5500)) * time.Millisecond
@@ -1963,6 +1995,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 				r = sc.rf.lose(match, times, time.Duration(rnd.IntN(200))*time.Millisecond)
 				end = start.Add(d)
 			}
+			forceLater(r)
 			wg.Add(1)
 			time.AfterFunc(d, func() { defer wg.Done(); sc.rf.drop(r) })
 		case "failover":
