@@ -17,12 +17,13 @@ import (
 // passes keeps the lock in Redis and passes it on. It returns once they
 // all did, or after stop.
 func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan struct{}) {
-	// One of the Mutexes, which the targets begin with; of those with a
-	// budget of local passes and a window their goroutines meet in, if
-	// any, and of those a Group of the Client shares, two times in three.
+	// One of the Mutexes, which the targets begin with; of those passed on
+	// locally (a budget of local passes, a lease the watchdog renews)
+	// within a window their goroutines meet in, if any, and of those a
+	// Group of the Client shares, two times in three.
 	var passing, grouped []*target
 	for _, t := range ts[:len(mutexNames)] {
-		if cfg := t.mutex.cfg; cfg.localPasses > 0 && cfg.localWithin >= 100*time.Millisecond {
+		if cfg := t.mutex.cfg; t.mutex.passesLocally() && cfg.localWithin >= 100*time.Millisecond {
 			passing = append(passing, t)
 			if len(t.groups) > 0 {
 				grouped = append(grouped, t)
@@ -39,6 +40,9 @@ func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 	}
 	n, rounds := 2+rnd.IntN(3), 1+rnd.IntN(3)
 	w.count(w.attempts, kind)
+	if len(passing) > 0 {
+		defer w.keepInFlight(rnd, sc, t)()
+	}
 	var wg sync.WaitGroup
 	for g := range n {
 		s := rnd.Uint64()

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -164,15 +165,11 @@ func (w *world) stalled(i int, from, to time.Time) bool {
 
 // forceInFlight force-unlocks, from another Client, the Mutex whose call
 // (matched by match on sc) ran in Redis while its reply is held back or
-// lost (rule r), one time in two: the Client that made the call learns of
-// the ForceUnlock before, or after, the reply. It returns match, wrapped
-// to note the lock's key; run starts the ForceUnlock once the rule is
-// made. The calls of a Mutex (acquire, release, keep, renew) name its
-// lock's key first.
-func (w *world) forceInFlight(rnd *rand.Rand, sc *schedClient, match func([]string) bool, stop <-chan struct{}, wg *sync.WaitGroup) (wrapped func([]string) bool, run func(r *replyRule)) {
-	if rnd.IntN(2) != 0 {
-		return match, func(*replyRule) {}
-	}
+// lost (rule r): the Client that made the call learns of the ForceUnlock
+// before, or after, the reply. It returns match, wrapped to note the
+// lock's key; run starts the ForceUnlock once the rule is made. The calls
+// of a Mutex (acquire, release, keep, renew) name its lock's key first.
+func (w *world) forceInFlight(sc *schedClient, match func([]string) bool, stop <-chan struct{}, wg *sync.WaitGroup) (wrapped func([]string) bool, run func(r *replyRule)) {
 	var mu sync.Mutex
 	var key string
 	wrapped = func(cmd []string) bool {
@@ -200,20 +197,100 @@ func (w *world) forceInFlight(rnd *rand.Rand, sc *schedClient, match func([]stri
 			mu.Lock()
 			k := key
 			mu.Unlock()
-			w.mu.Lock()
-			all := w.schedTargets
-			w.mu.Unlock()
-			for j, ts := range all {
-				if j == sc.i {
-					continue
-				}
-				if i := slices.IndexFunc(ts, func(t *target) bool { return t.mutex != nil && t.mutex.keys.lock == k }); i >= 0 {
-					w.count(w.attempts, "force unlock while a reply is on its way")
-					w.forceUnlock(ts[i], w.schedClients[j])
-					return
-				}
-			}
+			w.forceElsewhere(sc, k)
 		}()
 	}
 	return wrapped, run
+}
+
+// forceElsewhere force-unlocks the Mutex whose lock's key is key from a
+// Client other than sc, and reports whether one of them has it.
+func (w *world) forceElsewhere(sc *schedClient, key string) bool {
+	w.mu.Lock()
+	all, clients := w.schedTargets, w.schedClients
+	w.mu.Unlock()
+	for j, ts := range all {
+		if j == sc.i {
+			continue
+		}
+		if i := slices.IndexFunc(ts, func(t *target) bool { return t.mutex != nil && t.mutex.keys.lock == key }); i >= 0 {
+			w.count(w.attempts, "force unlock while a reply is on its way")
+			w.forceUnlock(ts[i], clients[j])
+			return true
+		}
+	}
+	return false
+}
+
+// keepInFlight, for a crowd of sc on t, a Mutex with local passes, on a
+// Client whose replies can be held back: holds back the reply of the
+// crowd's next keep (see cohort.keep), force-unlocks the lock from another
+// Client once the keep ran, and lets the reply come once the lock's next
+// acquisition by sc in Redis replied (or after a moment): the keep's
+// holder lost the lock while its keep was on its way, and a goroutine of
+// the crowd took it in Redis, with a greater token, before the reply
+// came. It returns what ends the fault once the crowd is done.
+func (w *world) keepInFlight(rnd *rand.Rand, sc *schedClient, t *target) (end func()) {
+	if sc.rf == nil || t.mutex == nil {
+		return func() {}
+	}
+	isKeep, key := callMatcher("keep", w.liveOwner), t.mutex.keys.lock
+	hold := time.Duration(50+rnd.IntN(1450)) * time.Millisecond
+	w.mu.Lock()
+	i := len(w.faults)
+	w.faults = append(w.faults, fault{kind: "hold-reply", client: sc.i, start: time.Now(), end: time.Now().Add(time.Minute), label: "hold-reply keep"})
+	w.mu.Unlock()
+	w.vmu.Lock()
+	w.faultCount["hold-reply keep, forced while on its way"]++
+	w.vmu.Unlock()
+	r, open := sc.rf.gate(func(cmd []string) bool { return isKeep(cmd) && len(cmd) > 3 && cmd[3] == key }, 1, false)
+	var once sync.Once
+	release := func() { once.Do(open) }
+	var forced atomic.Bool
+	next := sc.rf.watch(runsWith(acquireScript, key), func(context.Context) {
+		if forced.Load() {
+			once.Do(func() {
+				open()
+				w.count(w.attempts, "mutex crowd whose keep's reply came after the lock's next acquisition")
+			})
+		}
+	})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-r.Ran():
+		case <-done:
+			return
+		}
+		w.count(w.attempts, "mutex crowd whose keep ran, its reply held back")
+		w.forceElsewhere(sc, key)
+		forced.Store(true)
+		select {
+		case <-time.After(hold):
+			release()
+		case <-done:
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		sc.rf.drop(r)
+		sc.rf.drop(next)
+		release()
+		w.mu.Lock()
+		w.faults[i].end = time.Now()
+		w.mu.Unlock()
+	}
+}
+
+// forcedSince reports whether a ForceUnlock of one of res returned after
+// at or is on its way: one called while the lease's Unlock was on its way
+// (its keep's reply held back, say) took the lock from it.
+func (w *world) forcedSince(res []string, at time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.ContainsFunc(res, func(res string) bool { return w.forcedSinceLocked(res, at) })
 }

@@ -996,15 +996,18 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		var c *Client
 		var err error
 		made := []string{"dial", "dial-cache", "new"}[rnd.IntN(3)]
-		if mode == "replies" && i == 1 || w.pair != nil && i == 0 {
+		// With replies held back or lost, one Client passes locks on
+		// locally under them (its keeps' replies held back); on a primary
+		// with a replica, one Client passes locks on locally, its keeps
+		// waiting for the replica (WithReplicaAck).
+		faultyPasses := (mode == "replies" || mode == "all") && i == 1
+		if faultyPasses || w.pair != nil && i == 0 {
 			made = "new"
 		}
 		switch made {
 		case "new":
 			detect := rnd.IntN(2) == 0 // DetectChanges: loss found on change, local passes
-			if w.pair != nil && i == 0 {
-				// On a primary with a replica, one Client passes locks on
-				// locally: its keeps wait for the replica (WithReplicaAck).
+			if faultyPasses || w.pair != nil && i == 0 {
 				detect = true
 			}
 			if detect {
@@ -1012,7 +1015,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			}
 			if sc.rc, err = rueidis.NewClient(opt); err == nil {
 				rc := sc.rc
-				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
+				if rnd.IntN(2) == 0 || mode == "replies" || faultyPasses { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
 					rc, made = sc.rf, "new-replyfaults"
 					w.watchRenewals(sc)
@@ -1595,7 +1598,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
+		if !lostBefore && !forced && !w.forcedSince(t.res, at) && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
 			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
 				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 		}
@@ -1981,7 +1984,10 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			call := replyCalls[rnd.IntN(len(replyCalls))]
 			counted = kind + " " + call
 			match, times := callMatcher(call, w.liveOwner), 1+rnd.IntN(3)
-			match, forceLater := w.forceInFlight(rnd, sc, match, stop, &wg)
+			forceLater := func(*replyRule) {}
+			if rnd.IntN(2) == 0 {
+				match, forceLater = w.forceInFlight(sc, match, stop, &wg)
+			}
 			var r *replyRule
 			if kind == "hold-reply" {
 				hold := time.Duration(500+rnd.IntN(5500)) * time.Millisecond
