@@ -789,7 +789,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 	var ts []*target
 	for _, name := range mutexNames {
 		opts, lease, expiry, fixed := lockOpts(rnd, sc, true)
-		opts = append(opts, localPassOpts(rnd, c)...)
+		opts = append(opts, w.replicaPassOpts(rnd, sc, localPassOpts(rnd, c))...)
 		m := c.Mutex(name, opts...)
 		ts = append(ts, &target{
 			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed, mutex: m,
