@@ -70,11 +70,11 @@ func passedLocally(l *Lease) bool {
 }
 
 // groupChance is one in how many of t's leases take one of its Groups with
-// their Context: half of those passed on locally, whose token is their
-// own, not their holder's, and a sixth of the others.
+// their Context: every one passed on locally, whose token is their own,
+// not their holder's, and a sixth of the others.
 func groupChance(l *Lease) int {
 	if passedLocally(l) {
-		return 2
+		return 1
 	}
 	return 6
 }

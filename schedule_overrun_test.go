@@ -12,10 +12,12 @@ import (
 // The operations of TestSchedule that reach a lease's end from the side:
 // a holder that overruns its fixed lease, a Client whose watchdog lapses
 // over a lease's deadline, an Unlock whose first reply is lost and that is
-// retried, and a ForceUnlock from another Client while a call's reply is
-// on its way. What they reach is checked by the lock model: an Unlock that
-// returns nil says that its lease held until that Unlock was called, so an
-// ownership delivered to another Client before the call overlaps it.
+// retried, and a ForceUnlock from another Client while a call's reply (a
+// crowd's keep's, among others) is on its way. What they reach is checked
+// by the lock model, where an Unlock that returns nil says that its lease
+// held until that Unlock was called, so that an ownership delivered to
+// another Client before the call overlaps it; and by unlockedAfterLoss,
+// which states that promise on its own.
 
 // overstay returns how long to hold a lease of t: hold, or, for a fixed
 // lease of at most 2s, past its deadline, one time in ten (one in three
