@@ -43,7 +43,9 @@ import (
 //     of the name may have run between the grant and the delivery (a reply
 //     held back, a local pass delivered within its budget's time, which
 //     WithLocalPasses allows after a ForceUnlock): then it is not before
-//     the acquisition's call; nor before a moment
+//     the acquisition's call (a local pass's acquisition spans from the
+//     start of its budget's time then: its token was reserved with its
+//     block, before the ForceUnlock); nor before a moment
 //     the lease was seen held: Deadline ok and in the future, with no
 //     Unlock or Detach called yet (Deadline errs early: Redis expires the
 //     key later);
@@ -282,8 +284,11 @@ func (o *ownership) seen(rel func(time.Time) string) string {
 }
 
 // lostBeforeDelivery records that a ForceUnlock may have ended the
-// ownerships lf began before lf was delivered.
-func (h *lockHistory) lostBeforeDelivery(lf *leaseLife) {
+// ownerships lf began before lf was delivered, after their grant was
+// sent at granted. An ownership called after granted (a local pass, whose
+// token was reserved with its block when the cohort's holder took or kept
+// the lock) got its token then: its acquisition spans from granted.
+func (h *lockHistory) lostBeforeDelivery(lf *leaseLife, granted time.Time) {
 	if lf == nil {
 		return
 	}
@@ -292,6 +297,9 @@ func (h *lockHistory) lostBeforeDelivery(lf *leaseLife) {
 	for _, o := range lf.owns {
 		if len(o.lives) > 0 && o.lives[0] == lf {
 			o.endFromCall = true
+			if !granted.IsZero() && granted.Before(o.call) {
+				o.call = granted
+			}
 		}
 	}
 }
@@ -679,18 +687,22 @@ func TestLockModel(t *testing.T) {
 	// acquisition with token 3, within the pass's budget: legal when the
 	// pass is known to have maybe lost its hold before its delivery, not
 	// otherwise.
+	// The same with a pass called after that acquisition returned: its
+	// token was reserved with its block (at 8), before the ForceUnlock.
 	for _, lostBefore := range []bool{true, false} {
-		h := newLockHistory(t0)
-		a := acquire(h, 1, 0, 10)
-		pass := acquire(h, 2, 5, 60)
-		h.forced("mutex:x", 1, at(40), at(41))
-		acquire(h, 3, 42, 45)
-		unlock(a, 55, 56)
-		if lostBefore {
-			h.lostBeforeDelivery(pass.lf)
-		}
-		if k := kinds(h); (len(k) == 0) != lostBefore {
-			t.Errorf("a pass delivered after a ForceUnlock (lost before delivery %v): %v", lostBefore, k)
+		for _, called := range []int{5, 50} {
+			h := newLockHistory(t0)
+			a := acquire(h, 1, 0, 10)
+			pass := acquire(h, 2, called, 60)
+			h.forced("mutex:x", 1, at(40), at(41))
+			acquire(h, 3, 42, 45)
+			unlock(a, 55, 56)
+			if lostBefore {
+				h.lostBeforeDelivery(pass.lf, at(8))
+			}
+			if k := kinds(h); (len(k) == 0) != lostBefore {
+				t.Errorf("a pass called at %d delivered after a ForceUnlock (lost before delivery %v): %v", called, lostBefore, k)
+			}
 		}
 	}
 

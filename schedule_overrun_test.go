@@ -126,7 +126,7 @@ func (w *world) lapse(sc *schedClient, t *target, l *Lease) (resume func(), show
 		return func() {}, "", time.Time{}
 	}
 	time.Sleep(time.Until(dl) - 10*time.Millisecond)
-	start := time.Now()
+	faultEnded := w.faultBegins("stall-watchdog", "stall-watchdog", sc.i)
 	unstall := sc.c.stallWatchdog()
 	// The key expires a tenth of the lease after the Deadline; another
 	// Client's waiter takes the lock soon after, if one waits.
@@ -144,18 +144,9 @@ func (w *world) lapse(sc *schedClient, t *target, l *Lease) (resume func(), show
 	}
 	shows, seen = w.notHeldNow(t, l)
 	w.count(w.attempts, map[bool]string{true: "lapse over a deadline: another owner took the lock", false: "lapse over a deadline: nobody took the lock"}[taken])
-	w.mu.Lock()
-	i := len(w.faults)
-	w.faults = append(w.faults, fault{kind: "stall-watchdog", client: sc.i, start: start, end: time.Now().Add(time.Minute), label: "stall-watchdog"})
-	w.mu.Unlock()
-	w.vmu.Lock()
-	w.faultCount["stall-watchdog"]++
-	w.vmu.Unlock()
 	return func() {
 		unstall()
-		w.mu.Lock()
-		w.faults[i].end = time.Now()
-		w.mu.Unlock()
+		faultEnded()
 	}, shows, seen
 }
 
@@ -188,21 +179,45 @@ func (w *world) forceInFlight(sc *schedClient, match func([]string) bool, stop <
 		return true
 	}
 	run = func(r *replyRule) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case <-r.Ran():
-			case <-stop:
-				return
-			}
+		afterRan(r, stop, wg, func() {
 			mu.Lock()
 			k := key
 			mu.Unlock()
 			w.forceElsewhere(sc, k)
-		}()
+		})
 	}
 	return wrapped, run
+}
+
+// afterRan calls f on a goroutine of wg once a call rule r acted on ran
+// in Redis, unless stop is closed first.
+func afterRan(r *replyRule, stop <-chan struct{}, wg *sync.WaitGroup, f func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-r.Ran():
+			f()
+		case <-stop:
+		}
+	}()
+}
+
+// faultBegins records a fault of kind (counted as label) on Client i,
+// from now until the returned function is called.
+func (w *world) faultBegins(kind, label string, i int) (ended func()) {
+	w.mu.Lock()
+	n := len(w.faults)
+	w.faults = append(w.faults, fault{kind: kind, client: i, start: time.Now(), end: time.Now().Add(time.Minute), label: label})
+	w.mu.Unlock()
+	w.vmu.Lock()
+	w.faultCount[label]++
+	w.vmu.Unlock()
+	return func() {
+		w.mu.Lock()
+		w.faults[n].end = time.Now()
+		w.mu.Unlock()
+	}
 }
 
 // forceElsewhere force-unlocks the Mutex whose lock's key is key from a
@@ -238,13 +253,7 @@ func (w *world) keepInFlight(rnd *rand.Rand, sc *schedClient, t *target) (end fu
 	}
 	isKeep, key := callMatcher("keep", w.liveOwner), t.mutex.keys.lock
 	hold := time.Duration(50+rnd.IntN(1450)) * time.Millisecond
-	w.mu.Lock()
-	i := len(w.faults)
-	w.faults = append(w.faults, fault{kind: "hold-reply", client: sc.i, start: time.Now(), end: time.Now().Add(time.Minute), label: "hold-reply keep"})
-	w.mu.Unlock()
-	w.vmu.Lock()
-	w.faultCount["hold-reply keep, forced while on its way"]++
-	w.vmu.Unlock()
+	faultEnded := w.faultBegins("hold-reply", "hold-reply keep, forced while on its way", sc.i)
 	r, open := sc.rf.gate(func(cmd []string) bool { return isKeep(cmd) && len(cmd) > 3 && cmd[3] == key }, 1, false)
 	var once sync.Once
 	release := func() { once.Do(open) }
@@ -259,14 +268,7 @@ func (w *world) keepInFlight(rnd *rand.Rand, sc *schedClient, t *target) (end fu
 	})
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-r.Ran():
-		case <-done:
-			return
-		}
+	afterRan(r, done, &wg, func() {
 		w.count(w.attempts, "mutex crowd whose keep ran, its reply held back")
 		w.forceElsewhere(sc, key)
 		forced.Store(true)
@@ -275,16 +277,14 @@ func (w *world) keepInFlight(rnd *rand.Rand, sc *schedClient, t *target) (end fu
 			release()
 		case <-done:
 		}
-	}()
+	})
 	return func() {
 		close(done)
 		wg.Wait()
 		sc.rf.drop(r)
 		sc.rf.drop(next)
 		release()
-		w.mu.Lock()
-		w.faults[i].end = time.Now()
-		w.mu.Unlock()
+		faultEnded()
 	}
 }
 

@@ -1422,7 +1422,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
 		w.lh.track(r.life, l)
 		if forcedBefore {
-			w.lh.lostBeforeDelivery(r.life)
+			w.lh.lostBeforeDelivery(r.life, grantSent(r))
 		}
 	}
 	w.bg.Add(1)
