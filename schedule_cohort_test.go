@@ -87,3 +87,30 @@ func groupChance(l *Lease) int {
 func (w *world) strayForce(rnd *rand.Rand, sc *schedClient, ts []*target) {
 	w.forceUnlock(ts[rnd.IntN(len(mutexNames)+len(fairNames))], sc)
 }
+
+// cohortTook notes, for l, a Mutex lease of a cohort taken in Redis (not
+// passed on locally), when its acquisition was sent: every block of
+// tokens its holder passes on from was reserved then or later.
+func (w *world) cohortTook(l *Lease) {
+	if l.co == nil || l.token != 0 || l.h == nil {
+		return
+	}
+	h := l.h
+	h.mu.Lock()
+	sent := h.lastOK
+	h.mu.Unlock()
+	w.cohortGrants.LoadOrStore(h, sent)
+}
+
+// grantSent is grantSent(r), for a lease passed on locally no earlier
+// than when its holder's acquisition was sent (cohortTook): a pass's
+// token comes from a block its holder reserved.
+func (w *world) grantSent(r *rec) time.Time {
+	g := grantSent(r)
+	if passedLocally(r.lease) {
+		if sent, ok := w.cohortGrants.Load(r.lease.h); ok {
+			g = later(g, sent.(time.Time))
+		}
+	}
+	return g
+}

@@ -254,6 +254,9 @@ type world struct {
 	// and their targets, by Client.
 	schedClients []*schedClient
 	schedTargets [][]*target
+	// cohortGrants: when the acquisition in Redis of each holder of a
+	// cohort was sent (cohortTook).
+	cohortGrants sync.Map // *holder -> time.Time
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -465,7 +468,7 @@ func (w *world) name(res string) *nameState {
 // whether a ForceUnlock of one of its names may have run between its grant
 // and its delivery.
 func (w *world) delivered(r *rec) (forcedBefore bool) {
-	granted := grantSent(r)
+	granted := w.grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.fo != nil && w.fo.killed.IsZero() {
@@ -1116,6 +1119,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	unsure := w.unsure
 	w.held, w.names, w.unsure = map[string][]*rec{}, map[string]*nameState{}, nil
 	w.mu.Unlock()
+	w.cohortGrants.Clear()
 	for _, r := range unsure {
 		// Close released it, or it says it was lost.
 		w.count(w.failures, fmt.Sprintf("lease whose Unlock failed: Lost closed after Close=%v", lostNow(r.lease)))
@@ -1415,6 +1419,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.acquired[t.prim]++
 	w.totalAcq++
 	w.vmu.Unlock()
+	w.cohortTook(l)
 	forcedBefore := w.delivered(r)
 	w.checkOnReplica(r)
 	w.trackOwner(l, 1)
@@ -1422,7 +1427,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
 		w.lh.track(r.life, l)
 		if forcedBefore {
-			w.lh.lostBeforeDelivery(r.life, grantSent(r))
+			w.lh.lostBeforeDelivery(r.life, w.grantSent(r))
 		}
 	}
 	w.bg.Add(1)
