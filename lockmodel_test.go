@@ -43,7 +43,9 @@ import (
 //     of the name may have run between the grant and the delivery (a reply
 //     held back, a local pass delivered within its budget's time, which
 //     WithLocalPasses allows after a ForceUnlock): then it is not before
-//     the acquisition's call; nor before a moment
+//     the acquisition's call (a local pass's acquisition spans from the
+//     start of its budget's time then: its token was reserved with its
+//     block, before the ForceUnlock); nor before a moment
 //     the lease was seen held: Deadline ok and in the future, with no
 //     Unlock or Detach called yet (Deadline errs early: Redis expires the
 //     key later);
@@ -144,20 +146,8 @@ type ownership struct {
 	// endFromCall: a ForceUnlock may have ended it before its lease was
 	// delivered (its reply, or a local pass within its budget's time,
 	// came after the ForceUnlock): its end is not after its delivery but
-	// after its grant.
+	// after its call.
 	endFromCall bool
-	// granted, when before call, is when Redis may have granted it: the
-	// budget of a local pass, whose token was reserved then, is confirmed
-	// before the pass's Lock is called.
-	granted time.Time
-}
-
-// from is the earliest moment the ownership may have begun in Redis.
-func (o *ownership) from() time.Time {
-	if !o.granted.IsZero() && o.granted.Before(o.call) {
-		return o.granted
-	}
-	return o.call
 }
 
 type reentryOp struct {
@@ -294,8 +284,10 @@ func (o *ownership) seen(rel func(time.Time) string) string {
 }
 
 // lostBeforeDelivery records that a ForceUnlock may have ended the
-// ownerships lf began before lf was delivered, and that Redis may have
-// granted them as early as granted.
+// ownerships lf began before lf was delivered, after their grant was
+// sent at granted. An ownership called after granted (a local pass, whose
+// token was reserved with its block when the cohort's holder took or kept
+// the lock) got its token then: its acquisition spans from granted.
 func (h *lockHistory) lostBeforeDelivery(lf *leaseLife, granted time.Time) {
 	if lf == nil {
 		return
@@ -304,7 +296,10 @@ func (h *lockHistory) lostBeforeDelivery(lf *leaseLife, granted time.Time) {
 	defer h.mu.Unlock()
 	for _, o := range lf.owns {
 		if len(o.lives) > 0 && o.lives[0] == lf {
-			o.endFromCall, o.granted = true, granted
+			o.endFromCall = true
+			if !granted.IsZero() && granted.Before(o.call) {
+				o.call = granted
+			}
 		}
 	}
 }
@@ -479,10 +474,8 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 				hi = later(hi, hh)
 			}
 		}
-		call := o.call
 		if o.endFromCall {
-			call = o.from()
-			lo = call
+			lo = o.call
 		}
 		if r, ok := restartAfter(e); ok && (!known || hi.After(r)) {
 			known = false
@@ -504,7 +497,7 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 		}
 		parts[p] = append(parts[p], porcupine.Operation{ClientId: o.client,
 			Input: lockInput{kind: lockAcquire, id: o.id, token: o.token, desc: fmt.Sprintf("acquire o%d token %d (c%d)", o.id, o.token, o.client)},
-			Call:  rel(call), Return: rel(o.ret)})
+			Call:  rel(o.call), Return: rel(o.ret)})
 		ret := int64(math.MaxInt64)
 		if known {
 			ret = rel(hi)
@@ -512,7 +505,7 @@ func (h *lockHistory) check(restarts [][2]time.Time, name string, seed uint64) [
 		parts[p] = append(parts[p], porcupine.Operation{ClientId: o.client,
 			Input: lockInput{kind: lockEnd, id: o.id, forced: forced, desc: fmt.Sprintf("end o%d (c%d, forced %v)", o.id, o.client, forced)},
 			Call:  rel(lo), Return: ret})
-		spans[p] = append(spans[p], span{o: o, lo: lo, hi: hi, known: known, forced: forced, acqCall: call, acqRe: o.ret})
+		spans[p] = append(spans[p], span{o: o, lo: lo, hi: hi, known: known, forced: forced, acqCall: o.call, acqRe: o.ret})
 	}
 	for _, r := range h.reents {
 		// A re-entry shares its ownership's token, and a Group that
@@ -694,34 +687,22 @@ func TestLockModel(t *testing.T) {
 	// acquisition with token 3, within the pass's budget: legal when the
 	// pass is known to have maybe lost its hold before its delivery, not
 	// otherwise.
+	// The same with a pass called after that acquisition returned: its
+	// token was reserved with its block (at 8), before the ForceUnlock.
 	for _, lostBefore := range []bool{true, false} {
-		h := newLockHistory(t0)
-		a := acquire(h, 1, 0, 10)
-		pass := acquire(h, 2, 5, 60)
-		h.forced("mutex:x", 1, at(40), at(41))
-		acquire(h, 3, 42, 45)
-		unlock(a, 55, 56)
-		if lostBefore {
-			h.lostBeforeDelivery(pass.lf, at(5))
-		}
-		if k := kinds(h); (len(k) == 0) != lostBefore {
-			t.Errorf("a pass delivered after a ForceUnlock (lost before delivery %v): %v", lostBefore, k)
-		}
-	}
-	// The same when the pass's Lock is called only after the other
-	// Client's acquisition, from a budget confirmed before the ForceUnlock
-	// (a lock its Client kept for local passes): legal when it was granted
-	// before the ForceUnlock, not when it was granted after it.
-	for _, grantedAt := range []int{8, 50} {
-		h := newLockHistory(t0)
-		a := acquire(h, 1, 0, 10)
-		unlock(a, 20, 21)
-		h.forced("mutex:x", 1, at(40), at(41))
-		acquire(h, 3, 42, 45)
-		pass := acquire(h, 2, 50, 55)
-		h.lostBeforeDelivery(pass.lf, at(grantedAt))
-		if k := kinds(h); (len(k) == 0) != (grantedAt < 40) {
-			t.Errorf("a pass called after another Client's acquisition, granted at %dms: %v", grantedAt, k)
+		for _, called := range []int{5, 50} {
+			h := newLockHistory(t0)
+			a := acquire(h, 1, 0, 10)
+			pass := acquire(h, 2, called, 60)
+			h.forced("mutex:x", 1, at(40), at(41))
+			acquire(h, 3, 42, 45)
+			unlock(a, 55, 56)
+			if lostBefore {
+				h.lostBeforeDelivery(pass.lf, at(8))
+			}
+			if k := kinds(h); (len(k) == 0) != lostBefore {
+				t.Errorf("a pass called at %d delivered after a ForceUnlock (lost before delivery %v): %v", called, lostBefore, k)
+			}
 		}
 	}
 

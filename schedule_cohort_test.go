@@ -17,12 +17,13 @@ import (
 // passes keeps the lock in Redis and passes it on. It returns once they
 // all did, or after stop.
 func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan struct{}) {
-	// One of the Mutexes, which the targets begin with; of those with a
-	// budget of local passes and a window their goroutines meet in, if
-	// any, and of those a Group of the Client shares, two times in three.
+	// One of the Mutexes, which the targets begin with; of those passed on
+	// locally (a budget of local passes, a lease the watchdog renews)
+	// within a window their goroutines meet in, if any, and of those a
+	// Group of the Client shares, two times in three.
 	var passing, grouped []*target
 	for _, t := range ts[:len(mutexNames)] {
-		if cfg := t.mutex.cfg; cfg.localPasses > 0 && cfg.localWithin >= 100*time.Millisecond {
+		if cfg := t.mutex.cfg; t.mutex.passesLocally() && cfg.localWithin >= 100*time.Millisecond {
 			passing = append(passing, t)
 			if len(t.groups) > 0 {
 				grouped = append(grouped, t)
@@ -39,6 +40,9 @@ func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 	}
 	n, rounds := 2+rnd.IntN(3), 1+rnd.IntN(3)
 	w.count(w.attempts, kind)
+	if len(passing) > 0 {
+		defer w.keepInFlight(rnd, sc, t)()
+	}
 	var wg sync.WaitGroup
 	for g := range n {
 		s := rnd.Uint64()
@@ -66,11 +70,11 @@ func passedLocally(l *Lease) bool {
 }
 
 // groupChance is one in how many of t's leases take one of its Groups with
-// their Context: half of those passed on locally, whose token is their
-// own, not their holder's, and a sixth of the others.
+// their Context: every one passed on locally, whose token is their own,
+// not their holder's, and a sixth of the others.
 func groupChance(l *Lease) int {
 	if passedLocally(l) {
-		return 2
+		return 1
 	}
 	return 6
 }
@@ -82,4 +86,31 @@ func groupChance(l *Lease) int {
 // it no longer has.
 func (w *world) strayForce(rnd *rand.Rand, sc *schedClient, ts []*target) {
 	w.forceUnlock(ts[rnd.IntN(len(mutexNames)+len(fairNames))], sc)
+}
+
+// cohortTook notes, for l, a Mutex lease of a cohort taken in Redis (not
+// passed on locally), when its acquisition was sent: every block of
+// tokens its holder passes on from was reserved then or later.
+func (w *world) cohortTook(l *Lease) {
+	if l.co == nil || l.token != 0 || l.h == nil {
+		return
+	}
+	h := l.h
+	h.mu.Lock()
+	sent := h.lastOK
+	h.mu.Unlock()
+	w.cohortGrants.LoadOrStore(h, sent)
+}
+
+// grantSent is grantSent(r), for a lease passed on locally no earlier
+// than when its holder's acquisition was sent (cohortTook): a pass's
+// token comes from a block its holder reserved.
+func (w *world) grantSent(r *rec) time.Time {
+	g := grantSent(r)
+	if passedLocally(r.lease) {
+		if sent, ok := w.cohortGrants.Load(r.lease.h); ok {
+			g = later(g, sent.(time.Time))
+		}
+	}
+	return g
 }

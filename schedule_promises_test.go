@@ -67,7 +67,9 @@ func (w *world) returnedInGrace(ce *callEnd, client int, what string) {
 	if end.IsZero() {
 		return
 	}
-	if over := ret.Sub(end); over > inflightGrace+graceMargin {
+	if over := ret.Sub(end); over > inflightGrace+graceMargin && !w.stalled(client, end, ret) {
+		// (A Client whose watchdog lapsed returns late: its calls that
+		// add or end a hold wait for it.)
 		w.violation("past-grace", "c%d %s returned at %s, %v after its context ended at %s (grace %v); faults: %s",
 			client, what, w.rel(ret), over.Round(time.Millisecond), w.rel(end), inflightGrace,
 			w.faultsAround(end.Add(-5*time.Second), ret, 0))
@@ -268,7 +270,9 @@ func (w *world) checkLeaseAhead(t *target, l *Lease, client int, at time.Time) {
 		first = t.expiry
 	}
 	dl, ok := l.Deadline()
-	if ok && dl.Sub(at) < first/4 {
+	if ok && dl.Sub(at) < first/4 && !w.stalled(client, at.Add(-first), at) {
+		// (A grant whose Client lapsed before it could deliver it is
+		// delivered late.)
 		w.violation("delivered-short", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s with its Deadline %v ahead, under a quarter of its first lease %v; faults: %s",
 			t.prim, t.res, client, l.Token(), t.lease, t.fixed, w.rel(at), dl.Sub(at).Round(time.Millisecond), first,
 			w.faultsAround(at.Add(-5*time.Second), at, 0))

@@ -76,3 +76,15 @@ func (w *world) lagReplica(rnd *rand.Rand, d time.Duration, wg *sync.WaitGroup) 
 	time.AfterFunc(d, func() { defer wg.Done(); link.SetLatency(replicaLag) })
 	return time.Now().Add(d)
 }
+
+// replicaPassOpts returns the budget of local passes of a Mutex of sc:
+// opts, or, on a primary with a replica, for the Client that passes locks
+// on locally there (the first), one or two passes within 500ms or 2s: each
+// pass or two follows a keep, whose block of tokens the replica must have
+// acknowledged before the first of them is delivered (checkOnReplica).
+func (w *world) replicaPassOpts(rnd *rand.Rand, sc *schedClient, opts []LockOption) []LockOption {
+	if w.pair == nil || sc.i != 0 || sc.c.LossDetection() != DetectOnChange {
+		return opts
+	}
+	return []LockOption{WithLocalPasses(1+rnd.IntN(2), []time.Duration{500 * time.Millisecond, 2 * time.Second}[rnd.IntN(2)])}
+}

@@ -250,6 +250,13 @@ type world struct {
 	unlocking      map[string][]*[2]time.Time
 	lapsedOverlaps []overlapAfterFailover
 	recs           []*rec // every lease delivered in this schedule, while one runs on a replica
+	// schedClients and schedTargets are the current schedule's Clients
+	// and their targets, by Client.
+	schedClients []*schedClient
+	schedTargets [][]*target
+	// cohortGrants: when the acquisition in Redis of each holder of a
+	// cohort was sent (cohortTook).
+	cohortGrants sync.Map // *holder -> time.Time
 
 	vmu        sync.Mutex // counters and violations; never held while calling the library
 	violations map[string][]string
@@ -461,7 +468,7 @@ func (w *world) name(res string) *nameState {
 // whether a ForceUnlock of one of its names may have run between its grant
 // and its delivery.
 func (w *world) delivered(r *rec) (forcedBefore bool) {
-	granted := grantSent(r)
+	granted := w.grantSent(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.fo != nil && w.fo.killed.IsZero() {
@@ -785,7 +792,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 	var ts []*target
 	for _, name := range mutexNames {
 		opts, lease, expiry, fixed := lockOpts(rnd, sc, true)
-		opts = append(opts, localPassOpts(rnd, c)...)
+		opts = append(opts, w.replicaPassOpts(rnd, sc, localPassOpts(rnd, c))...)
 		m := c.Mutex(name, opts...)
 		ts = append(ts, &target{
 			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed, mutex: m,
@@ -992,18 +999,26 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		var c *Client
 		var err error
 		made := []string{"dial", "dial-cache", "new"}[rnd.IntN(3)]
-		if mode == "replies" && i == 1 {
+		// With replies held back or lost, one Client passes locks on
+		// locally under them (its keeps' replies held back); on a primary
+		// with a replica, one Client passes locks on locally, its keeps
+		// waiting for the replica (WithReplicaAck).
+		faultyPasses := (mode == "replies" || mode == "all") && i == 1
+		if faultyPasses || w.pair != nil && i == 0 {
 			made = "new"
 		}
 		switch made {
 		case "new":
 			detect := rnd.IntN(2) == 0 // DetectChanges: loss found on change, local passes
+			if faultyPasses || w.pair != nil && i == 0 {
+				detect = true
+			}
 			if detect {
 				opts = append(opts, DetectChanges(&opt))
 			}
 			if sc.rc, err = rueidis.NewClient(opt); err == nil {
 				rc := sc.rc
-				if rnd.IntN(2) == 0 || mode == "replies" { // its replies held back or lost at times
+				if rnd.IntN(2) == 0 || mode == "replies" || faultyPasses { // its replies held back or lost at times
 					sc.rf = withReplyFaults(rc)
 					rc, made = sc.rf, "new-replyfaults"
 					w.watchRenewals(sc)
@@ -1028,6 +1043,9 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	for _, sc := range clients {
 		targets = append(targets, w.targets(rnd, sc, clients))
 	}
+	w.mu.Lock()
+	w.schedClients, w.schedTargets = clients, targets
+	w.mu.Unlock()
 	t.Logf("schedule %d (seed %d) at %s for %v on %s, faults %s: %s", n, seed, w.rel(time.Now()), d, kind, mode, strings.Join(settings, "; "))
 	w.lh = newLockHistory(w.begin)
 
@@ -1101,6 +1119,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	unsure := w.unsure
 	w.held, w.names, w.unsure = map[string][]*rec{}, map[string]*nameState{}, nil
 	w.mu.Unlock()
+	w.cohortGrants.Clear()
 	for _, r := range unsure {
 		// Close released it, or it says it was lost.
 		w.count(w.failures, fmt.Sprintf("lease whose Unlock failed: Lost closed after Close=%v", lostNow(r.lease)))
@@ -1400,6 +1419,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.acquired[t.prim]++
 	w.totalAcq++
 	w.vmu.Unlock()
+	w.cohortTook(l)
 	forcedBefore := w.delivered(r)
 	w.checkOnReplica(r)
 	w.trackOwner(l, 1)
@@ -1407,7 +1427,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		r.life = w.lh.acquired(sc.i, r.token, t.fixed, callAt, at, t.res, nil)
 		w.lh.track(r.life, l)
 		if forcedBefore {
-			w.lh.lostBeforeDelivery(r.life, grantSent(r))
+			w.lh.lostBeforeDelivery(r.life, w.grantSent(r))
 		}
 	}
 	w.bg.Add(1)
@@ -1446,7 +1466,10 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	if len(t.groups) > 0 && rnd.IntN(groupChance(l)) == 0 {
 		g := t.groups[rnd.IntN(len(t.groups))]
 		gHold := time.Duration(rnd.IntN(50)) * time.Millisecond
-		if rnd.IntN(2) == 0 {
+		if rnd.IntN(2) == 0 && (!passedLocally(l) || rnd.IntN(2) == 0) {
+			// (A lease passed on locally has its Group released before
+			// its own Unlock three times in four: that Unlock may pass the
+			// lock on again, after the Group raised its token.)
 			beside.Add(1)
 			go func() {
 				defer beside.Done()
@@ -1470,6 +1493,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		// for a fault to take it from its Client.
 		hold = time.Duration(1000+rnd.IntN(2000)) * time.Millisecond
 	}
+	hold = overstay(rnd, t, hold)
 	time.Sleep(hold / 2)
 	// Mid-hold: Extend a fixed lease, Detach it, or force-unlock the lock.
 	// Detach leaves the lock held up to a lease: rarer, not to starve the
@@ -1519,10 +1543,21 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	// first renewal.
 	deadline, deadlineOK := l.Deadline()
 	lostBefore := lostNow(l)
+	how := rnd.IntN(12)
+	if how >= 9 && sc.rf != nil && t.fixed {
+		how = 2 // a fixed lease due soon: its Client may lapse over it
+	}
+	// A lease held past its deadline, or lost: what Redis shows before
+	// its Unlock (schedule_overrun_test.go).
+	var elsewhere string
+	var seen time.Time
+	if lostBefore || hold > t.lease {
+		elsewhere, seen = w.notHeldNow(t, l)
+	}
 	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
 	began := time.Now()
 	var twice string
-	switch rnd.IntN(12) {
+	switch how {
 	case 0: // two Unlocks at once
 		errs := make(chan error, 1)
 		go func() { errs <- w.unlockLease(l, r.life, uctx) }()
@@ -1547,12 +1582,19 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 			err = again
 		}
 		w.count(w.attempts, t.prim+" unlock retried")
+	case 2: // its first reply lost, retried (schedule_overrun_test.go)
+		if sc.rf != nil && t.owner != nil {
+			err = w.unlockAfterLostReply(sc, t, l, r.life, uctx)
+			break
+		}
+		err = w.unlockLease(l, r.life, uctx)
 	default:
 		err = w.unlockLease(l, r.life, uctx)
 	}
 	returned := time.Now()
 	took := returned.Sub(began)
 	ucancel()
+	w.unlockedAfterLoss(t, sc, l, elsewhere, seen, err)
 	if twice != "" {
 		w.violation("unlock-twice-nil", "%s %v of c%d (token %d, delivered %s): %s both returned nil at %s",
 			t.prim, t.res, sc.i, r.token, w.rel(at), twice, w.rel(returned))
@@ -1564,7 +1606,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
+		if !lostBefore && !forced && !w.forcedSince(t.res, at) && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
 			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
 				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 		}
@@ -1950,6 +1992,10 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 			call := replyCalls[rnd.IntN(len(replyCalls))]
 			counted = kind + " " + call
 			match, times := callMatcher(call, w.liveOwner), 1+rnd.IntN(3)
+			forceLater := func(*replyRule) {}
+			if rnd.IntN(2) == 0 {
+				match, forceLater = w.forceInFlight(sc, match, stop, &wg)
+			}
 			var r *replyRule
 			if kind == "hold-reply" {
 				hold := time.Duration(500+rnd.IntN(5500)) * time.Millisecond
@@ -1963,6 +2009,7 @@ func (w *world) injectFaults(rnd *rand.Rand, clients []*schedClient, stop <-chan
 				r = sc.rf.lose(match, times, time.Duration(rnd.IntN(200))*time.Millisecond)
 				end = start.Add(d)
 			}
+			forceLater(r)
 			wg.Add(1)
 			time.AfterFunc(d, func() { defer wg.Done(); sc.rf.drop(r) })
 		case "failover":
