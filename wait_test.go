@@ -667,25 +667,13 @@ func TestGroupWaiterWithoutMessageFoundAtNextPass(t *testing.T) {
 		name := "{silentg}:a"
 		l, err := holder.Mutex(name).Lock(ctx)
 		require.NoError(t, err)
-		done := make(chan lockOutcome, 1)
-		go func() {
-			gl, err := NewGroup(waiting.Mutex(name), waiting.Mutex("{silentg}:b")).Lock(ctx)
-			done <- lockOutcome{gl, err, time.Now()}
-		}()
+		done := groupLockAsync(ctx, waiting.Mutex(name), waiting.Mutex("{silentg}:b"))
 		keys := holder.keysFor(name)
 		awaitQueued(t, ctx, rc, keys, 1) // the Group's '*'
 		time.Sleep(100 * time.Millisecond)
 		require.NoError(t, rc.Do(ctx, rc.B().Zrem().Key(keys.queue).Member("*").Build()).Error())
 		require.NoError(t, l.Unlock(ctx))
-		released := time.Now()
-		select {
-		case o := <-done:
-			require.NoError(t, o.err)
-			t.Logf("the Group got the lock %v after its release", o.at.Sub(released).Round(time.Millisecond))
-			require.NoError(t, o.l.Unlock(ctx))
-		case <-time.After(5 * time.Second):
-			t.Fatal("a Group whose release message was lost still waits after several presence passes")
-		}
+		groupAfterRelease(t, ctx, done, time.Now(), "a Group whose release message was lost still waits after several presence passes")
 		require.Zero(t, fell.Load(), "waits ended by the fallback")
 	})
 }
@@ -792,11 +780,7 @@ func TestGroupWaitTimerBeforeALateMessage(t *testing.T) {
 	name := "{lateg}:a"
 	l, err := holder.Mutex(name, WithFixedLease(800*time.Millisecond)).Lock(ctx)
 	require.NoError(t, err)
-	done := make(chan lockOutcome, 1)
-	go func() {
-		gl, err := NewGroup(waiting.Mutex(name), waiting.Mutex("{lateg}:b")).Lock(ctx)
-		done <- lockOutcome{gl, err, time.Now()}
-	}()
+	done := groupLockAsync(ctx, waiting.Mutex(name), waiting.Mutex("{lateg}:b"))
 	awaitQueued(t, ctx, e.rueidisClient(t), holder.keysFor(name), 1) // the Group's '*'
 	time.Sleep(200 * time.Millisecond)                               // its subscription in effect, its timer set
 	p.DelayPushes(60 * time.Millisecond)
@@ -804,15 +788,7 @@ func TestGroupWaitTimerBeforeALateMessage(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(time.Duration(pttl)*time.Millisecond - 25*time.Millisecond)
 	require.NoError(t, l.Unlock(ctx))
-	released := time.Now()
-	select {
-	case o := <-done:
-		require.NoError(t, o.err)
-		t.Logf("the Group got the locks %v after the release", o.at.Sub(released).Round(time.Millisecond))
-		require.NoError(t, o.l.Unlock(ctx))
-	case <-time.After(5 * time.Second):
-		t.Fatal("the Group still waits 5s after the release")
-	}
+	groupAfterRelease(t, ctx, done, time.Now(), "the Group still waits 5s after the release")
 	time.Sleep(2 * messageGrace) // a lost wake-up would be counted by then
 	require.Zero(t, fell.Load(), "a late message counted as a lost wake-up")
 }
@@ -861,5 +837,30 @@ func TestPlaceOfAnEndedWaiterLeavesOnceTheConnectionHeals(t *testing.T) {
 		require.NoError(t, o.l.Unlock(ctx))
 	case <-time.After(10 * time.Second):
 		t.Fatal("the live waiter still waits 10s after the release")
+	}
+}
+
+// groupLockAsync locks a Group of ms in the background.
+func groupLockAsync(ctx context.Context, ms ...*Mutex) <-chan lockOutcome {
+	done := make(chan lockOutcome, 1)
+	go func() {
+		gl, err := NewGroup(ms...).Lock(ctx)
+		done <- lockOutcome{gl, err, time.Now()}
+	}()
+	return done
+}
+
+// groupAfterRelease waits up to 5s for the Group of done, locked once a
+// release at released let it, and unlocks it; it fails with stuck if the
+// Group still waits then.
+func groupAfterRelease(t *testing.T, ctx context.Context, done <-chan lockOutcome, released time.Time, stuck string) {
+	t.Helper()
+	select {
+	case o := <-done:
+		require.NoError(t, o.err)
+		t.Logf("the Group got the locks %v after the release", o.at.Sub(released).Round(time.Millisecond))
+		require.NoError(t, o.l.Unlock(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal(stuck)
 	}
 }
