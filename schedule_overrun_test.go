@@ -50,14 +50,16 @@ func (w *world) unlockAfterLostReply(sc *schedClient, t *target, l *Lease, life 
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- w.unlockLease(l, life, ctx) }()
 	// The Client resumes once the release ran in Redis (sent while it
-	// lapsed), or the Unlock returned without one: an Unlock that ends
-	// the hold waits for the watchdog.
+	// lapsed), or the Unlock returned without one, or after a second: an
+	// Unlock that ends the hold waits for the watchdog, and one that finds
+	// the lease past its Deadline ends it without sending a release.
 	var first error
 	returned := false
 	select {
 	case <-rule.Ran():
 	case first = <-firstDone:
 		returned = true
+	case <-time.After(time.Second):
 	}
 	resume()
 	if !returned {
