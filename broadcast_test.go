@@ -385,6 +385,10 @@ func TestGroupWaitEndedByItsTimerReportsFallback(t *testing.T) {
 	names := taggedNames(t.Name(), "x", "y")
 	holder := mustLock(t, ctx, e.client(t).Mutex(names[0], WithFixedLease(time.Second)).Lock)
 	c := e.client(t, fallbacks(&fell))
+	// The Client's presence pass, which would find the lock free and wake
+	// the Group, is held back: only the timer ends the Group's wait.
+	c.presence.stall.Lock()
+	defer c.presence.stall.Unlock()
 	got := NewGroup(c.Mutex(names[0]), c.Mutex(names[1])).Acquire(ctx)
 	time.Sleep(200 * time.Millisecond)
 	require.True(t, pending(got))
