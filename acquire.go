@@ -399,14 +399,14 @@ const inflightGrace = 500 * time.Millisecond
 type graceKey struct{}
 
 // grace is the moment a blocking call must have returned by: over closes
-// inflightGrace after the call's context ended. done is that context's
-// Done channel: the grace is the call's own, not that of a context
-// derived from it (a Lease's Context, which a later call may be given).
+// inflightGrace after the call's context ended. It is found by that
+// context's Done channel: the grace is the call's own, not that of a
+// context derived from it (a Lease's Context, which a later call may be
+// given).
 // Most calls return without waiting past their context's end, so over is
 // made when first asked for (graceOver), not with the call.
 type grace struct {
-	ctx  context.Context // the call's context
-	done <-chan struct{} // ctx.Done()
+	ctx context.Context // the call's context
 
 	mu    sync.Mutex
 	over  <-chan struct{} // nil until first asked for
@@ -424,7 +424,7 @@ func withGrace(ctx context.Context) (gctx context.Context, done func()) {
 	if ctx.Done() == nil {
 		return ctx, func() {}
 	}
-	g := &grace{ctx: ctx, done: ctx.Done()}
+	g := &grace{ctx: ctx}
 	return context.WithValue(ctx, graceKey{}, g), g.end
 }
 
@@ -469,7 +469,7 @@ func (g *grace) end() {
 // the grace is inflightGrace after ctx ends, starting now if ctx ended
 // already. Call stop when done waiting.
 func graceOver(ctx context.Context) (over <-chan struct{}, stop func()) {
-	if g, ok := ctx.Value(graceKey{}).(*grace); ok && g.done == ctx.Done() {
+	if g, ok := ctx.Value(graceKey{}).(*grace); ok && g.ctx.Done() == ctx.Done() {
 		return g.overChan(), func() {}
 	}
 	actx, done := inflight(ctx)
