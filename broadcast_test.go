@@ -37,10 +37,7 @@ func TestRWMutexHammerOneClient(t *testing.T) {
 		w := mustLock(t, ctx, m.Lock)
 		r := m.RAcquire(ctx)
 		eventually(t, 10*time.Second, func() bool {
-			c.notify.mu.Lock()
-			defer c.notify.mu.Unlock()
-			s := c.notify.subs[subKey{m.keys.channel, ownPubSub}]
-			return s != nil && s.confirms.Load() == 1
+			return subscribed(c, m.keys.channel, -1)
 		}, "the reader did not subscribe")
 		require.NoError(t, w.Unlock(ctx))
 		require.NoError(t, recv(t, r, 10*time.Second, "the reader after the writer").Unlock(ctx))
@@ -281,10 +278,7 @@ func TestGroupsOfOneClientAllWokenByARelease(t *testing.T) {
 		}
 		channel := c.Mutex(names[0]).keys.channel
 		eventually(t, 10*time.Second, func() bool {
-			c.notify.mu.Lock()
-			defer c.notify.mu.Unlock()
-			s := c.notify.subs[subKey{channel, ownPubSub}]
-			return s != nil && s.refs == groups && s.confirms.Load() == 1
+			return subscribed(c, channel, groups)
 		}, "the groups did not subscribe")
 		time.Sleep(200 * time.Millisecond) // their looks after subscribing
 		released := time.Now()
@@ -316,24 +310,20 @@ func TestQuorumAndGroupsOfOneClientWokenByOneRelease(t *testing.T) {
 	for _, c := range clients {
 		groups = append(groups, NewGroup(c.Mutex(name)).Acquire(ctx))
 	}
-	subscribed := func(n int) func() bool {
+	allSubscribed := func(n int) func() bool {
 		return func() bool {
 			for _, c := range clients {
-				c.notify.mu.Lock()
-				s := c.notify.subs[subKey{c.Mutex(name).keys.channel, ownPubSub}]
-				ok := s != nil && s.refs == n && s.confirms.Load() == 1
-				c.notify.mu.Unlock()
-				if !ok {
+				if !subscribed(c, c.Mutex(name).keys.channel, n) {
 					return false
 				}
 			}
 			return true
 		}
 	}
-	eventually(t, 10*time.Second, subscribed(1), "the groups did not subscribe")
+	eventually(t, 10*time.Second, allSubscribed(1), "the groups did not subscribe")
 	time.Sleep(200 * time.Millisecond)
 	q := NewQuorum(name, clients).Acquire(ctx)
-	eventually(t, 10*time.Second, subscribed(2), "the quorum did not subscribe")
+	eventually(t, 10*time.Second, allSubscribed(2), "the quorum did not subscribe")
 	time.Sleep(200 * time.Millisecond)
 	released := time.Now()
 	require.NoError(t, holder.Unlock(ctx))
@@ -407,4 +397,15 @@ func TestGroupWaitEndedByItsTimerReportsFallback(t *testing.T) {
 	time.Sleep(2 * messageGrace)
 	require.Equal(t, int64(1), fell.Load(), "fallbacks reported")
 	require.NoError(t, l.Unlock(ctx))
+}
+
+// subscribed tells whether c's subscription to channel is in place on its
+// current connection, as the server confirmed, with refs waiters (any
+// number when refs < 0). A resubscription after a broken connection counts:
+// the waiters look again at its confirmation.
+func subscribed(c *Client, channel string, refs int) bool {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	s := c.notify.subs[subKey{channel, ownPubSub}]
+	return s != nil && s.sent && s.confirms.Load() >= 1 && (refs < 0 || s.refs == refs)
 }

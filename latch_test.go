@@ -136,11 +136,7 @@ func TestLatchManyWaitersAcrossClients(t *testing.T) {
 		// Every waiter of a Client shares one subscription.
 		eventually(t, 10*time.Second, func() bool {
 			for _, c := range cs {
-				c.notify.mu.Lock()
-				s := c.notify.subs[subKey{setter.channel, ownPubSub}]
-				ready := s != nil && s.refs == perClient && s.confirms.Load() == 1
-				c.notify.mu.Unlock()
-				if !ready {
+				if !subscribed(c, setter.channel, perClient) {
 					return false
 				}
 			}

@@ -520,10 +520,7 @@ func TestMutexOneSubscriptionWakesOneWaiter(t *testing.T) {
 		}
 		channel := waiterChannel(m.keys.channel, c.id)
 		eventually(t, 5*time.Second, func() bool {
-			c.notify.mu.Lock()
-			defer c.notify.mu.Unlock()
-			s := c.notify.subs[subKey{channel, ownPubSub}]
-			return s != nil && s.refs == waiters && s.confirms.Load() == 1
+			return subscribed(c, channel, waiters)
 		}, "waiters did not subscribe")
 		require.Equal(t, []string{channel}, e.channels(t), "one subscription for all waiters")
 

@@ -665,10 +665,7 @@ func TestRWMutexWakeUps(t *testing.T) {
 		}
 		channel := hm.keys.channel
 		eventually(t, 5*time.Second, func() bool {
-			c.notify.mu.Lock()
-			defer c.notify.mu.Unlock()
-			s := c.notify.subs[subKey{channel, ownPubSub}]
-			return s != nil && s.refs == readers && s.confirms.Load() == 1
+			return subscribed(c, channel, readers)
 		}, "readers did not subscribe")
 		// Each reader looks once more when it joined the subscription.
 		time.Sleep(200 * time.Millisecond)
