@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func churn(t *testing.T, total, workers int, wait func() time.Duration, acquire 
 }
 
 // cancellations runs churn (total acquisitions on 24 goroutines, each
-// ending after wait()) over three Clients of e with prefix: acquire gets
+// ending after wait(), a few 50 ms later) over three Clients of e with prefix: acquire gets
 // the worker's Client and all three. It checks that leases were acquired
 // and, once all ended, that nothing is left: nothing held or queued, no
 // subscription, no goroutine.
@@ -33,7 +34,16 @@ func cancellations(t *testing.T, e *env, prefix string, total int, wait func() t
 	t.Helper()
 	noLeak := leakCheck(t)
 	clients := e.clients(t, 3, WithPrefix(prefix))
-	acquired := churn(t, total, 24, wait, func(ctx context.Context, w int) (*Lease, error) {
+	// One attempt in 64 waits 50 ms longer, so that some acquire even on a
+	// loaded machine, whose round trips can outlast every short wait.
+	var attempts atomic.Int64
+	waits := func() time.Duration {
+		if attempts.Add(1)%64 == 0 {
+			return wait() + 50*time.Millisecond
+		}
+		return wait()
+	}
+	acquired := churn(t, total, 24, waits, func(ctx context.Context, w int) (*Lease, error) {
 		return acquire(ctx, clients[w%len(clients)], clients)
 	})
 	t.Logf("%d attempts, %d acquired", total, acquired)
