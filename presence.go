@@ -62,9 +62,9 @@ type presenceEntry struct {
 	// PTTL, when checkAt was set from it: the next passes read no PTTL
 	// while the same holder has the lock.
 	holder string
-	// repair is set when a plain renewal wrote the Client's fields anew
-	// and the script that was to follow it did not answer: the next pass
-	// renews the lock in the script.
+	// repair is set when a renewal may have written the Client's fields
+	// anew without its reply telling the Client: the next pass renews the
+	// lock in the script, which answers that its places may be gone.
 	repair bool
 }
 
@@ -394,12 +394,11 @@ func (p *presence) renewScripted(ctx context.Context, rs []renewal) {
 	for i, r := range presenceScript.batch(ctx, p.c.rc, batch) {
 		gone, pttl, mine, owners, err := presenceReply(r, len(entries[i]))
 		if err != nil {
-			// The places expire; the waiters look again once resubscribed.
-			// A repair (touch "2") is tried again at the next pass.
+			// The script may have run, and written the Client's fields
+			// anew where a release had dropped its places: the next pass
+			// takes them for gone (repair).
 			for _, x := range entries[i] {
-				if x.touch == "2" {
-					p.repair(x.keys)
-				}
+				p.repair(x.keys)
 			}
 			continue
 		}
@@ -444,8 +443,11 @@ func (p *presence) renewPlain(ctx context.Context, rs []renewal) {
 		added, err := res[at[i]].AsInt64()
 		switch {
 		case err != nil:
-			// The place expires unless a later pass renews it; the lock is
-			// read all the same.
+			// The HSET may have run, and written the Client's fields anew
+			// where a release had dropped its places, or made a hash
+			// without expiry: the next pass takes them for gone, in the
+			// script (repair). The lock is read all the same.
+			p.repair(x.keys)
 			read = append(read, x)
 		case added > 0:
 			x.touch = "2"
@@ -591,9 +593,11 @@ func (p *presence) mine(owner string) string {
 	return ""
 }
 
-// repair has the next pass renew the lock whose waiters key is k in the
-// script, as the Client's own HSET wrote its fields there anew: the script
-// that was to give the hash its expiry (or drop it) did not answer.
+// repair has the next pass renew the lock in the script as if the
+// Client's own HSET had just written its fields there anew (touch "2"): a
+// renewal whose reply did not come may have done so, and what it would
+// have said, that places of the Client were gone, is not lost: the
+// Client's waiters there look again.
 func (p *presence) repair(keys lockKeys) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
