@@ -51,6 +51,7 @@ type presenceEntry struct {
 	expiry  time.Duration
 	waiters int
 	touched time.Time // when the keys' expiry was last refreshed
+	renewed time.Time // when the Client's deadline was last renewed (sent)
 	// checkAt, when not zero, is when the lock may have become free
 	// without a message: its holder's lease runs out (a holder that dies
 	// publishes nothing), or the waiter another Client's release handed it
@@ -95,7 +96,9 @@ func (p *presence) join(keys lockKeys, expiry time.Duration) {
 	defer p.mu.Unlock()
 	e := p.locks[keys.waiters]
 	if e == nil {
-		e = &presenceEntry{keys: keys, expiry: expiry, touched: time.Now()}
+		// The waiter's attempt that took the place wrote the deadline.
+		now := time.Now()
+		e = &presenceEntry{keys: keys, expiry: expiry, touched: now, renewed: now}
 		p.locks[keys.waiters] = e
 	}
 	e.expiry = min(e.expiry, expiry)
@@ -219,18 +222,19 @@ func (p *presence) follow() {
 	p.startOrWake(p.run)
 }
 
-// schedule returns the time between passes (a third of the shortest waiter
-// expiry) and the soonest check; ok is false when nothing is waited for.
+// schedule returns the time between passes (presenceRead, or a third of
+// the shortest waiter expiry if shorter) and the soonest check; ok is false
+// when nothing is waited for.
 func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
 	followed := p.c.notify.following()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if followed {
-		period, ok = defaultWaiterExpiry/3, true
+		period, ok = presenceRead, true
 	}
 	for _, e := range p.locks {
-		if !ok || e.expiry/3 < period {
-			period, ok = e.expiry/3, true
+		if every := min(e.expiry/3, presenceRead); !ok || every < period {
+			period, ok = every, true
 		}
 		if !e.checkAt.IsZero() && (check.IsZero() || e.checkAt.Before(check)) {
 			check = e.checkAt
@@ -352,9 +356,9 @@ func (p *presence) pass(timeout time.Duration) {
 	if p.c.tracker.on {
 		clock = p.serverClock(ctx, now)
 	}
-	scripted, plain, orphans := p.renewals(now, clock)
+	scripted, plain, read, orphans := p.renewals(now, timeout, clock)
 	p.renewScripted(ctx, scripted)
-	p.renewPlain(ctx, plain)
+	p.renewPlain(ctx, plain, read)
 	for _, o := range orphans {
 		if err := o.leave(ctx); err != nil {
 			o.tries++
@@ -418,9 +422,11 @@ func (p *presence) renewScripted(ctx context.Context, rs []renewal) {
 // added a field found the places of the Client there gone (or the hash
 // gone): its waiters look again, and the script, run for that lock at
 // once (touch "2"), drops the hash if nobody waits or gives it its
-// expiry. The other locks are read from the client-side cache (readLocks).
-func (p *presence) renewPlain(ctx context.Context, rs []renewal) {
+// expiry. The other locks, and those of read (whose renewal is not due),
+// are read from the client-side cache (readLocks).
+func (p *presence) renewPlain(ctx context.Context, rs, read []renewal) {
 	if len(rs) == 0 {
+		p.readLocks(ctx, read)
 		return
 	}
 	cmds := make(rueidis.Commands, 0, len(rs))
@@ -438,7 +444,7 @@ func (p *presence) renewPlain(ctx context.Context, rs []renewal) {
 		}
 	}
 	res := p.c.rc.DoMulti(ctx, cmds...)
-	var repairs, read []renewal
+	var repairs []renewal
 	for i, x := range rs {
 		added, err := res[at[i]].AsInt64()
 		switch {
@@ -681,6 +687,21 @@ func (p *presence) serverClock(ctx context.Context, now time.Time) serverClock {
 	return clock
 }
 
+// presenceRead is the longest time between passes: how long a waiter may
+// go without learning that the lock is free or handed to it, whatever
+// messages were lost. A pass renews the Client's deadline on a lock only
+// every third of its waiter expiry (due); a Client with client-side
+// caching reads the lock at every pass at no cost while it is unchanged.
+const presenceRead = time.Second
+
+// due reports whether a pass at now, the next one period later, renews
+// the deadline that the renewal at renewed set: the renewals come a third
+// of the expiry apart, give or take half a period, leaving two thirds of
+// it, less that half, before the deadline.
+func due(now, renewed time.Time, expiry, period time.Duration) bool {
+	return !now.Add(period / 2).Before(renewed.Add(expiry / 3))
+}
+
 // touchEvery is how often, in waiter expiries, a pass refreshes the
 // expiry of the keys of a lock's queue, which live queueKeep waiter
 // expiries.
@@ -691,35 +712,43 @@ const touchEvery = 3
 const queueKeep = 10
 
 // renewals lists a pass's renewals, and takes the failed leaves to retry.
-// A Client without client-side caching renews every lock in the script
-// (scripted); one with it, each lock in a plain HSET (plain) once it has
-// a server clock, and in the script the locks whose last plain HSET wrote
-// its fields anew without the script following it.
-func (p *presence) renewals(now time.Time, clock serverClock) (scripted, plain []renewal, orphans []orphanLeave) {
+// A Client without client-side caching renews every lock in the script at
+// every pass (scripted), which reads the lock too; one with it, each lock
+// whose renewal is due (see due) in a plain HSET (plain) once it has a
+// server clock, and in the script the locks whose last renewal may have
+// written its fields anew unbeknown to it (repair); the locks whose
+// renewal is not due are only read, from its client-side cache (read).
+func (p *presence) renewals(now time.Time, period time.Duration, clock serverClock) (scripted, plain, read []renewal, orphans []orphanLeave) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	orphans, p.orphans = p.orphans, nil
 	for _, e := range p.locks {
 		x := renewal{keys: e.keys, expiry: e.expiry, touch: "0"}
-		if now.Sub(e.touched) >= touchEvery*e.expiry {
-			x.touch, e.touched = "1", now
-		}
 		if !e.checkAt.IsZero() {
 			x.holder = e.holder
+		}
+		cached := !clock.at.IsZero()
+		if cached && !e.repair && !due(now, e.renewed, e.expiry, period) {
+			read = append(read, x)
+			continue
+		}
+		e.renewed = now
+		if now.Sub(e.touched) >= touchEvery*e.expiry {
+			x.touch, e.touched = "1", now
 		}
 		switch {
 		case e.repair:
 			e.repair = false
 			x.touch = "2"
 			scripted = append(scripted, x)
-		case !clock.at.IsZero():
+		case cached:
 			x.deadline = clock.now(now) + e.expiry.Milliseconds()
 			plain = append(plain, x)
 		default:
 			scripted = append(scripted, x)
 		}
 	}
-	return scripted, plain, orphans
+	return scripted, plain, read, orphans
 }
 
 // scripts builds the presence scripts of rs: one per slot and renewBatch

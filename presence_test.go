@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"context"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,7 +96,8 @@ func TestWaiterOfALapsedClientQueuesAgain(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := withTimeout(t, 30*time.Second)
 		rc := e.rueidisClient(t)
-		const pause = 4500 * time.Millisecond // past the default waiter expiry, 3s
+		const expiry = 3 * time.Second
+		const pause = 4500 * time.Millisecond // past the waiter expiry
 		var lapsed *Client
 		var lapse func()
 		if e.cluster == nil {
@@ -117,7 +119,7 @@ func TestWaiterOfALapsedClientQueuesAgain(t *testing.T) {
 		keys := holder.keysFor(name)
 		l, err := holder.Mutex(name).Lock(ctx)
 		require.NoError(t, err)
-		w := lockAsync(ctx, lapsed.Mutex(name, WithLocalPasses(0, 0)))
+		w := lockAsync(ctx, lapsed.Mutex(name, WithLocalPasses(0, 0), WithWaiterExpiry(expiry)))
 		awaitQueued(t, ctx, rc, keys, 1)
 		awaitSubscriptionReady(t, lapsed, waiterChannel(keys.channel, lapsed.ID()))
 		time.Sleep(1500 * time.Millisecond) // settled: a pass renewed the place
@@ -190,4 +192,59 @@ func TestWaiterAfterRestartTakesTheFreeLock(t *testing.T) {
 	}
 	requireLost(t, l, 10*time.Second, ErrExpired, ErrConnectionLost, ErrTakenOver)
 	done()
+}
+
+// TestDeadHeadCostsTheClaimWindow: a release hands the lock to the head of
+// the queue, a waiter whose Client is dead (standalone: its network
+// silent; Cluster: its Client stuck, its watchdog held), well within the
+// default waiter expiry of 12 s, so that its place is still alive. The
+// lock is its own only for the claim window, which its Client would have
+// renewed: the next waiter, of another Client, gets the lock once that
+// has passed, about 3 s after the release, not 12.
+func TestDeadHeadCostsTheClaimWindow(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		rc := e.rueidisClient(t)
+		holder, next := e.client(t), e.client(t)
+		var dead *Client
+		var die func() (back func())
+		if e.cluster == nil {
+			var p interface {
+				Blackhole()
+				Heal()
+			}
+			dead, p = e.proxied(t)
+			die = func() func() { p.Blackhole(); return p.Heal }
+		} else {
+			dead = e.client(t)
+			die = func() func() { return dead.stallWatchdog() }
+		}
+		name := "dead-head:" + t.Name()
+		keys := holder.keysFor(name)
+		l, err := holder.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		dctx, dcancel := context.WithCancel(ctx)
+		first := lockAsync(dctx, dead.Mutex(name, WithLocalPasses(0, 0)))
+		awaitQueued(t, ctx, rc, keys, 1)
+		second := lockAsync(ctx, next.Mutex(name, WithLocalPasses(0, 0)))
+		awaitQueued(t, ctx, rc, keys, 2)
+		awaitSubscriptionReady(t, next, waiterChannel(keys.channel, next.ID()))
+		time.Sleep(1500 * time.Millisecond) // a pass of each Client read the lock
+
+		back := die()
+		require.NoError(t, l.Unlock(ctx)) // hands the lock to the dead waiter
+		released := time.Now()
+		o := <-second
+		took := time.Since(released)
+		back()
+		dcancel()
+		if f := <-first; f.err == nil {
+			_ = f.l.Unlock(context.WithoutCancel(ctx))
+		}
+		require.NoError(t, o.err)
+		t.Logf("the next waiter got the lock %v after the release handed it to a dead head (claim window %v, waiter expiry %v)",
+			took.Round(time.Millisecond), handOverClaim, defaultWaiterExpiry)
+		require.Less(t, took, 5*time.Second, "the dead head kept the lock past the claim window")
+		require.NoError(t, o.l.Unlock(ctx))
+	})
 }
