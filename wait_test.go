@@ -494,40 +494,55 @@ func TestWaiterDroppedFromQueueLearnsAtNextPass(t *testing.T) {
 }
 
 // TestPresencePassFollowsShorterExpiry: a Client that waits on one lock
-// with a long waiter expiry and then on another with the default one
-// renews its deadline on the second at the pace of the second: it never
-// lapses while the waiter waits.
+// with a long waiter expiry and then on others with a short one renews its
+// deadline on those at the pace of the short one: it never lapses while
+// the waiters wait. A Client with client-side caching (plain renewals) and
+// one without (the presence script, several locks to a script on
+// standalone) alike.
 func TestPresencePassFollowsShorterExpiry(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := withTimeout(t, 30*time.Second)
-		rc := e.rueidisClient(t)
-		holder, waiting := e.client(t), e.client(t)
-		slow, fast := "slowpass:"+t.Name(), "fastpass:"+t.Name()
-		for _, name := range []string{slow, fast} {
-			l, err := holder.Mutex(name).Lock(ctx)
-			require.NoError(t, err)
-			defer l.Unlock(context.WithoutCancel(ctx))
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		w1 := lockAsync(wctx, waiting.Mutex(slow, WithWaiterExpiry(30*time.Second)))
-		awaitQueued(t, ctx, rc, holder.keysFor(slow), 1)
-		time.Sleep(200 * time.Millisecond) // the long pass is scheduled
-		w2 := lockAsync(wctx, waiting.Mutex(fast))
-		keys := holder.keysFor(fast)
-		awaitQueued(t, ctx, rc, keys, 1)
-		least := time.Hour
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			d, err := rc.Do(ctx, rc.B().Hget().Key(keys.waiters).Field("\x00c"+waiting.ID()).Build()).AsInt64()
-			require.NoError(t, err)
-			left := time.Duration(d-serverMillis(t, ctx, rc)) * time.Millisecond
-			least = min(least, left)
-			require.Greater(t, left, time.Duration(0), "the Client's deadline on the lock with the shorter expiry lapsed")
-		}
-		t.Logf("the least time left to the deadline: %v", least)
-		cancel()
-		for _, w := range []<-chan lockOutcome{w1, w2} {
-			require.ErrorIs(t, (<-w).err, context.Canceled)
+		for _, caching := range []bool{true, false} {
+			t.Run(fmt.Sprintf("caching %v", caching), func(t *testing.T) {
+				ctx := withTimeout(t, 30*time.Second)
+				rc := e.rueidisClient(t)
+				holder := e.client(t)
+				waiting := e.client(t)
+				if !caching {
+					waiting = dial(t, e.addrs)
+				}
+				const short = 3 * time.Second
+				slow := "slowpass:" + t.Name()
+				fast := []string{"fastpass:" + t.Name() + ":0", "fastpass:" + t.Name() + ":1", "fastpass:" + t.Name() + ":2"}
+				for _, name := range append([]string{slow}, fast...) {
+					l, err := holder.Mutex(name).Lock(ctx)
+					require.NoError(t, err)
+					defer l.Unlock(context.WithoutCancel(ctx))
+				}
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				ws := []<-chan lockOutcome{lockAsync(wctx, waiting.Mutex(slow, WithWaiterExpiry(30*time.Second)))}
+				awaitQueued(t, ctx, rc, holder.keysFor(slow), 1)
+				time.Sleep(200 * time.Millisecond) // the long pass is scheduled
+				for _, name := range fast {
+					ws = append(ws, lockAsync(wctx, waiting.Mutex(name, WithWaiterExpiry(short))))
+					awaitQueued(t, ctx, rc, holder.keysFor(name), 1)
+				}
+				least := time.Hour
+				for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+					for _, name := range fast {
+						d, err := rc.Do(ctx, rc.B().Hget().Key(holder.keysFor(name).waiters).Field("\x00c"+waiting.ID()).Build()).AsInt64()
+						require.NoError(t, err)
+						left := time.Duration(d-serverMillis(t, ctx, rc)) * time.Millisecond
+						least = min(least, left)
+						require.Greater(t, left, time.Duration(0), "the Client's deadline on %s, with the shorter expiry, lapsed", name)
+					}
+				}
+				t.Logf("the least time left to the deadline: %v (expiry %v)", least, short)
+				cancel()
+				for _, w := range ws {
+					require.ErrorIs(t, (<-w).err, context.Canceled)
+				}
+			})
 		}
 	})
 }
