@@ -72,15 +72,8 @@ func TestWaiterLearnsOfAFreeLockAfterItsConnectionBroke(t *testing.T) {
 
 		require.Positive(t, e.killCommandConns(t, waiting), "no command connection of the waiting Client")
 		require.NoError(t, rc.Do(ctx, rc.B().Eval().Script(freeSilently).Numkeys(1).Key(keys.lock).Build()).Error())
-		freed := time.Now()
-		select {
-		case o := <-w:
-			require.NoError(t, o.err)
-			t.Logf("the waiter took the lock %v after it was freed silently", o.at.Sub(freed).Round(time.Millisecond))
-			require.NoError(t, o.l.Unlock(ctx))
-		case <-time.After(5 * time.Second):
-			t.Fatal("a waiter whose connection broke still trusts the holder it read before")
-		}
+		lockedWithin(t, ctx, w, 5*time.Second, "a waiter whose connection broke still trusts the holder it read before",
+			"the waiter took the lock %v after it was freed silently", time.Now())
 		<-l.Lost()
 		require.Zero(t, fell.Load(), "waits ended by the fallback")
 	})
@@ -152,15 +145,8 @@ func TestWaiterOfALapsedClientQueuesAgain(t *testing.T) {
 		}, "the lapsed Client's waiter did not queue again")
 		t.Logf("queued again %v after the lapse ended", time.Since(back).Round(time.Millisecond))
 		require.NoError(t, o.l.Unlock(ctx))
-		released := time.Now()
-		select {
-		case o := <-w:
-			require.NoError(t, o.err)
-			t.Logf("the lapsed Client's waiter took the lock %v after the release", o.at.Sub(released).Round(time.Millisecond))
-			require.NoError(t, o.l.Unlock(ctx))
-		case <-time.After(3 * time.Second):
-			t.Fatal("the lapsed Client's waiter did not get the lock from the release after it queued again")
-		}
+		lockedWithin(t, ctx, w, 3*time.Second, "the lapsed Client's waiter did not get the lock from the release after it queued again",
+			"the lapsed Client's waiter took the lock %v after the release", time.Now())
 	})
 }
 
@@ -181,15 +167,8 @@ func TestWaiterAfterRestartTakesTheFreeLock(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // a pass read the lock held, into the cache
 
 	require.NoError(t, e.server.Restart())
-	restarted := time.Now()
-	select {
-	case o := <-w:
-		require.NoError(t, o.err)
-		t.Logf("the waiter took the lock %v after the restart", o.at.Sub(restarted).Round(time.Millisecond))
-		require.NoError(t, o.l.Unlock(ctx))
-	case <-time.After(5 * time.Second):
-		t.Fatal("a waiter still waits 5s after a restart freed the lock")
-	}
+	lockedWithin(t, ctx, w, 5*time.Second, "a waiter still waits 5s after a restart freed the lock",
+		"the waiter took the lock %v after the restart", time.Now())
 	requireLost(t, l, 10*time.Second, ErrExpired, ErrConnectionLost, ErrTakenOver)
 	done()
 }

@@ -872,12 +872,20 @@ func groupLockAsync(ctx context.Context, ms ...*Mutex) <-chan lockOutcome {
 // Group still waits then.
 func groupAfterRelease(t *testing.T, ctx context.Context, done <-chan lockOutcome, released time.Time, stuck string) {
 	t.Helper()
+	lockedWithin(t, ctx, done, 5*time.Second, stuck, "the Group got the locks %v after the release", released)
+}
+
+// lockedWithin waits up to d for the acquisition of done, logs when it
+// got the lock, with got, which formats its time since since, and unlocks
+// it; it fails with stuck if the acquisition failed or still waits then.
+func lockedWithin(t *testing.T, ctx context.Context, done <-chan lockOutcome, d time.Duration, stuck, got string, since time.Time) {
+	t.Helper()
 	select {
 	case o := <-done:
 		require.NoError(t, o.err)
-		t.Logf("the Group got the locks %v after the release", o.at.Sub(released).Round(time.Millisecond))
+		t.Logf(got, o.at.Sub(since).Round(time.Millisecond))
 		require.NoError(t, o.l.Unlock(ctx))
-	case <-time.After(5 * time.Second):
+	case <-time.After(d):
 		t.Fatal(stuck)
 	}
 }
