@@ -230,7 +230,8 @@ const maxLocalPasses = 1000
 // per Client and lock, not per waiter. Since a crashed holder publishes
 // nothing, the Client looks at the lock when the holder's lease runs out
 // and wakes its waiters if it is free. A waiter whose Client died holds a
-// lock handed over to it for that expiry at most.
+// lock handed over to it for the claim window at most (3s, or
+// WithWaiterExpiry if shorter).
 //
 // Goroutines of one Client that want the same Mutex wait for it in the
 // Client while one of them acquires it in Redis, and the lock passes from

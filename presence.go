@@ -15,21 +15,24 @@ import (
 // presence keeps a Client's waiters alive in the queues of the Mutex and
 // FairMutex locks they wait for, and is how every waiter learns, whatever
 // messages were lost, what they would have told it: messages are for
-// latency, the presence pass is for liveness. Each pass (a third of the
-// shortest waiter expiry, a second by default) reads, per lock and not per
-// waiter, whether the Client's places there are whole, whether the lock is
-// free, and whether it was handed to one of the Client's waiters; and for
-// the waiters without a place in a queue (Groups and Quorums on a Mutex,
-// Latch waiters, the waiters of the Redisson locks, whose queue, if any, is
-// Redisson's) whether what they wait for became free or changed (follow):
-// one command per channel followed, whatever the number of its waiters. A
-// waiter's place is alive while its Client's deadline in the lock's
-// waiters hash has not passed (see the prelude), and the Client renews
-// that one deadline for all its waiters on the lock, every third of the
-// waiter expiry, in batched scripts: what waiting costs grows with the
-// Clients and the locks waited for, not with the waiting goroutines. A Client that dies stops renewing, and its places
-// are passed over once its deadline has passed. One goroutine, started with
-// the first waiter.
+// latency, the presence pass is for liveness. Each pass (every
+// presenceRead, a second, or a third of a shorter waiter expiry) reads,
+// per lock and not per waiter, whether the lock is free, and whether it
+// was handed to one of the Client's waiters; and for the waiters without a
+// place in a queue (Groups and Quorums on a Mutex, Latch waiters, the
+// waiters of the Redisson locks, whose queue, if any, is Redisson's)
+// whether what they wait for became free or changed (follow): one command
+// per channel followed, whatever the number of its waiters. A waiter's
+// place is alive while its Client's deadline in the lock's waiters hash
+// has not passed (see the prelude), and the Client renews that one
+// deadline for all its waiters on the lock every third of the waiter
+// expiry, learning as it does whether its places there are whole: what
+// waiting costs grows with the Clients and the locks waited for, not with
+// the waiting goroutines. A Client with client-side caching reads the
+// locks from its cache and renews with plain HSETs (see pass): a lock
+// nobody touches costs one command per renewal. A Client that dies stops
+// renewing, and its places are passed over once its deadline has passed.
+// One goroutine, started with the first waiter.
 type presence struct {
 	c *Client
 
@@ -565,8 +568,8 @@ func (p *presence) readLocks(ctx context.Context, rs []renewal) {
 		h := fresh[i]
 		pttl, err := r.AsInt64()
 		if err != nil {
-			// Looked at again as the holder's lease runs out, at the latest.
-			pttl = -1
+			// The holder is not recorded: the next pass reads its PTTL.
+			continue
 		}
 		p.heldBy(h.x.keys, h.owner)
 		p.found(h.x.keys, pttl, false, p.mine(h.owner))
@@ -690,15 +693,15 @@ func (p *presence) serverClock(ctx context.Context, now time.Time) serverClock {
 // presenceRead is the longest time between passes: how long a waiter may
 // go without learning that the lock is free or handed to it, whatever
 // messages were lost. A pass renews the Client's deadline on a lock only
-// every third of its waiter expiry (due); a Client with client-side
+// every third of its waiter expiry (renewalDue); a Client with client-side
 // caching reads the lock at every pass at no cost while it is unchanged.
 const presenceRead = time.Second
 
-// due reports whether a pass at now, the next one period later, renews
+// renewalDue reports whether a pass at now, the next one period later, renews
 // the deadline that the renewal at renewed set: the renewals come a third
 // of the expiry apart, give or take half a period, leaving two thirds of
 // it, less that half, before the deadline.
-func due(now, renewed time.Time, expiry, period time.Duration) bool {
+func renewalDue(now, renewed time.Time, expiry, period time.Duration) bool {
 	return !now.Add(period / 2).Before(renewed.Add(expiry / 3))
 }
 
@@ -714,7 +717,7 @@ const queueKeep = 10
 // renewals lists a pass's renewals, and takes the failed leaves to retry.
 // A Client without client-side caching renews every lock in the script at
 // every pass (scripted), which reads the lock too; one with it, each lock
-// whose renewal is due (see due) in a plain HSET (plain) once it has a
+// whose renewal is due (see renewalDue) in a plain HSET (plain) once it has a
 // server clock, and in the script the locks whose last renewal may have
 // written its fields anew unbeknown to it (repair); the locks whose
 // renewal is not due are only read, from its client-side cache (read).
@@ -728,7 +731,7 @@ func (p *presence) renewals(now time.Time, period time.Duration, clock serverClo
 			x.holder = e.holder
 		}
 		cached := !clock.at.IsZero()
-		if cached && !e.repair && !due(now, e.renewed, e.expiry, period) {
+		if cached && !e.repair && !renewalDue(now, e.renewed, e.expiry, period) {
 			read = append(read, x)
 			continue
 		}
