@@ -179,51 +179,67 @@ func TestWaiterAfterRestartTakesTheFreeLock(t *testing.T) {
 // default waiter expiry of 12 s, so that its place is still alive. The
 // lock is its own only for the claim window, which its Client would have
 // renewed: the next waiter, of another Client, gets the lock once that
-// has passed, about 3 s after the release, not 12.
+// has passed, about 3 s after the release, not 12. Mutex and FairMutex.
 func TestDeadHeadCostsTheClaimWindow(t *testing.T) {
+	kinds := []struct {
+		name string
+		keys func(c *Client, name string) lockKeys
+		lock func(c *Client, name string) func(context.Context) (*Lease, error)
+	}{
+		{"Mutex", (*Client).keysFor, func(c *Client, name string) func(context.Context) (*Lease, error) {
+			return c.Mutex(name, WithLocalPasses(0, 0)).Lock
+		}},
+		{"FairMutex", (*Client).fairKeysFor, func(c *Client, name string) func(context.Context) (*Lease, error) {
+			return c.FairMutex(name).Lock
+		}},
+	}
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := withTimeout(t, 30*time.Second)
-		rc := e.rueidisClient(t)
-		holder, next := e.client(t), e.client(t)
-		var dead *Client
-		var die func() (back func())
-		if e.cluster == nil {
-			var p interface {
-				Blackhole()
-				Heal()
-			}
-			dead, p = e.proxied(t)
-			die = func() func() { p.Blackhole(); return p.Heal }
-		} else {
-			dead = e.client(t)
-			die = func() func() { return dead.stallWatchdog() }
-		}
-		name := "dead-head:" + t.Name()
-		keys := holder.keysFor(name)
-		l, err := holder.Mutex(name).Lock(ctx)
-		require.NoError(t, err)
-		dctx, dcancel := context.WithCancel(ctx)
-		first := lockAsync(dctx, dead.Mutex(name, WithLocalPasses(0, 0)))
-		awaitQueued(t, ctx, rc, keys, 1)
-		second := lockAsync(ctx, next.Mutex(name, WithLocalPasses(0, 0)))
-		awaitQueued(t, ctx, rc, keys, 2)
-		awaitSubscriptionReady(t, next, waiterChannel(keys.channel, next.ID()))
-		time.Sleep(1500 * time.Millisecond) // a pass of each Client read the lock
+		for _, kind := range kinds {
+			t.Run(kind.name, func(t *testing.T) {
+				ctx := withTimeout(t, 30*time.Second)
+				rc := e.rueidisClient(t)
+				holder, next := e.client(t), e.client(t)
+				var dead *Client
+				var die func() (back func())
+				if e.cluster == nil {
+					var p interface {
+						Blackhole()
+						Heal()
+					}
+					dead, p = e.proxied(t)
+					die = func() func() { p.Blackhole(); return p.Heal }
+				} else {
+					dead = e.client(t)
+					die = func() func() { return dead.stallWatchdog() }
+				}
+				name := "dead-head:" + t.Name()
+				keys := kind.keys(holder, name)
+				l, err := kind.lock(holder, name)(ctx)
+				require.NoError(t, err)
+				dctx, dcancel := context.WithCancel(ctx)
+				first := acquireAsync(dctx, kind.lock(dead, name))
+				awaitQueued(t, ctx, rc, keys, 1)
+				second := acquireAsync(ctx, kind.lock(next, name))
+				awaitQueued(t, ctx, rc, keys, 2)
+				awaitSubscriptionReady(t, next, waiterChannel(keys.channel, next.ID()))
+				time.Sleep(1500 * time.Millisecond) // a pass of each Client read the lock
 
-		back := die()
-		require.NoError(t, l.Unlock(ctx)) // hands the lock to the dead waiter
-		released := time.Now()
-		o := <-second
-		took := time.Since(released)
-		back()
-		dcancel()
-		if f := <-first; f.err == nil {
-			_ = f.l.Unlock(context.WithoutCancel(ctx))
+				back := die()
+				require.NoError(t, l.Unlock(ctx)) // hands the lock to the dead waiter
+				released := time.Now()
+				o := <-second
+				took := time.Since(released)
+				back()
+				dcancel()
+				if f := <-first; f.err == nil {
+					_ = f.l.Unlock(context.WithoutCancel(ctx))
+				}
+				require.NoError(t, o.err)
+				t.Logf("the next waiter got the lock %v after the release handed it to a dead head (claim window %v, waiter expiry %v)",
+					took.Round(time.Millisecond), handOverClaim, defaultWaiterExpiry)
+				require.Less(t, took, 5*time.Second, "the dead head kept the lock past the claim window")
+				require.NoError(t, o.l.Unlock(ctx))
+			})
 		}
-		require.NoError(t, o.err)
-		t.Logf("the next waiter got the lock %v after the release handed it to a dead head (claim window %v, waiter expiry %v)",
-			took.Round(time.Millisecond), handOverClaim, defaultWaiterExpiry)
-		require.Less(t, took, 5*time.Second, "the dead head kept the lock past the claim window")
-		require.NoError(t, o.l.Unlock(ctx))
 	})
 }

@@ -344,10 +344,14 @@ type lockOutcome struct {
 	at  time.Time
 }
 
-func lockAsync(ctx context.Context, m *Mutex) <-chan lockOutcome {
+func lockAsync(ctx context.Context, m *Mutex) <-chan lockOutcome { return acquireAsync(ctx, m.Lock) }
+
+// acquireAsync runs lock in a goroutine of its own; its outcome comes on
+// the channel.
+func acquireAsync(ctx context.Context, lock func(context.Context) (*Lease, error)) <-chan lockOutcome {
 	ch := make(chan lockOutcome, 1)
 	go func() {
-		l, err := m.Lock(ctx)
+		l, err := lock(ctx)
 		ch <- lockOutcome{l, err, time.Now()}
 	}()
 	return ch
