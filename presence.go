@@ -3,7 +3,6 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -630,7 +629,7 @@ func (c serverClock) now(t time.Time) int64 {
 
 // serverClock returns the server clock that plain renewals compute the
 // Client's deadlines from, measuring it again (TIME on every node the
-// Client knows, in parallel) once it is as old as the keys' expiry
+// Client knows) once it is as old as the keys' expiry
 // refreshes (touchEvery waiter expiries of the shortest). The zero
 // serverClock, when no node answered, has the pass renew in the script,
 // which reads the server's clock itself.
@@ -639,14 +638,14 @@ func (c serverClock) now(t time.Time) int64 {
 // server time plus the waiter expiry, or the Client's places would lapse
 // while it is alive; a deadline after it only delays the skipping of a
 // dead Client's places. So the clock kept is an upper bound: the greatest
-// of the nodes' answers, measured from before the requests left (a
+// of the nodes' answers, each counted from before its request left (a
 // request's round trip and the skew between nodes add to it, a few ms);
 // the Client's elapsed time comes from its monotonic clock, never its wall
 // clock. A server whose clock steps back makes the deadlines later by the
 // step until the next measure; one that steps forward, sooner, and if by
-// more than the two thirds of the expiry that a pass leaves, the places
-// lapse once and the next pass finds them gone (as after a Client lapse):
-// its waiters queue again.
+// more than the two thirds of the expiry that a renewal leaves, the
+// places lapse once and the next renewal finds them gone (as after a
+// Client lapse): its waiters queue again.
 func (p *presence) serverClock(ctx context.Context, now time.Time) serverClock {
 	p.mu.Lock()
 	clock, shortest := p.clock, time.Duration(0)
@@ -659,31 +658,30 @@ func (p *presence) serverClock(ctx context.Context, now time.Time) serverClock {
 	if shortest == 0 || (!clock.at.IsZero() && now.Sub(clock.at) < touchEvery*shortest) {
 		return clock
 	}
-	nodes := p.c.rc.Nodes()
-	times := make([]int64, 0, len(nodes))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	at := time.Now()
-	for _, n := range nodes {
-		wg.Go(func() {
-			t, err := n.Do(ctx, n.B().Time().Build()).AsStrSlice()
-			if err != nil || len(t) != 2 {
-				return
-			}
-			s, err1 := strconv.ParseInt(t[0], 10, 64)
-			us, err2 := strconv.ParseInt(t[1], 10, 64)
-			if err1 == nil && err2 == nil {
-				mu.Lock()
-				times = append(times, s*1000+(us+999)/1000)
-				mu.Unlock()
-			}
-		})
+	// One node after the other, each read counted from the instant before
+	// its own request left: the greatest estimate is kept (its ms less its
+	// instant), and no goroutine is started for it.
+	var best serverClock
+	for _, n := range p.c.rc.Nodes() {
+		at := time.Now()
+		t, err := n.Do(ctx, n.B().Time().Build()).AsStrSlice()
+		if err != nil || len(t) != 2 {
+			continue
+		}
+		s, err1 := strconv.ParseInt(t[0], 10, 64)
+		us, err2 := strconv.ParseInt(t[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		c := serverClock{ms: s*1000 + (us+999)/1000, at: at}
+		if best.at.IsZero() || c.now(best.at) > best.ms {
+			best = c
+		}
 	}
-	wg.Wait()
-	if len(times) == 0 {
+	if best.at.IsZero() {
 		return clock // the old one, if any: elapsed time still counts from it
 	}
-	clock = serverClock{ms: slices.Max(times), at: at}
+	clock = best
 	p.mu.Lock()
 	p.clock = clock
 	p.mu.Unlock()
