@@ -760,16 +760,34 @@ func BenchmarkIdleWaiting(b *testing.B) {
 				if where == "cluster" {
 					e = clusterEnv(b)
 				}
-				benchIdleWaiting(b, e, shape.clients, shape.locks)
+				benchIdleWaiting(b, e, shape.clients, shape.locks, 10*time.Minute)
 			})
 		}
 	}
 }
 
-func benchIdleWaiting(b *testing.B, e *env, clients, locks int) {
+// BenchmarkWaitingWhileHolderRenews is BenchmarkIdleWaiting (one Client
+// waiting on 1 000 locks) with a holder whose watchdog renews every lock
+// every second (a lease of 3 s): each renewal changes the lock's key, and
+// so each waiting Client reads it again.
+func BenchmarkWaitingWhileHolderRenews(b *testing.B) {
+	for _, where := range []string{"standalone", "cluster"} {
+		b.Run(where, func(b *testing.B) {
+			e := standaloneEnv(b)
+			if where == "cluster" {
+				e = clusterEnv(b)
+			}
+			benchIdleWaiting(b, e, 1, 1000, 3*time.Second)
+		})
+	}
+}
+
+// benchIdleWaiting measures the waiting of clients Clients on locks locks
+// that a holder holds with a watchdog lease of lease.
+func benchIdleWaiting(b *testing.B, e *env, clients, locks int, lease time.Duration) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("bench:idle:%d:%d:", clients, locks)
-	holder := e.client(b, WithWatchdogLease(10*time.Minute))
+	prefix := fmt.Sprintf("bench:idle:%d:%d:%v:", clients, locks, lease)
+	holder := e.client(b, WithWatchdogLease(lease))
 	helds := make([]*Lease, locks)
 	for i := range helds {
 		l, err := holder.Mutex(prefix + strconv.Itoa(i)).Lock(ctx)

@@ -5,14 +5,18 @@ import (
 	"time"
 )
 
-const defaultWaiterExpiry = 3 * time.Second
+const defaultWaiterExpiry = 12 * time.Second
 
 // WithWaiterExpiry sets how long the places of a Mutex or FairMutex's
 // waiters outlive their Client (its process died, its connection broke) in
-// the lock's queue (default 3s). A live Client renews one deadline per lock
-// for all its waiters there every third of it, so the queue never stalls for
-// longer behind a dead waiter. It must be at least a millisecond. Other
-// locks reject it: their methods return ErrInvalidArgument.
+// the lock's queue (default 12s). A live Client renews one deadline per
+// lock for all its waiters there every third of it. A release that hands
+// the lock to a dead waiter gives it a lease of the claim window (3s, or
+// the expiry if shorter), which only a live waiter's Client renews: the
+// queue stalls no longer than that behind a dead head, and a dead Client's
+// other places are passed over once the expiry has passed. It must be at
+// least a millisecond. Other locks reject it: their methods return
+// ErrInvalidArgument.
 func WithWaiterExpiry(d time.Duration) LockOption {
 	return func(c *lockConfig) {
 		c.waiterExpiry, c.given = d, c.given|optWaiterExpiry

@@ -230,7 +230,8 @@ const maxLocalPasses = 1000
 // per Client and lock, not per waiter. Since a crashed holder publishes
 // nothing, the Client looks at the lock when the holder's lease runs out
 // and wakes its waiters if it is free. A waiter whose Client died holds a
-// lock handed over to it for that expiry at most.
+// lock handed over to it for the claim window at most (3s, or
+// WithWaiterExpiry if shorter).
 //
 // Goroutines of one Client that want the same Mutex wait for it in the
 // Client while one of them acquires it in Redis, and the lock passes from
@@ -550,19 +551,29 @@ func (qa *queuedAcquisition) leave(ctx context.Context) {
 const waiterFallback = 2 * time.Minute
 
 // handOverLease is the lease with which a release may hand the lock over to
-// a waiter: the waiter's lease, but no longer than its place in the queue
-// lives, so that a waiter that died meanwhile holds the lock no longer than
-// that; its watchdog renews the full lease a third into that one, unless
-// the holder unlocked before (most hand-overs cost no renewal). Locks with
-// a fixed lease, re-entries, and the locks of a Client that waits for
+// a waiter: the waiter's lease, but no longer than the claim window
+// (handOverClaim) nor than its place in the queue lives, so that a waiter
+// that died meanwhile holds the lock no longer than that; its watchdog
+// renews the full lease a third into that one, unless the holder unlocked
+// before (most hand-overs cost no renewal). The waiter expiry alone would
+// not do: a dead Client's places live for all of it, and the renewals that
+// keep a live Client's places cost less the longer it is. Locks with a
+// fixed lease, re-entries, and the locks of a Client that waits for
 // replicas (WithReplicaAck: a lock handed over is not waited for) are not
 // handed over (0): their waiters are woken and take the lock themselves.
 func handOverLease(c *Client, lease time.Duration, cfg lockConfig, parent *Lease) time.Duration {
 	if cfg.fixedLease > 0 || parent != nil || c.cfg.ackReplicas > 0 {
 		return 0
 	}
-	return min(lease, cfg.waiterExpiry)
+	return min(lease, cfg.waiterExpiry, handOverClaim)
 }
+
+// handOverClaim is the claim window of a hand-over: how long a lock
+// handed over to a waiter stays its own unless the waiter's Client renews
+// it, which a live one does a third into it. A lock handed to a dead
+// waiter is free again after it, and the waiting Clients, which read its
+// lease when the hand-over changed the lock, look then.
+const handOverClaim = 3 * time.Second
 
 // msArg is d in milliseconds as a script argument, "" for 0.
 func msArg(d time.Duration) string {

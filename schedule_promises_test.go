@@ -256,7 +256,8 @@ func (w *world) checkPlaces(res string, byID map[string]int, reported map[string
 // checkLeaseAhead checks that l, which an acquisition of t by Client
 // client returned at at, was delivered with most of its first lease ahead
 // (the lease the key got first: a lock handed over at a release gets the
-// shorter of the lease and the waiter expiry). A grant that comes late is
+// shortest of the lease, the waiter expiry and the claim window,
+// handOverClaim). A grant that comes late is
 // confirmed by a renewal before it is delivered, and counted from it; one
 // in time leaves more than half of it. The check asks for a quarter, for
 // the machine's load. A lease passed on locally, whose Deadline is its
@@ -266,8 +267,8 @@ func (w *world) checkLeaseAhead(t *target, l *Lease, client int, at time.Time) {
 		return
 	}
 	first := t.lease
-	if !t.fixed && t.expiry > 0 && t.expiry < first {
-		first = t.expiry
+	if !t.fixed && t.expiry > 0 {
+		first = min(first, t.expiry, handOverClaim)
 	}
 	dl, ok := l.Deadline()
 	if ok && dl.Sub(at) < first/4 && !w.stalled(client, at.Add(-first), at) {

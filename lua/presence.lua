@@ -2,7 +2,10 @@
 -- its waiters there stay alive (see the prelude).
 -- KEYS[3i-2] waiters hash, KEYS[3i-1] queue zset, KEYS[3i] lock key of lock i.
 -- ARGV[1] the Client's id; for lock i: ARGV[3i-1] waiter expiry ms,
--- ARGV[3i] '1' to refresh the keys' expiry as well, ARGV[3i+1] the holder's
+-- ARGV[3i] '1' to refresh the keys' expiry as well, '2' when the Client's
+-- own HSET has just written its fields (a plain renewal found them gone:
+-- the script gives the hash its expiry, or drops it if nobody waits, and
+-- answers gone), '0' otherwise, ARGV[3i+1] the holder's
 -- owner id the Client read at its last pass ('' for none).
 -- Returns {gone, pttl, mine, owner}, per lock:
 --   gone  1 when places of the Client may be gone: it had no deadline, or
@@ -28,6 +31,9 @@ for i = 1, #KEYS / 3 do
   local waiters, queue, lock = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local expiry = tonumber(ARGV[3 * i - 1])
   local added = redis.call('HSET', waiters, field, now + expiry, alive, '')
+  if ARGV[3 * i] == '2' then
+    added = 1
+  end
   res[i] = math.min(added, 1)
   if added > 0 and redis.call('EXISTS', queue) == 0 then
     -- Nobody waits any more: the hash is this call's.

@@ -68,6 +68,9 @@ type sizes struct {
 
 	gNames, gPerName int // waiters: gNames*gPerName goroutines on gNames names
 	gLeases          int // held leases
+	// gWindow is G's idle window: whole renewal periods of redisync's
+	// waiters (a third of the 12 s waiter expiry), every lock renewed as
+	// often whatever the phase.
 	gSettle, gWindow time.Duration
 
 	hGoroutines int // of the hot client
@@ -88,7 +91,7 @@ func fullSizes() sizes {
 		dCycles: 500, dHandoffs: 30, dWaiters: []int{1, 8}, dHold: 10 * time.Millisecond,
 		eClients: 4, eWaiters: 20, eGap: 5 * time.Millisecond,
 		fSamples: 5,
-		gNames:   1000, gPerName: 10, gLeases: 10_000, gSettle: 1500 * time.Millisecond, gWindow: 2 * time.Second,
+		gNames:   1000, gPerName: 10, gLeases: 10_000, gSettle: 1500 * time.Millisecond, gWindow: 8 * time.Second,
 		hGoroutines: 8, hDur: 2 * time.Second, hMax: 1_000_000,
 		hHold: 100 * time.Microsecond, hGap: 2 * time.Millisecond, hGapJitter: 4 * time.Millisecond, hForeignMax: 10_000,
 	}
