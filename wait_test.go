@@ -91,7 +91,7 @@ func idleWaiting(t *testing.T, e *env, names, perName int) (commandCount, int) {
 	const window = 3 * time.Second
 	time.Sleep(window)
 	d := commandDelta(t, before, e.commandCalls(t))
-	extra := runtime.NumGoroutine() - goroutines - 2*names*perName
+	extra := fewestGoroutines() - goroutines - 2*names*perName
 	t.Logf("%s: %d waiters on %d Mutex and %d FairMutex locks over %v: %d commands (%v), %d goroutines beyond the waiters",
 		e.name, 2*names*perName, names, names, window, d.all, d.calls, extra)
 	cancel()
@@ -141,14 +141,7 @@ func waitOnMany(t *testing.T, ctx context.Context, e *env, prefix string, n int)
 		w.waiting = append(w.waiting, w.waiter.Mutex(fmt.Sprint(prefix, ":", i)).Acquire(ctx))
 	}
 	e.awaitChannels(t, n, 20*time.Second, "waiters did not subscribe")
-	// The fewest goroutines over a second: calls in flight (a presence
-	// pass, a timer's count) run goroutines for a moment, which a loaded
-	// machine stretches.
-	w.extra = math.MaxInt
-	for range 10 {
-		time.Sleep(100 * time.Millisecond)
-		w.extra = min(w.extra, runtime.NumGoroutine()-goroutines-n)
-	}
+	w.extra = fewestGoroutines() - goroutines - n
 	return w
 }
 
@@ -899,4 +892,16 @@ func lockedWithin(t *testing.T, ctx context.Context, done <-chan lockOutcome, d 
 	case <-time.After(d):
 		t.Fatal(stuck)
 	}
+}
+
+// fewestGoroutines is the fewest goroutines the process ran over a second:
+// calls in flight (a presence pass, a timer's count, rueidis' own) run
+// goroutines for a moment, which a loaded machine stretches.
+func fewestGoroutines() int {
+	fewest := math.MaxInt
+	for range 10 {
+		time.Sleep(100 * time.Millisecond)
+		fewest = min(fewest, runtime.NumGoroutine())
+	}
+	return fewest
 }
