@@ -238,7 +238,8 @@ func TestMutexLocalPassAfterLateBudget(t *testing.T) {
 		l := mustLock(t, ctx, m.Lock)
 		_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 1)
 
-		r, open := rf.gate(lastArg(releaseScript, "64"), 1, false)
+		// The Client asks for one token: its block serves one pass.
+		r, open := rf.gate(lastArg(releaseScript, "1"), 1, false)
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- l.Unlock(ctx) }()
 		ran(t, r, "the Unlock did not ask for a new budget")
@@ -254,5 +255,31 @@ func TestMutexLocalPassAfterLateBudget(t *testing.T) {
 		require.NoError(t, ol.Unlock(ctx))
 		next = then(t, next, leases, "the local waiter")
 		unlockAfter(t, ctx, next, ol)
+	})
+}
+
+// A Client that learns of a loss only when it renews (New without
+// DetectChanges), given a budget of local passes, cannot vouch for its
+// hold between two replies of Redis: it confirms every pass there (keep),
+// so a lock force-unlocked and taken by another Client is not delivered to
+// the next local waiter as held, with a token of a block reserved before
+// the other Client's, even though the Client has not learnt of the loss.
+func TestMutexLocalPassConfirmedWithoutChangeDetection(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c := e.renewalClient(t)
+		_, nl, leases := passedOnWithBlock(t, ctx, c, t.Name(), 3)
+		other := e.client(t).Mutex(t.Name())
+		ok, err := other.ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ol := mustLock(t, ctx, other.TryLock)
+		_ = nl.Unlock(ctx) // its loss is reported, or not yet
+		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
+		require.NoError(t, ol.Unlock(ctx))
+		next = then(t, next, leases, "the next local waiter")
+		unlockAfter(t, ctx, next, ol)
+		last := recv(t, leases, 10*time.Second, "the last local waiter")
+		unlockAfter(t, ctx, last, next)
 	})
 }

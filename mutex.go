@@ -168,13 +168,18 @@ func WithRenewedLease(d time.Duration) LockOption {
 // included) is not passed on again. With DetectOnChange, a change of the
 // lock's key that Redis reports voids the budget, and the next Unlock asks
 // Redis for a new one. What remains is a change the Client has not heard
-// of: a pass may be delivered while the lock was force-unlocked or lost,
-// and even taken by another Client (whose token is greater: fencing
-// refuses the pass's writes), at most within after that command was sent;
-// with DetectOnChange, the change's invalidation, about one round trip
-// after it, ends that sooner, unless it came while that command was on its
-// way. So a Client whose LossDetection is DetectOnRenewal does not pass
-// locks on locally unless given this option.
+// of yet: a pass may be delivered while the lock was force-unlocked or
+// lost, and even taken by another Client (whose token is greater: fencing
+// refuses the pass's writes), until the change's invalidation arrives,
+// about one round trip after it, and at most within after that command was
+// sent, when the invalidation came while that command was on its way.
+// A Client whose LossDetection is DetectOnRenewal hears of no change
+// between two replies of Redis, so it does not pass locks on locally
+// unless given this option, and then confirms every pass in Redis: the
+// Unlock that passes the lock on asks Redis to keep it (one round trip,
+// which checks that the Client still holds the lock, nobody waits there,
+// and reserves a token above every one handed out), and the pass follows
+// its reply, within within of its sending; otherwise the lock is released.
 //
 // The default is DefaultLocalPasses within DefaultLocalPassWindow for a
 // Client whose LossDetection is DetectOnChange, and no local passes

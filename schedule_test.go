@@ -770,14 +770,18 @@ func lockOpts(rnd *rand.Rand, sc *schedClient, waiters bool) ([]LockOption, time
 // four, the default one time in four, otherwise a few or many passes
 // within a window long enough for the Client's goroutines to meet in it.
 // A Client that learns of changes only on renewal gets the default (no
-// local passes): given a budget, it may deliver a pass for its whole
-// window after the lock was taken from it, as WithLocalPasses says.
+// local passes) half of the time, and otherwise one or two passes within
+// half a second, each of which it confirms in Redis (WithLocalPasses):
+// with the same draws, whatever the Client's kind.
 func localPassOpts(rnd *rand.Rand, c *Client) []LockOption {
+	k := rnd.IntN(4)
 	if c.LossDetection() != DetectOnChange {
-		rnd.IntN(4) // the same draws, whatever the Client's kind
-		return nil
+		if k < 2 {
+			return nil
+		}
+		return []LockOption{WithLocalPasses(k-1, 500*time.Millisecond)}
 	}
-	switch rnd.IntN(4) {
+	switch k {
 	case 0:
 		return []LockOption{WithLocalPasses(0, 0)}
 	case 1:
