@@ -587,10 +587,12 @@ func msArg(d time.Duration) string {
 //     own otherwise), and the lock may have moved on since: it is ignored,
 //     and the waiter asks Redis again.
 //   - The key got the lease short at the release, which the server's clock
-//     places (MS - seenAt) after the last attempt ran, and so after it was
-//     sent: the lease is counted from there, and a grant that comes late
-//     is confirmed by a renewal that checks ownership before it is
-//     delivered (grant).
+//     places after the last attempt ran, and so after it was sent: by more
+//     than (MS - seenAt - 1) ms, both readings being whole milliseconds
+//     (by (MS - seenAt) ms, the release could be counted up to a
+//     millisecond after it ran). The lease is counted from there, and a
+//     grant that comes late is confirmed by a renewal that checks
+//     ownership before it is delivered (grant).
 //
 // It returns nil without an error when the lock is not the waiter's: the
 // wait goes on.
@@ -606,8 +608,10 @@ func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease
 		return nil, nil
 	}
 	at := qa.lastSent
-	if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && qa.seenAt > 0 && ms > qa.seenAt {
-		at = at.Add(time.Duration(ms-qa.seenAt) * time.Millisecond)
+	if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && qa.seenAt > 0 && ms > qa.seenAt+1 {
+		// Each reading truncates its millisecond: the release ran more
+		// than ms-seenAt-1 ms after the attempt, perhaps no more.
+		at = at.Add(time.Duration(ms-qa.seenAt-1) * time.Millisecond)
 	}
 	g := grant{kind: q.kind, name: q.name, keys: q.keys, key: q.keys.lock, owner: qa.owner, hold: qa.hold,
 		token: tok, lease: qa.lease, watchdog: true, sent: at}
