@@ -1451,7 +1451,12 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.mu.Lock()
 	forcedNow := r.forced
 	w.mu.Unlock()
-	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow && !w.excusedByFailover(r, time.Now(), "not held at delivery") {
+	// The promise: a delivered lease is held in Redis, unless a ForceUnlock
+	// ran during the call (forcedSince), which may have ended the hold
+	// between its grant and its delivery whatever the moment its Client
+	// counts the grant from (a hand-over's is the release, as the server's
+	// clock places it), or since (forcedNow).
+	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow && !w.forcedSince(t.res, callAt) && !w.excusedByFailover(r, time.Now(), "not held at delivery") {
 		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
 			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 	}
