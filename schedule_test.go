@@ -1622,9 +1622,8 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && !forced && !w.forcedSince(t.res, at) && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
-			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
-				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
+		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) {
+			w.unlockFoundItGone(t, r, at, began, returned, deadline, took, err)
 		}
 		w.count(w.failures, t.prim+" unlock: "+errClass(err))
 		w.vacate(r, 0)
@@ -1637,6 +1636,25 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	beside.Wait()
 	close(r.done)
+}
+
+// unlockFoundItGone judges an Unlock of r, delivered at at, that found its
+// hold gone (err) before the lease's deadline while Lost was open when it
+// was called. A ForceUnlock of one of its names that returned after the
+// delivery, or is on its way, explains it: the model takes r off its
+// names' holders as its Unlock begins (releasing), so that one does not
+// mark it forced, and its Client learns of it at its next renewal or its
+// key's invalidation, a round trip later at least: a loss the Client
+// cannot know yet is not silent (counted). So does a failover that may
+// have lost the hold. Otherwise it is a silent loss.
+func (w *world) unlockFoundItGone(t *target, r *rec, at, began, returned, deadline time.Time, took time.Duration, err error) {
+	switch {
+	case w.forcedSince(t.res, at):
+		w.count(w.failures, t.prim+" unlock found it gone before its deadline, after a ForceUnlock since its delivery")
+	case !w.excusedByFailover(r, returned, "Unlock found it gone"):
+		w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
+			t.prim, t.res, r.client, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
+	}
 }
 
 // reenterOnce re-enters r's lock with its lease's Context (with or without
