@@ -2173,7 +2173,11 @@ func modeled(prim string) bool {
 
 // reentered records child, called at call, for the lock model: a hold of
 // r's ownership of each of names, and a fresh ownership of each of fresh
-// (a group taken with a Mutex lease's Context).
+// (a group taken with a Mutex lease's Context, or a re-entry whose parent
+// ended before it was sent, which acquired the lock anew: through a local
+// pass, at times). A fresh ownership that a ForceUnlock may have ended
+// between its grant and its delivery is told to the model as such, as
+// acquireOnce tells of the leases it gets (freshForcedBefore).
 func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, names, fresh []string) *leaseLife {
 	if r.life == nil {
 		return nil
@@ -2190,9 +2194,25 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, name
 		}
 	}
 	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, fresh, owns)
+	w.freshForcedBefore(life, child, call, at, fresh)
 	w.lh.track(life, child)
 	w.lh.witness(life, child)
 	return life
+}
+
+// freshForcedBefore tells the lock model that a ForceUnlock may have ended
+// the fresh ownerships of life (of the names fresh, child's, called at call
+// and delivered at at) before their delivery: one of those names was
+// force-unlocked after the grant (as grantSent places it: for a local
+// pass, its block's window), and the ownership may never have held.
+func (w *world) freshForcedBefore(life *leaseLife, child *Lease, call, at time.Time, fresh []string) {
+	if len(fresh) == 0 {
+		return
+	}
+	granted := w.grantSent(&rec{lease: child, call: call, at: at})
+	if w.forcedSince(fresh, granted) {
+		w.lh.lostBeforeDelivery(life, granted)
+	}
 }
 
 // unlockLease calls l.Unlock and tells the lock model what it did.
