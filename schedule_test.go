@@ -70,7 +70,8 @@ import (
 //	go test -race -run '^TestSchedule$' -seed N -schedule K .   (only schedule K)
 //
 // It runs about 36s of schedules; REDISYNC_SOAK=1 runs schedules until at
-// least 100 000 acquisitions were made.
+// least 100 000 acquisitions were made (or for -soak-for, 60 minutes at
+// most).
 func TestSchedule(t *testing.T) {
 	seed := testSeed(t, "TestSchedule")
 	e := ownServer(t, keptData...)
@@ -82,6 +83,9 @@ func TestSchedule(t *testing.T) {
 	budget, minAcq, capTime := 36*time.Second, int64(0), time.Duration(0)
 	if os.Getenv("REDISYNC_SOAK") != "" {
 		budget, minAcq, capTime = 0, 100000, 60*time.Minute
+		if *soakFor > 0 {
+			capTime = *soakFor
+		}
 	}
 	for n := 0; ; n++ {
 		el := time.Since(start)
@@ -115,6 +119,10 @@ func TestSchedule(t *testing.T) {
 // onlySchedule replays one schedule of a TestSchedule seed: the report
 // names each schedule's number.
 var onlySchedule = flag.Int("schedule", -1, "run only this schedule of TestSchedule's seed")
+
+// soakFor bounds TestSchedule's soak (REDISYNC_SOAK) in time: it ends at
+// 100 000 acquisitions or then, whichever comes first (60 minutes when 0).
+var soakFor = flag.Duration("soak-for", 0, "with REDISYNC_SOAK: end TestSchedule's soak after this long, or at 100 000 acquisitions (0: 60 minutes)")
 
 // testSeed returns the seed of a randomized test (TestSchedule,
 // TestFencedLinearizable...), from -seed, REDISYNC_SEED or the clock, and
