@@ -48,6 +48,8 @@ import (
 //   - An invalidation of the lock's key (DetectOnChange) says that its
 //     hash changed: the block is void (voidPasses), and the next Unlock
 //     asks Redis for a new budget, which checks ownership and the counter.
+//     So does the Client's own ForceUnlock of the lock, before it is sent,
+//     whatever becomes of the invalidation that follows it.
 //   - The budget's time runs from when the command whose reply vouched for
 //     the hold (the acquisition, the hand-over, the new budget) was sent,
 //     not from when its reply arrived: a late reply leaves less of it, or
@@ -596,9 +598,9 @@ func (co *cohort) detach(l *Lease) { co.lose(l) }
 // keys (of every lock, when all) hold for local passes: Redis told the
 // Client that the lock's hash changed (an invalidation, see tracker), and
 // what changed it (a Group's token, another owner, a forced unlock) is not
-// known until the Client asks. The next Unlock asks Redis for a new budget
-// (keep), which finds out. It runs in a connection's reader: it must not
-// block.
+// known until the Client asks; or the Client force-unlocks the lock itself
+// (Mutex.ForceUnlock). The next Unlock asks Redis for a new budget (keep),
+// which finds out. It runs in a connection's reader: it must not block.
 func (c *Client) voidPasses(keys []string, all bool) {
 	var cos []*cohort
 	if all {

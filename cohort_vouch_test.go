@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/stretchr/testify/require"
 )
 
@@ -281,5 +282,38 @@ func TestMutexLocalPassConfirmedWithoutChangeDetection(t *testing.T) {
 		unlockAfter(t, ctx, next, ol)
 		last := recv(t, leases, 10*time.Second, "the last local waiter")
 		unlockAfter(t, ctx, last, next)
+	})
+}
+
+// A Client that force-unlocks a Mutex its goroutines pass on locally has
+// seen the lock move: the block of tokens its cohort holds is void at
+// once, whatever becomes of the invalidation Redis sends it (here lost on
+// the way), and the next Unlock asks Redis, which finds the lock gone. So
+// the lock, taken meanwhile by another Client, is not delivered to the
+// next local waiter as held.
+func TestMutexOwnForceUnlockVoidsLocalPasses(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		ps, err := newProxySet(e.addrs)
+		require.NoError(t, err)
+		t.Cleanup(ps.Close)
+		c, err := Dial(ps.option(e.addrs), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		require.Equal(t, DetectOnChange, c.LossDetection())
+		m, nl, leases := passedOnWithBlock(t, ctx, c, t.Name(), 2)
+		eventually(t, 10*time.Second, func() bool { return readForTracking(c, nl.h) }, "the key was not read for tracking")
+		time.Sleep(100 * time.Millisecond) // the read's reply is back
+
+		ps.each(func(p *faultproxy.Proxy) { p.DropInvalidations(1) })
+		ok, err := m.ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ol := mustLock(t, ctx, e.client(t).Mutex(t.Name()).TryLock)
+		_ = nl.Unlock(ctx) // its loss is reported, or not yet
+		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
+		require.NoError(t, ol.Unlock(ctx))
+		next = then(t, next, leases, "the next local waiter")
+		unlockAfter(t, ctx, next, ol)
 	})
 }

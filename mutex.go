@@ -768,7 +768,8 @@ func parseMutexState(res []rueidis.RedisMessage) MutexState {
 
 // ForceUnlock deletes the lock whoever holds it and hands it to the first
 // waiter of its queue, as a release does. It reports whether the mutex was
-// locked. The holder's lease reports ErrForceUnlocked (which matches
+// locked. The Client's own goroutines no longer pass the lock on locally
+// from the tokens reserved before: their next Unlock asks Redis. The holder's lease reports ErrForceUnlocked (which matches
 // ErrExpired): about one round trip later when its Client's LossDetection
 // is DetectOnChange, at its next renewal (within a third of the watchdog
 // lease) otherwise. For operators: a holder that is alive loses mutual
@@ -777,6 +778,12 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
+	// The Client sees the lock move: the block of tokens its goroutines
+	// pass the lock on with (cohort) no longer vouches for a hold, before
+	// the force is sent (a pass after it is sent may follow it in Redis)
+	// and whatever becomes of the invalidation Redis then sends. The next
+	// Unlock asks Redis, which finds the lock gone.
+	m.c.voidPasses([]string{m.keys.lock}, false)
 	return m.c.forceUnlock(ctx, m.keys)
 }
 
