@@ -97,6 +97,34 @@ func then(t *testing.T, l *Lease, ch <-chan *Lease, what string) *Lease {
 	return recv(t, ch, 10*time.Second, what)
 }
 
+// passNotDeliveredAfterForce force-unlocks the Mutex of nl, a lease passed
+// on locally whose Client may not have learnt of that yet, with force (a
+// Mutex of that Client, or of another), has another Client take the lock,
+// and unlocks nl: the next local waiter, on leases, gets no Lease held
+// while the other Client holds the lock, and gets it once that Client
+// unlocked it, with a greater token. before, when not nil, runs before
+// nl's Unlock, and after once that waiter was seen not to get it. It
+// returns the waiter's Lease, unlocked.
+func passNotDeliveredAfterForce(t *testing.T, ctx context.Context, e *env, force *Mutex, nl *Lease, leases chan *Lease, before, after func()) *Lease {
+	t.Helper()
+	ok, err := force.ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ol := mustLock(t, ctx, e.client(t).Mutex(force.Name()).TryLock)
+	if before != nil {
+		before()
+	}
+	_ = nl.Unlock(ctx) // its loss is reported, or not yet
+	next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
+	if after != nil {
+		after()
+	}
+	require.NoError(t, ol.Unlock(ctx))
+	next = then(t, next, leases, "the next local waiter")
+	unlockAfter(t, ctx, next, ol)
+	return next
+}
+
 // A Group that re-enters a Mutex through a lease of it raises the lock's
 // token counter to the group's token: the lock is not passed on locally
 // with the tokens reserved before, and the next holder's token is greater
@@ -184,18 +212,8 @@ func TestMutexLocalPassAfterChangeUnchecked(t *testing.T) {
 		// The check that follows the change is held back: the loss is not
 		// known.
 		r, open := rf.gate(lastArg(renewScript, "0"), -1, false)
-		other := e.client(t).Mutex(t.Name())
-		ok, err := other.ForceUnlock(ctx)
-		require.NoError(t, err)
-		require.True(t, ok)
-		ol := mustLock(t, ctx, other.TryLock)
-		ran(t, r, "the Client did not check the lock after its change")
-		_ = nl.Unlock(ctx) // its loss may be reported, or not yet
-		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
-		open()
-		require.NoError(t, ol.Unlock(ctx))
-		next = then(t, next, leases, "the next local waiter")
-		unlockAfter(t, ctx, next, ol)
+		next := passNotDeliveredAfterForce(t, ctx, e, e.client(t).Mutex(t.Name()), nl, leases,
+			func() { ran(t, r, "the Client did not check the lock after its change") }, open)
 		last := recv(t, leases, 10*time.Second, "the last local waiter")
 		unlockAfter(t, ctx, last, next)
 	})
@@ -270,16 +288,7 @@ func TestMutexLocalPassConfirmedWithoutChangeDetection(t *testing.T) {
 		ctx := withTimeout(t, 30*time.Second)
 		c := e.renewalClient(t)
 		_, nl, leases := passedOnWithBlock(t, ctx, c, t.Name(), 3)
-		other := e.client(t).Mutex(t.Name())
-		ok, err := other.ForceUnlock(ctx)
-		require.NoError(t, err)
-		require.True(t, ok)
-		ol := mustLock(t, ctx, other.TryLock)
-		_ = nl.Unlock(ctx) // its loss is reported, or not yet
-		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
-		require.NoError(t, ol.Unlock(ctx))
-		next = then(t, next, leases, "the next local waiter")
-		unlockAfter(t, ctx, next, ol)
+		next := passNotDeliveredAfterForce(t, ctx, e, e.client(t).Mutex(t.Name()), nl, leases, nil, nil)
 		last := recv(t, leases, 10*time.Second, "the last local waiter")
 		unlockAfter(t, ctx, last, next)
 	})
@@ -306,14 +315,6 @@ func TestMutexOwnForceUnlockVoidsLocalPasses(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the read's reply is back
 
 		ps.each(func(p *faultproxy.Proxy) { p.DropInvalidations(1) })
-		ok, err := m.ForceUnlock(ctx)
-		require.NoError(t, err)
-		require.True(t, ok)
-		ol := mustLock(t, ctx, e.client(t).Mutex(t.Name()).TryLock)
-		_ = nl.Unlock(ctx) // its loss is reported, or not yet
-		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
-		require.NoError(t, ol.Unlock(ctx))
-		next = then(t, next, leases, "the next local waiter")
-		unlockAfter(t, ctx, next, ol)
+		passNotDeliveredAfterForce(t, ctx, e, m, nl, leases, nil, nil)
 	})
 }
