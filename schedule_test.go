@@ -1368,6 +1368,25 @@ func errClass(err error) string {
 	return msg
 }
 
+// lostAtDelivery says why a lease of t that sc's call (called at callAt)
+// delivered already lost, with err, is no violation, "" when it is one
+// (or err is no loss). The lease is delivered as lost, which its Err says,
+// and nothing claims it held, when a ForceUnlock ran while the call took
+// the lock, or when the Client lapsed during the call (stall-watchdog): its
+// grant waited for the watchdog meanwhile, and the lock may have expired
+// and been taken.
+func (w *world) lostAtDelivery(sc *schedClient, t *target, callAt time.Time, err error) string {
+	switch {
+	case err == nil || !lossReason(err):
+		return ""
+	case errors.Is(err, ErrForceUnlocked) && w.forcedSince(t.res, callAt):
+		return "delivered already force-unlocked, a ForceUnlock during the call"
+	case w.stalled(sc.i, callAt, time.Now()):
+		return "delivered already lost, its Client lapsed during the call"
+	}
+	return ""
+}
+
 // lossReason reports whether err is one of the reasons a held lease is lost.
 func lossReason(err error) bool {
 	return errors.Is(err, ErrExpired) || errors.Is(err, ErrTakenOver) || errors.Is(err, ErrConnectionLost)
@@ -1402,7 +1421,9 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		select {
 		case l = <-t.acquire(ctx):
 			err = l.Err()
-			if err != nil && lossReason(err) && !(errors.Is(err, ErrForceUnlocked) && w.forcedSince(t.res, callAt)) {
+			if why := w.lostAtDelivery(sc, t, callAt, err); why != "" {
+				w.count(w.failures, t.prim+" "+form+": "+why)
+			} else if err != nil && lossReason(err) {
 				w.violation("delivered-lost", "%s %v Acquire of c%d delivered a lease already lost at %s: %v; faults: %s",
 					t.prim, t.res, sc.i, w.rel(time.Now()), err, w.faultsAround(time.Now().Add(-5*time.Second), time.Now(), 0))
 				return
@@ -1418,11 +1439,8 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	at := time.Now()
 	if e := l.Err(); e != nil {
-		if errors.Is(e, ErrForceUnlocked) && w.forcedSince(t.res, callAt) {
-			// A ForceUnlock ran while the call took the lock: the lease
-			// is delivered as lost, which its Err says; nothing claims
-			// it held.
-			w.count(w.failures, t.prim+" "+form+": delivered already force-unlocked, a ForceUnlock during the call")
+		if why := w.lostAtDelivery(sc, t, callAt, e); why != "" {
+			w.count(w.failures, t.prim+" "+form+": "+why)
 			return
 		}
 		w.violation("delivered-lost", "%s %v %s of c%d returned a lease at %s whose Err is %v; faults: %s",
