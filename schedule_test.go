@@ -51,7 +51,7 @@ import (
 // must have its grant on the replica (schedule_replicalag_test.go).
 // The test's own model of who holds what checks, at every delivery, mutual
 // exclusion, the semaphore's size, that tokens only increase and that the
-// lease is held in Redis; a monitor checks that no waiter waits long for a
+// lease is held in Redis (unless a ForceUnlock ran during its call); a monitor checks that no waiter waits long for a
 // lock the model says is free; a lease left to expire must expire within
 // its lease, and a lost one must not be renewed (schedule_promises_test.go,
 // with the checks that a call that waits returns within its grace, that a
