@@ -56,9 +56,9 @@ peers: deps
 .PHONY: soak-schedule
 
 # soak-schedule runs only the randomized schedule and fencing checks at soak
-# size; SEED=N replays one run.
+# size; SEED=N replays one run, FOR=20m ends the schedules' soak sooner.
 soak-schedule: deps
-	REDISYNC_SOAK=1 GOWORK=off go test -race -count=1 -timeout 90m -v -run '^(TestSchedule|TestFencedLinearizable)$$' . $(if $(SEED),-seed $(SEED))
+	REDISYNC_SOAK=1 GOWORK=off go test -race -count=1 -timeout 90m -v -run '^(TestSchedule|TestFencedLinearizable)$$' . $(if $(SEED),-seed $(SEED)) $(if $(FOR),-soak-for $(FOR))
 
 .PHONY: mutants
 

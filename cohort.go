@@ -48,20 +48,29 @@ import (
 //   - An invalidation of the lock's key (DetectOnChange) says that its
 //     hash changed: the block is void (voidPasses), and the next Unlock
 //     asks Redis for a new budget, which checks ownership and the counter.
+//     So does the Client's own ForceUnlock of the lock, before it is sent,
+//     whatever becomes of the invalidation that follows it.
 //   - The budget's time runs from when the command whose reply vouched for
 //     the hold (the acquisition, the hand-over, the new budget) was sent,
 //     not from when its reply arrived: a late reply leaves less of it, or
 //     none.
-// What remains is a change in Redis that the Client has not seen yet: a
-// pass may be delivered while another Client holds the lock (with a lower
-// token than theirs, so fencing refuses it) for at most the budget's time
-// after the vouching command was sent; with DetectOnChange, the change's
-// invalidation (about one round trip after it) ends that sooner, unless it
-// arrived while the vouching command was on its way: the Client cannot
-// tell it from the invalidation of its own command's write, and the reply
-// that follows vouches anew. A Client that learns of changes only when it
-// renews (DetectOnRenewal) thus passes locks on locally only when asked to
-// (WithLocalPasses).
+//   - A Client that learns of changes only when it renews (DetectOnRenewal)
+//     hears of none between two replies of Redis: its block vouches for one
+//     pass, made as the reply that reserved it arrives. Its acquisitions
+//     reserve no tokens, and every Unlock that finds a goroutine waiting
+//     asks Redis for a new budget (keep), which checks that the ownership
+//     still holds the lock and reserves a token above every one handed out
+//     so far; the pass follows that reply, or the lock is released.
+// What remains, for a Client that detects changes (DetectOnChange), is a
+// change in Redis that the Client has not seen yet: a pass may be
+// delivered while another Client holds the lock (with a lower token than
+// theirs, so fencing refuses it) until the change's invalidation arrives,
+// about one round trip after it, and at most the budget's time after the
+// vouching command was sent, when the invalidation arrived while that
+// command was on its way: the Client cannot tell it from the invalidation
+// of its own command's write, and the reply that follows vouches anew. A
+// Client that detects changes on renewal passes locks on locally only
+// when asked to (WithLocalPasses), each pass one round trip to Redis.
 
 // cohort is the goroutines of one Client that want one Mutex.
 type cohort struct {
@@ -261,7 +270,9 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 	reserve := func() int {
 		co.mu.Lock()
 		defer co.mu.Unlock()
-		if len(co.waiters) == 0 {
+		if len(co.waiters) == 0 || !co.vouchesBetweenReplies() {
+			// A Client that learns of changes only when it renews passes
+			// on from a keep's reply alone (see keep).
 			return 0
 		}
 		return m.cfg.localPasses
@@ -279,6 +290,9 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 	confirmed := h.lastOK
 	h.mu.Unlock()
 	co.mu.Lock()
+	if !co.vouchesBetweenReplies() {
+		reserved = 0 // no block but a keep's (see reserve)
+	}
 	co.leading = false
 	co.current, co.until = l, confirmed.Add(m.cfg.localWithin)
 	co.budget, co.within = m.cfg.localPasses, m.cfg.localWithin
@@ -440,12 +454,25 @@ func (co *cohort) handOn(l *Lease) bool {
 	co.waiters = co.waiters[1:]
 	co.next++
 	co.current = nl
+	if !co.vouchesBetweenReplies() {
+		// Nothing tells a Client that detects changes on renewal that the
+		// lock moved on after the reply that vouched for this pass: the
+		// block is spent, and the next pass follows another reply (keep).
+		co.until = time.Time{}
+	}
 	h.mu.Unlock()
 	l.mu.Lock()
 	l.passedOn = true
 	l.mu.Unlock()
 	w.turn <- nl
 	return true
+}
+
+// vouchesBetweenReplies reports whether the Client hears of a change of a
+// lock's key between two replies of Redis (DetectOnChange): only then may a
+// block of tokens serve passes after the reply that reserved it.
+func (co *cohort) vouchesBetweenReplies() bool {
+	return co.c.LossDetection() == DetectOnChange
 }
 
 // keep runs l's release in Redis asking to keep the lock for the cohort's
@@ -474,6 +501,9 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	c := h.c
 	co.mu.Lock()
 	budget, within := co.budget, co.within
+	if !co.vouchesBetweenReplies() {
+		budget = 1 // the block vouches for one pass (see handOn)
+	}
 	co.mu.Unlock()
 	e := c.releaseExec(h.keys, h.owner, l.hold)
 	e.Args = append(e.Args, strconv.Itoa(budget))
@@ -568,9 +598,9 @@ func (co *cohort) detach(l *Lease) { co.lose(l) }
 // keys (of every lock, when all) hold for local passes: Redis told the
 // Client that the lock's hash changed (an invalidation, see tracker), and
 // what changed it (a Group's token, another owner, a forced unlock) is not
-// known until the Client asks. The next Unlock asks Redis for a new budget
-// (keep), which finds out. It runs in a connection's reader: it must not
-// block.
+// known until the Client asks; or the Client force-unlocks the lock itself
+// (Mutex.ForceUnlock). The next Unlock asks Redis for a new budget (keep),
+// which finds out. It runs in a connection's reader: it must not block.
 func (c *Client) voidPasses(keys []string, all bool) {
 	var cos []*cohort
 	if all {

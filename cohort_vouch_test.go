@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisync/redisync/internal/faultproxy"
 	"github.com/stretchr/testify/require"
 )
 
@@ -96,6 +97,34 @@ func then(t *testing.T, l *Lease, ch <-chan *Lease, what string) *Lease {
 	return recv(t, ch, 10*time.Second, what)
 }
 
+// passNotDeliveredAfterForce force-unlocks the Mutex of nl, a lease passed
+// on locally whose Client may not have learnt of that yet, with force (a
+// Mutex of that Client, or of another), has another Client take the lock,
+// and unlocks nl: the next local waiter, on leases, gets no Lease held
+// while the other Client holds the lock, and gets it once that Client
+// unlocked it, with a greater token. before, when not nil, runs before
+// nl's Unlock, and after once that waiter was seen not to get it. It
+// returns the waiter's Lease, unlocked.
+func passNotDeliveredAfterForce(t *testing.T, ctx context.Context, e *env, force *Mutex, nl *Lease, leases chan *Lease, before, after func()) *Lease {
+	t.Helper()
+	ok, err := force.ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ol := mustLock(t, ctx, e.client(t).Mutex(force.Name()).TryLock)
+	if before != nil {
+		before()
+	}
+	_ = nl.Unlock(ctx) // its loss is reported, or not yet
+	next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
+	if after != nil {
+		after()
+	}
+	require.NoError(t, ol.Unlock(ctx))
+	next = then(t, next, leases, "the next local waiter")
+	unlockAfter(t, ctx, next, ol)
+	return next
+}
+
 // A Group that re-enters a Mutex through a lease of it raises the lock's
 // token counter to the group's token: the lock is not passed on locally
 // with the tokens reserved before, and the next holder's token is greater
@@ -183,18 +212,8 @@ func TestMutexLocalPassAfterChangeUnchecked(t *testing.T) {
 		// The check that follows the change is held back: the loss is not
 		// known.
 		r, open := rf.gate(lastArg(renewScript, "0"), -1, false)
-		other := e.client(t).Mutex(t.Name())
-		ok, err := other.ForceUnlock(ctx)
-		require.NoError(t, err)
-		require.True(t, ok)
-		ol := mustLock(t, ctx, other.TryLock)
-		ran(t, r, "the Client did not check the lock after its change")
-		_ = nl.Unlock(ctx) // its loss may be reported, or not yet
-		next := notDeliveredWhileHeld(t, leases, ol, 200*time.Millisecond)
-		open()
-		require.NoError(t, ol.Unlock(ctx))
-		next = then(t, next, leases, "the next local waiter")
-		unlockAfter(t, ctx, next, ol)
+		next := passNotDeliveredAfterForce(t, ctx, e, e.client(t).Mutex(t.Name()), nl, leases,
+			func() { ran(t, r, "the Client did not check the lock after its change") }, open)
 		last := recv(t, leases, 10*time.Second, "the last local waiter")
 		unlockAfter(t, ctx, last, next)
 	})
@@ -238,7 +257,8 @@ func TestMutexLocalPassAfterLateBudget(t *testing.T) {
 		l := mustLock(t, ctx, m.Lock)
 		_, leases, _ := holdAndQueueFrom(t, ctx, m, l, 1)
 
-		r, open := rf.gate(lastArg(releaseScript, "64"), 1, false)
+		// The Client asks for one token: its block serves one pass.
+		r, open := rf.gate(lastArg(releaseScript, "1"), 1, false)
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- l.Unlock(ctx) }()
 		ran(t, r, "the Unlock did not ask for a new budget")
@@ -254,5 +274,47 @@ func TestMutexLocalPassAfterLateBudget(t *testing.T) {
 		require.NoError(t, ol.Unlock(ctx))
 		next = then(t, next, leases, "the local waiter")
 		unlockAfter(t, ctx, next, ol)
+	})
+}
+
+// A Client that learns of a loss only when it renews (New without
+// DetectChanges), given a budget of local passes, cannot vouch for its
+// hold between two replies of Redis: it confirms every pass there (keep),
+// so a lock force-unlocked and taken by another Client is not delivered to
+// the next local waiter as held, with a token of a block reserved before
+// the other Client's, even though the Client has not learnt of the loss.
+func TestMutexLocalPassConfirmedWithoutChangeDetection(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c := e.renewalClient(t)
+		_, nl, leases := passedOnWithBlock(t, ctx, c, t.Name(), 3)
+		next := passNotDeliveredAfterForce(t, ctx, e, e.client(t).Mutex(t.Name()), nl, leases, nil, nil)
+		last := recv(t, leases, 10*time.Second, "the last local waiter")
+		unlockAfter(t, ctx, last, next)
+	})
+}
+
+// A Client that force-unlocks a Mutex its goroutines pass on locally has
+// seen the lock move: the block of tokens its cohort holds is void at
+// once, whatever becomes of the invalidation Redis sends it (here lost on
+// the way), and the next Unlock asks Redis, which finds the lock gone. So
+// the lock, taken meanwhile by another Client, is not delivered to the
+// next local waiter as held.
+func TestMutexOwnForceUnlockVoidsLocalPasses(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		ps, err := newProxySet(e.addrs)
+		require.NoError(t, err)
+		t.Cleanup(ps.Close)
+		c, err := Dial(ps.option(e.addrs), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		require.Equal(t, DetectOnChange, c.LossDetection())
+		m, nl, leases := passedOnWithBlock(t, ctx, c, t.Name(), 2)
+		eventually(t, 10*time.Second, func() bool { return readForTracking(c, nl.h) }, "the key was not read for tracking")
+		time.Sleep(100 * time.Millisecond) // the read's reply is back
+
+		ps.each(func(p *faultproxy.Proxy) { p.DropInvalidations(1) })
+		passNotDeliveredAfterForce(t, ctx, e, m, nl, leases, nil, nil)
 	})
 }

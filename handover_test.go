@@ -163,3 +163,39 @@ func TestLateConfirmationIsRepeated(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 	})
 }
+
+// TestHandedOverLeaseCountsFromBeforeItsRelease: a lock a release hands over
+// to a waiter holds its lease from that release, which the waiter places by
+// the server's clock, in whole milliseconds, after its last attempt: more
+// than the difference of the two readings less a millisecond after it. So
+// the lease counts (Deadline, and the grant the schedule test checks) from
+// no later than the release, which ran before its reply came back.
+func TestHandedOverLeaseCountsFromBeforeItsRelease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, time.Minute)
+		m := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
+		other := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
+		handed := 0
+		for i := range 40 {
+			l := mustLock(t, ctx, other.Lock)
+			got := m.Acquire(ctx)
+			eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, other.c, t.Name()) == 1 }, "the waiter did not queue")
+			// The release at a varying point of the server's millisecond.
+			time.Sleep(time.Duration(i%10) * 100 * time.Microsecond)
+			require.NoError(t, l.Unlock(ctx))
+			released := time.Now()
+			nl := recv(t, got, 10*time.Second, "the waiter")
+			require.NoError(t, nl.Err())
+			h := nl.h
+			h.mu.Lock()
+			from, initial := h.lastOK, h.initial
+			h.mu.Unlock()
+			if initial > 0 { // handed over, not taken by an attempt of its own
+				handed++
+				require.False(t, from.After(released), "trial %d: the lease handed over counts from %v after its release returned", i, from.Sub(released))
+			}
+			require.NoError(t, nl.Unlock(ctx))
+		}
+		require.Positive(t, handed, "no lock was handed over")
+	})
+}

@@ -168,13 +168,18 @@ func WithRenewedLease(d time.Duration) LockOption {
 // included) is not passed on again. With DetectOnChange, a change of the
 // lock's key that Redis reports voids the budget, and the next Unlock asks
 // Redis for a new one. What remains is a change the Client has not heard
-// of: a pass may be delivered while the lock was force-unlocked or lost,
-// and even taken by another Client (whose token is greater: fencing
-// refuses the pass's writes), at most within after that command was sent;
-// with DetectOnChange, the change's invalidation, about one round trip
-// after it, ends that sooner, unless it came while that command was on its
-// way. So a Client whose LossDetection is DetectOnRenewal does not pass
-// locks on locally unless given this option.
+// of yet: a pass may be delivered while the lock was force-unlocked or
+// lost, and even taken by another Client (whose token is greater: fencing
+// refuses the pass's writes), until the change's invalidation arrives,
+// about one round trip after it, and at most within after that command was
+// sent, when the invalidation came while that command was on its way.
+// A Client whose LossDetection is DetectOnRenewal hears of no change
+// between two replies of Redis, so it does not pass locks on locally
+// unless given this option, and then confirms every pass in Redis: the
+// Unlock that passes the lock on asks Redis to keep it (one round trip,
+// which checks that the Client still holds the lock, nobody waits there,
+// and reserves a token above every one handed out), and the pass follows
+// its reply, within within of its sending; otherwise the lock is released.
 //
 // The default is DefaultLocalPasses within DefaultLocalPassWindow for a
 // Client whose LossDetection is DetectOnChange, and no local passes
@@ -593,10 +598,12 @@ func msArg(d time.Duration) string {
 //     own otherwise), and the lock may have moved on since: it is ignored,
 //     and the waiter asks Redis again.
 //   - The key got the lease short at the release, which the server's clock
-//     places (MS - seenAt) after the last attempt ran, and so after it was
-//     sent: the lease is counted from there, and a grant that comes late
-//     is confirmed by a renewal that checks ownership before it is
-//     delivered (grant).
+//     places after the last attempt ran, and so after it was sent: by more
+//     than (MS - seenAt - 1) ms, both readings being whole milliseconds
+//     (by (MS - seenAt) ms, the release could be counted up to a
+//     millisecond after it ran). The lease is counted from there, and a
+//     grant that comes late is confirmed by a renewal that checks
+//     ownership before it is delivered (grant).
 //
 // It returns nil without an error when the lock is not the waiter's: the
 // wait goes on.
@@ -612,8 +619,10 @@ func (qa *queuedAcquisition) handedOver(ctx context.Context, msg string) (*Lease
 		return nil, nil
 	}
 	at := qa.lastSent
-	if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && qa.seenAt > 0 && ms > qa.seenAt {
-		at = at.Add(time.Duration(ms-qa.seenAt) * time.Millisecond)
+	if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && qa.seenAt > 0 && ms > qa.seenAt+1 {
+		// Each reading truncates its millisecond: the release ran more
+		// than ms-seenAt-1 ms after the attempt, perhaps no more.
+		at = at.Add(time.Duration(ms-qa.seenAt-1) * time.Millisecond)
 	}
 	g := grant{kind: q.kind, name: q.name, keys: q.keys, key: q.keys.lock, owner: qa.owner, hold: qa.hold,
 		token: tok, lease: qa.lease, watchdog: true, sent: at}
@@ -770,7 +779,8 @@ func parseMutexState(res []rueidis.RedisMessage) MutexState {
 
 // ForceUnlock deletes the lock whoever holds it and hands it to the first
 // waiter of its queue, as a release does. It reports whether the mutex was
-// locked. The holder's lease reports ErrForceUnlocked (which matches
+// locked. The Client's own goroutines no longer pass the lock on locally
+// from the tokens reserved before: their next Unlock asks Redis. The holder's lease reports ErrForceUnlocked (which matches
 // ErrExpired): about one round trip later when its Client's LossDetection
 // is DetectOnChange, at its next renewal (within a third of the watchdog
 // lease) otherwise. For operators: a holder that is alive loses mutual
@@ -779,6 +789,12 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
+	// The Client sees the lock move: the block of tokens its goroutines
+	// pass the lock on with (cohort) no longer vouches for a hold, before
+	// the force is sent (a pass after it is sent may follow it in Redis)
+	// and whatever becomes of the invalidation Redis then sends. The next
+	// Unlock asks Redis, which finds the lock gone.
+	m.c.voidPasses([]string{m.keys.lock}, false)
 	return m.c.forceUnlock(ctx, m.keys)
 }
 

@@ -312,8 +312,8 @@ func (w *world) watchRenewals(sc *schedClient) {
 			}
 			if lost := v.(time.Time); time.Since(lost) > renewalSlack {
 				reported[a] = true
-				w.violation("renewed-after-loss", "c%d renews the lease of owner %s at %s, %v after its loss was seen at %s",
-					sc.i, a, w.rel(time.Now()), time.Since(lost).Round(time.Millisecond), w.rel(lost))
+				w.violation("renewed-after-loss", "c%d renews the lease of owner %s at %s, %v after its loss was seen at %s (keys and arguments %q)",
+					sc.i, a, w.rel(time.Now()), time.Since(lost).Round(time.Millisecond), w.rel(lost), cmd[3:])
 			}
 		}
 	})

@@ -51,7 +51,7 @@ import (
 // must have its grant on the replica (schedule_replicalag_test.go).
 // The test's own model of who holds what checks, at every delivery, mutual
 // exclusion, the semaphore's size, that tokens only increase and that the
-// lease is held in Redis; a monitor checks that no waiter waits long for a
+// lease is held in Redis (unless a ForceUnlock ran during its call); a monitor checks that no waiter waits long for a
 // lock the model says is free; a lease left to expire must expire within
 // its lease, and a lost one must not be renewed (schedule_promises_test.go,
 // with the checks that a call that waits returns within its grace, that a
@@ -70,7 +70,8 @@ import (
 //	go test -race -run '^TestSchedule$' -seed N -schedule K .   (only schedule K)
 //
 // It runs about 36s of schedules; REDISYNC_SOAK=1 runs schedules until at
-// least 100 000 acquisitions were made.
+// least 100 000 acquisitions were made (or for -soak-for, 60 minutes at
+// most).
 func TestSchedule(t *testing.T) {
 	seed := testSeed(t, "TestSchedule")
 	e := ownServer(t, keptData...)
@@ -82,6 +83,9 @@ func TestSchedule(t *testing.T) {
 	budget, minAcq, capTime := 36*time.Second, int64(0), time.Duration(0)
 	if os.Getenv("REDISYNC_SOAK") != "" {
 		budget, minAcq, capTime = 0, 100000, 60*time.Minute
+		if *soakFor > 0 {
+			capTime = *soakFor
+		}
 	}
 	for n := 0; ; n++ {
 		el := time.Since(start)
@@ -115,6 +119,10 @@ func TestSchedule(t *testing.T) {
 // onlySchedule replays one schedule of a TestSchedule seed: the report
 // names each schedule's number.
 var onlySchedule = flag.Int("schedule", -1, "run only this schedule of TestSchedule's seed")
+
+// soakFor bounds TestSchedule's soak (REDISYNC_SOAK) in time: it ends at
+// 100 000 acquisitions or then, whichever comes first (60 minutes when 0).
+var soakFor = flag.Duration("soak-for", 0, "with REDISYNC_SOAK: end TestSchedule's soak after this long, or at 100 000 acquisitions (0: 60 minutes)")
 
 // testSeed returns the seed of a randomized test (TestSchedule,
 // TestFencedLinearizable...), from -seed, REDISYNC_SEED or the clock, and
@@ -770,14 +778,18 @@ func lockOpts(rnd *rand.Rand, sc *schedClient, waiters bool) ([]LockOption, time
 // four, the default one time in four, otherwise a few or many passes
 // within a window long enough for the Client's goroutines to meet in it.
 // A Client that learns of changes only on renewal gets the default (no
-// local passes): given a budget, it may deliver a pass for its whole
-// window after the lock was taken from it, as WithLocalPasses says.
+// local passes) half of the time, and otherwise one or two passes within
+// half a second, each of which it confirms in Redis (WithLocalPasses):
+// with the same draws, whatever the Client's kind.
 func localPassOpts(rnd *rand.Rand, c *Client) []LockOption {
+	k := rnd.IntN(4)
 	if c.LossDetection() != DetectOnChange {
-		rnd.IntN(4) // the same draws, whatever the Client's kind
-		return nil
+		if k < 2 {
+			return nil
+		}
+		return []LockOption{WithLocalPasses(k-1, 500*time.Millisecond)}
 	}
-	switch rnd.IntN(4) {
+	switch k {
 	case 0:
 		return []LockOption{WithLocalPasses(0, 0)}
 	case 1:
@@ -1356,6 +1368,25 @@ func errClass(err error) string {
 	return msg
 }
 
+// lostAtDelivery says why a lease of t that sc's call (called at callAt)
+// delivered already lost, with err, is no violation, "" when it is one
+// (or err is no loss). The lease is delivered as lost, which its Err says,
+// and nothing claims it held, when a ForceUnlock ran while the call took
+// the lock, or when the Client lapsed during the call (stall-watchdog): its
+// grant waited for the watchdog meanwhile, and the lock may have expired
+// and been taken.
+func (w *world) lostAtDelivery(sc *schedClient, t *target, callAt time.Time, err error) string {
+	switch {
+	case err == nil || !lossReason(err):
+		return ""
+	case errors.Is(err, ErrForceUnlocked) && w.forcedSince(t.res, callAt):
+		return "delivered already force-unlocked, a ForceUnlock during the call"
+	case w.stalled(sc.i, callAt, time.Now()):
+		return "delivered already lost, its Client lapsed during the call"
+	}
+	return ""
+}
+
 // lossReason reports whether err is one of the reasons a held lease is lost.
 func lossReason(err error) bool {
 	return errors.Is(err, ErrExpired) || errors.Is(err, ErrTakenOver) || errors.Is(err, ErrConnectionLost)
@@ -1390,7 +1421,9 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		select {
 		case l = <-t.acquire(ctx):
 			err = l.Err()
-			if err != nil && lossReason(err) && !(errors.Is(err, ErrForceUnlocked) && w.forcedSince(t.res, callAt)) {
+			if why := w.lostAtDelivery(sc, t, callAt, err); why != "" {
+				w.count(w.failures, t.prim+" "+form+": "+why)
+			} else if err != nil && lossReason(err) {
 				w.violation("delivered-lost", "%s %v Acquire of c%d delivered a lease already lost at %s: %v; faults: %s",
 					t.prim, t.res, sc.i, w.rel(time.Now()), err, w.faultsAround(time.Now().Add(-5*time.Second), time.Now(), 0))
 				return
@@ -1406,11 +1439,8 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	at := time.Now()
 	if e := l.Err(); e != nil {
-		if errors.Is(e, ErrForceUnlocked) && w.forcedSince(t.res, callAt) {
-			// A ForceUnlock ran while the call took the lock: the lease
-			// is delivered as lost, which its Err says; nothing claims
-			// it held.
-			w.count(w.failures, t.prim+" "+form+": delivered already force-unlocked, a ForceUnlock during the call")
+		if why := w.lostAtDelivery(sc, t, callAt, e); why != "" {
+			w.count(w.failures, t.prim+" "+form+": "+why)
 			return
 		}
 		w.violation("delivered-lost", "%s %v %s of c%d returned a lease at %s whose Err is %v; faults: %s",
@@ -1447,7 +1477,12 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.mu.Lock()
 	forcedNow := r.forced
 	w.mu.Unlock()
-	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow && !w.excusedByFailover(r, time.Now(), "not held at delivery") {
+	// The promise: a delivered lease is held in Redis, unless a ForceUnlock
+	// ran during the call (forcedSince), which may have ended the hold
+	// between its grant and its delivery whatever the moment its Client
+	// counts the grant from (a hand-over's is the release, as the server's
+	// clock places it), or since (forcedNow).
+	if ierr == nil && shows != "" && !lostNow(l) && !forcedNow && !w.forcedSince(t.res, callAt) && !w.excusedByFailover(r, time.Now(), "not held at delivery") {
 		w.violation("not-held-at-delivery", "%s %v of c%d (token %d, lease %v fixed=%v) delivered at %s but Redis shows %s at %s; faults: %s",
 			t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), shows, w.rel(time.Now()), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
 	}
@@ -1613,9 +1648,8 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case err == nil:
 		w.vacate(r, 0)
 	case errors.Is(err, ErrNotHeld):
-		if !lostBefore && !forced && !w.forcedSince(t.res, at) && deadlineOK && returned.Before(deadline) && !w.excusedByFailover(r, returned, "Unlock found it gone") {
-			w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
-				t.prim, t.res, sc.i, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
+		if !lostBefore && !forced && deadlineOK && returned.Before(deadline) {
+			w.unlockFoundItGone(t, r, at, began, returned, deadline, took, err)
 		}
 		w.count(w.failures, t.prim+" unlock: "+errClass(err))
 		w.vacate(r, 0)
@@ -1628,6 +1662,25 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	beside.Wait()
 	close(r.done)
+}
+
+// unlockFoundItGone judges an Unlock of r, delivered at at, that found its
+// hold gone (err) before the lease's deadline while Lost was open when it
+// was called. A ForceUnlock of one of its names that returned after the
+// delivery, or is on its way, explains it: the model takes r off its
+// names' holders as its Unlock begins (releasing), so that one does not
+// mark it forced, and its Client learns of it at its next renewal or its
+// key's invalidation, a round trip later at least: a loss the Client
+// cannot know yet is not silent (counted). So does a failover that may
+// have lost the hold. Otherwise it is a silent loss.
+func (w *world) unlockFoundItGone(t *target, r *rec, at, began, returned, deadline time.Time, took time.Duration, err error) {
+	switch {
+	case w.forcedSince(t.res, at):
+		w.count(w.failures, t.prim+" unlock found it gone before its deadline, after a ForceUnlock since its delivery")
+	case !w.excusedByFailover(r, returned, "Unlock found it gone"):
+		w.violation("silent-loss", "%s %v of c%d (token %d, lease %v fixed=%v, delivered %s): Unlock at %s found it not held (%v) in %v, before the lease's deadline %s, and Lost was open when it was called; faults: %s",
+			t.prim, t.res, r.client, r.token, t.lease, t.fixed, w.rel(at), w.rel(began), err, took, w.rel(deadline), w.faultsAround(at.Add(-5*time.Second), time.Now(), 0))
+	}
 }
 
 // reenterOnce re-enters r's lock with its lease's Context (with or without
@@ -2146,7 +2199,11 @@ func modeled(prim string) bool {
 
 // reentered records child, called at call, for the lock model: a hold of
 // r's ownership of each of names, and a fresh ownership of each of fresh
-// (a group taken with a Mutex lease's Context).
+// (a group taken with a Mutex lease's Context, or a re-entry whose parent
+// ended before it was sent, which acquired the lock anew: through a local
+// pass, at times). A fresh ownership that a ForceUnlock may have ended
+// between its grant and its delivery is told to the model as such, as
+// acquireOnce tells of the leases it gets (freshForcedBefore).
 func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, names, fresh []string) *leaseLife {
 	if r.life == nil {
 		return nil
@@ -2163,9 +2220,25 @@ func (w *world) reentered(r *rec, child *Lease, client int, call time.Time, name
 		}
 	}
 	life := w.lh.acquired(client, child.Token(), r.fixed, call, at, fresh, owns)
+	w.freshForcedBefore(life, child, call, at, fresh)
 	w.lh.track(life, child)
 	w.lh.witness(life, child)
 	return life
+}
+
+// freshForcedBefore tells the lock model that a ForceUnlock may have ended
+// the fresh ownerships of life (of the names fresh, child's, called at call
+// and delivered at at) before their delivery: one of those names was
+// force-unlocked after the grant (as grantSent places it: for a local
+// pass, its block's window), and the ownership may never have held.
+func (w *world) freshForcedBefore(life *leaseLife, child *Lease, call, at time.Time, fresh []string) {
+	if len(fresh) == 0 {
+		return
+	}
+	granted := w.grantSent(&rec{lease: child, call: call, at: at})
+	if w.forcedSince(fresh, granted) {
+		w.lh.lostBeforeDelivery(life, granted)
+	}
 }
 
 // unlockLease calls l.Unlock and tells the lock model what it did.

@@ -51,6 +51,8 @@ type Proxy struct {
 	dropPushes  int           // pub/sub messages still to drop
 	delayPushes time.Duration // added to every pub/sub message
 	pushes      PushStats
+
+	dropInvalidations int // client-side caching invalidations still to drop
 }
 
 // conn is one client connection and its connection to the target.
@@ -176,6 +178,7 @@ func (p *Proxy) Heal() {
 	defer p.mu.Unlock()
 	p.blackhole, p.refuse, p.latency = false, false, 0
 	p.paused, p.dropPushes, p.delayPushes = time.Time{}, 0, 0
+	p.dropInvalidations = 0
 	for _, c := range p.conns {
 		c.paused = time.Time{}
 	}

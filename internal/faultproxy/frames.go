@@ -130,6 +130,13 @@ func (p *Proxy) frames(c *conn, dst net.Conn, b []byte) (rest []byte, ok, open b
 				}
 				start = end
 			}
+		case "invalidate":
+			if p.dropInvalidation() {
+				if start < i && !p.forward(c, dst, b[start:i]) {
+					return nil, false, false
+				}
+				start = end
+			}
 		case "subscribe", "ssubscribe", "psubscribe":
 			p.mu.Lock()
 			c.subscriber = true
