@@ -1,6 +1,7 @@
 package redisync
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -40,8 +41,25 @@ func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 	}
 	n, rounds := 2+rnd.IntN(3), 1+rnd.IntN(3)
 	w.count(w.attempts, kind)
-	if len(passing) > 0 {
-		defer w.keepInFlight(rnd, sc, t)()
+	// On a Client whose replies can be held back, that learns of changes
+	// (and whose keeps go through the wrapper, not waiting for replicas),
+	// the crowds meet on a plain lock of the Client's own, three goroutines
+	// or more four times each: with a budget of one or two passes, a lease
+	// passed on locally keeps the lock in Redis once its block runs out, a
+	// keep whose reply comes after a ForceUnlock (keepInFlight); with a
+	// large one, the Client hears of a ForceUnlock while its block has
+	// tokens left, before it knows the hold is gone (invalidationInFlight).
+	switch plainFaults := faultsCrowds(sc) && !t.fixed; {
+	case plainFaults && rnd.IntN(3) == 0:
+		t, n, rounds = w.withoutReentries(sc, t, DefaultLocalPasses), max(n, 3), 4
+		w.count(w.attempts, "mutex crowd on a plain handle, its tracking read held back")
+		defer w.invalidationInFlight(sc, t)()
+	case plainFaults:
+		t, n, rounds = w.withoutReentries(sc, t, 1+rnd.IntN(2)), max(n, 3), 4
+		w.count(w.attempts, "mutex crowd on a plain handle, its keep held back")
+		defer w.keepInFlight(rnd, sc, t, 2*plainLease+time.Second/2)()
+	case len(passing) > 0:
+		defer w.keepInFlight(rnd, sc, t, 0)()
 	}
 	var wg sync.WaitGroup
 	for g := range n {
@@ -63,6 +81,61 @@ func (w *world) crowd(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 	wg.Wait()
 }
 
+// faultsCrowds reports whether the crowds of sc meet on a plain lock with
+// a reply held back (see crowd): its replies can be held back, it learns
+// of changes, and its keeps go through the wrapper (it does not wait for
+// replicas, which takes a dedicated connection).
+func faultsCrowds(sc *schedClient) bool {
+	return sc.rf != nil && sc.c.LossDetection() == DetectOnChange && sc.c.cfg.ackReplicas == 0
+}
+
+// crowdChance is one in how many of an actor's steps are a crowd: one in
+// three on a Client whose crowds meet with a reply held back, whose
+// faults take a few crowds to meet; one in ten on the others.
+func crowdChance(sc *schedClient) int {
+	if faultsCrowds(sc) {
+		return 3
+	}
+	return 10
+}
+
+// plainLease is the watchdog lease of a crowd's plain Mutex.
+const plainLease = time.Second
+
+// withoutReentries is t without its re-entries and Groups, over a Mutex
+// of sc's own (a name no other Client takes, so that the crowd is the
+// lock's only contender) with a budget of passes local passes within 2 s
+// and a lease of plainLease, when t's lease is renewed by the watchdog: a
+// lease passed on locally then stays its holder's only one, and once the block
+// of tokens runs out, its Unlock asks Redis to keep the lock for the crowd
+// (the keep that keepInFlight holds back). With them, every lease passed
+// on locally takes a Group through its Context and is released in Redis.
+// A holder whose release is on its way learns of its loss from a renewal
+// only once its lease ran out: a short lease brings that, and the crowd's
+// next acquisition, within the block's window.
+func (w *world) withoutReentries(sc *schedClient, t *target, passes int) *target {
+	plain := *t
+	plain.reenter, plain.groups = nil, nil
+	if cfg := t.mutex.cfg; cfg.fixedLease == 0 {
+		name := fmt.Sprintf("m:crowd:c%d", sc.i)
+		m := sc.c.Mutex(name, WithLocalPasses(passes, 2*time.Second), WithWaiterExpiry(cfg.waiterExpiry), WithRenewedLease(plainLease))
+		plain.res, plain.mutex, plain.lease = []string{"mutex:" + name}, m, plainLease
+		plain.lock, plain.try, plain.acquire, plain.force = m.Lock, m.TryLock, m.Acquire, m.ForceUnlock
+		plain.owner, plain.inspect = w.mutexOwner(name), w.mutexInspect(name)
+	}
+	return &plain
+}
+
+// checkPassToken checks a lease l of t that c delivered: passed on
+// locally, its token comes from a block its holder reserved in Redis at or
+// after its own acquisition, so it is above the holder's token.
+func (w *world) checkPassToken(t *target, l *Lease, c int) {
+	if passedLocally(l) && l.token <= l.h.token {
+		w.violation("pass-token-not-above-holder", "%s %v of c%d passed on locally at %s with token %d, not above its holder's %d",
+			t.prim, t.res, c, w.rel(time.Now()), l.token, l.h.token)
+	}
+}
+
 // passedLocally reports whether l was passed on locally: it has a token of
 // its own, from its cohort's block, above its holder's.
 func passedLocally(l *Lease) bool {
@@ -77,6 +150,21 @@ func groupChance(l *Lease) int {
 		return 1
 	}
 	return 6
+}
+
+// forceFrom force-unlocks t, a Mutex that sc holds, from another Client:
+// one whose target t is, or else the next Client over a handle of t's name.
+func (w *world) forceFrom(sc *schedClient, t *target) {
+	if w.forceElsewhere(sc, t.mutex.keys.lock) {
+		return
+	}
+	w.mu.Lock()
+	clients := w.schedClients
+	w.mu.Unlock()
+	other := clients[(sc.i+1)%len(clients)]
+	m := other.c.Mutex(t.mutex.name)
+	w.count(w.attempts, "force unlock while a reply is on its way")
+	w.forceUnlock(&target{prim: t.prim, res: t.res, mutex: m, force: m.ForceUnlock}, other)
 }
 
 // strayForce force-unlocks one of the Mutex or FairMutex names from sc,

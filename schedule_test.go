@@ -109,6 +109,7 @@ func TestSchedule(t *testing.T) {
 		se.observer.Close()
 	}
 	noLeak(nil, restartedServer)
+	w.checkHoldersNamed()
 	w.report(time.Since(start))
 }
 
@@ -705,6 +706,26 @@ func (w *world) lockKeysOf(res string) lockKeys {
 	return w.observer.keysFor(name)
 }
 
+// mutexOwner reads the owner of the Mutex name in Redis.
+func (w *world) mutexOwner(name string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		st, err := w.observer.Mutex(name).Inspect(ctx)
+		return st.Owner, err
+	}
+}
+
+// mutexInspect tells whether Redis shows a lease of the Mutex name as
+// holding it: "" when it does, what it shows otherwise.
+func (w *world) mutexInspect(name string) func(ctx context.Context, l *Lease) (string, error) {
+	return func(ctx context.Context, l *Lease) (string, error) {
+		st, err := w.observer.Mutex(name).Inspect(ctx)
+		if err != nil || st.Owner == l.h.owner {
+			return "", err
+		}
+		return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.Token()), nil
+	}
+}
+
 // schedClient is one Client of a schedule.
 type schedClient struct {
 	i        int
@@ -797,17 +818,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		ts = append(ts, &target{
 			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed, mutex: m,
 			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
-			owner: func(ctx context.Context) (string, error) {
-				st, err := w.observer.Mutex(name).Inspect(ctx)
-				return st.Owner, err
-			},
-			inspect: func(ctx context.Context, l *Lease) (string, error) {
-				st, err := w.observer.Mutex(name).Inspect(ctx)
-				if err != nil || st.Owner == l.h.owner {
-					return "", err
-				}
-				return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.Token()), nil
-			},
+			owner: w.mutexOwner(name), inspect: w.mutexInspect(name),
 		})
 	}
 	for _, name := range fairNames {
@@ -1300,7 +1311,7 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 			w.latchOp(rnd, sc)
 			continue
 		}
-		if rnd.IntN(10) == 0 {
+		if rnd.IntN(crowdChance(sc)) == 0 {
 			w.crowd(rnd, sc, ts, stop)
 			continue
 		}
@@ -1401,6 +1412,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	w.returnedInGrace(ce, sc.i, t.prim+" "+form)
 	if err != nil {
+		w.waitEnded(t, form, err)
 		w.count(w.failures, t.prim+" "+form+": "+errClass(err))
 		return
 	}
@@ -1427,6 +1439,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.totalAcq++
 	w.vmu.Unlock()
 	w.cohortTook(l)
+	w.checkPassToken(t, l, sc.i)
 	forcedBefore := w.delivered(r)
 	w.checkOnReplica(r)
 	w.trackOwner(l, 1)
