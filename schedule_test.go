@@ -1524,6 +1524,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Second)
 		err := l.Extend(ectx, d)
 		ecancel()
+		w.extended(t, l, sc.i, d, err)
 		w.count(w.attempts, t.prim+" extend")
 		if err != nil {
 			w.count(w.failures, t.prim+" extend: "+errClass(err))
