@@ -1080,6 +1080,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			}()
 		}
 	}
+	w.plainCrowds(seed, clients, targets, stop, &wg)
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -1311,7 +1312,7 @@ func (w *world) actor(rnd *rand.Rand, sc *schedClient, ts []*target, stop <-chan
 			w.latchOp(rnd, sc)
 			continue
 		}
-		if rnd.IntN(crowdChance(sc)) == 0 {
+		if rnd.IntN(10) == 0 {
 			w.crowd(rnd, sc, ts, stop)
 			continue
 		}
