@@ -13,7 +13,8 @@ import (
 
 // invalidationInFlight, for a crowd of sc on t, a Mutex with local passes,
 // on a Client whose replies can be held back: once a goroutine of the
-// crowd holds the lock and the Client tracks its key, it force-unlocks the
+// crowd holds the lock, the Client tracks its key and nothing of the
+// Client's is about to change it (trackedHolder), it force-unlocks the
 // lock from another Client and holds back the reply of the Client's next
 // read of the key (the read that the invalidation brings on, and that
 // would find the hold gone). Once that read ran, the invalidation came
@@ -32,18 +33,31 @@ func (w *world) invalidationInFlight(sc *schedClient, t *target) (end func()) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		h := w.trackedHolder(sc.c, key, done)
+		h, tried := w.trackedHolder(sc.c, key, done)
 		if h == nil {
 			return
 		}
 		faultEnded := w.faultBegins("hold-reply", "hold-reply tracking read, forced", sc.i)
 		defer faultEnded()
-		r, open := sc.rf.gate(func(cmd []string) bool { return len(cmd) > 1 && cmd[0] == "HGET" && cmd[1] == key }, 1, false)
+		// The tracker's read of the key (not the watchdog's look at who
+		// forced it, which a renewal that finds it gone makes).
+		field := h.trackField()
+		r, open := sc.rf.gate(func(cmd []string) bool { return len(cmd) > 2 && cmd[0] == "HGET" && cmd[1] == key && cmd[2] == field }, 1, false)
 		defer func() {
 			sc.rf.drop(r)
 			open()
 		}()
 		w.forceFrom(sc, t)
+		h.mu.Lock()
+		renewed := !h.tried.Equal(tried)
+		h.mu.Unlock()
+		if renewed {
+			// The Client's own renewal changed the key about when it was
+			// forced: its invalidation, not the ForceUnlock's, may be what
+			// the read follows, and the key may have been untracked when
+			// it was forced.
+			return
+		}
 		select {
 		case <-r.Ran():
 		case <-time.After(time.Second):
@@ -92,25 +106,45 @@ func (w *world) invalidationInFlight(sc *schedClient, t *target) (end func()) {
 }
 
 // trackedHolder waits, a second at most and until done, for the lock at
-// key to be held for its cohort in c by a holder whose key the Client's
-// tracker has read since it last changed: a change now brings an
-// invalidation. It returns that holder, or nil.
-func (w *world) trackedHolder(c *Client, key string, done <-chan struct{}) *holder {
+// key to be held for its cohort in c by a holder h whose key the Client's
+// tracker has read since it last changed, so that a change now brings an
+// invalidation, and which changes nothing in the key soon: its watchdog
+// sent no renewal in the last 20 ms (when it did, at tried), and its block
+// of tokens has tokens and time left, so that no keep is near. It returns
+// h and tried, or nil.
+func (w *world) trackedHolder(c *Client, key string, done <-chan struct{}) (*holder, time.Time) {
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	giveUp := time.After(time.Second)
 	for {
-		if h := cohortHolder(c, key); h != nil && trackedSinceChange(c.tracker, h) {
-			return h
+		if h := cohortHolder(c, key); h != nil && trackedSinceChange(c.tracker, h) && blockAhead(c, key) {
+			h.mu.Lock()
+			tried := h.tried
+			h.mu.Unlock()
+			if time.Since(tried) > 20*time.Millisecond {
+				return h, tried
+			}
 		}
 		select {
 		case <-tick.C:
 		case <-giveUp:
-			return nil
+			return nil, time.Time{}
 		case <-done:
-			return nil
+			return nil, time.Time{}
 		}
 	}
+}
+
+// blockAhead reports whether the cohort of the lock at key in c has a
+// block of tokens with 8 tokens and half a second left, or more.
+func blockAhead(c *Client, key string) bool {
+	co := c.knownCohort(key)
+	if co == nil {
+		return false
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.next+8 <= co.top && time.Until(co.until) > 500*time.Millisecond
 }
 
 // trackedSinceChange reports whether t tracks h's key, read since its
