@@ -1523,9 +1523,9 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case mid < 2 && t.fixed && t.prim != "group":
 		d := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}[rnd.IntN(3)]
 		ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Second)
-		err := l.Extend(ectx, d)
+		err := w.extend(ectx, sc, t, l, d)
 		ecancel()
-		w.extended(t, l, sc.i, d, err)
+		w.extended(t, l, sc.i, d, err, "returned")
 		w.count(w.attempts, t.prim+" extend")
 		if err != nil {
 			w.count(w.failures, t.prim+" extend: "+errClass(err))
