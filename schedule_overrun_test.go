@@ -245,34 +245,53 @@ func (w *world) forceElsewhere(sc *schedClient, key string) bool {
 // Client whose replies can be held back: holds back the reply of the
 // crowd's next keep (see cohort.keep), force-unlocks the lock from another
 // Client once the keep ran, and lets the reply come once the lock's next
-// acquisition by sc in Redis replied (or after a moment): the keep's
-// holder lost the lock while its keep was on its way, and a goroutine of
-// the crowd took it in Redis, with a greater token, before the reply
-// came. It returns what ends the fault once the crowd is done.
-func (w *world) keepInFlight(rnd *rand.Rand, sc *schedClient, t *target) (end func()) {
+// acquisition by sc in Redis was delivered, as the cohort's new holder
+// (or after a moment, at least patience): the keep's holder lost the lock while its keep was
+// on its way, and a goroutine of the crowd took it in Redis, with a
+// greater token and a block of its own, before the reply came. It returns
+// what ends the fault once the crowd is done.
+func (w *world) keepInFlight(rnd *rand.Rand, sc *schedClient, t *target, patience time.Duration) (end func()) {
 	if sc.rf == nil || t.mutex == nil {
 		return func() {}
 	}
 	isKeep, key := callMatcher("keep", w.liveOwner), t.mutex.keys.lock
-	hold := time.Duration(50+rnd.IntN(1450)) * time.Millisecond
+	hold := max(time.Duration(50+rnd.IntN(1450))*time.Millisecond, patience)
 	faultEnded := w.faultBegins("hold-reply", "hold-reply keep, forced while on its way", sc.i)
 	r, open := sc.rf.gate(func(cmd []string) bool { return isKeep(cmd) && len(cmd) > 3 && cmd[3] == key }, 1, false)
 	var once sync.Once
 	release := func() { once.Do(open) }
 	var forced atomic.Bool
+	var keeper atomic.Pointer[holder] // the holder of the lease whose keep ran
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var nextOnce sync.Once
+	var mu sync.Mutex
+	ending := false // under mu: no goroutine joins wg once the fault ends
 	next := sc.rf.watch(runsWith(acquireScript, key), func(context.Context) {
 		if forced.Load() {
-			once.Do(func() {
-				open()
-				w.count(w.attempts, "mutex crowd whose keep's reply came after the lock's next acquisition")
+			nextOnce.Do(func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if ending {
+					return
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if w.cohortMovedOn(sc.c, key, keeper.Load(), max(patience, time.Second), done) {
+						once.Do(func() {
+							open()
+							w.count(w.attempts, "mutex crowd whose keep's reply came after the lock's next acquisition")
+						})
+					}
+				}()
 			})
 		}
 	})
-	done := make(chan struct{})
-	var wg sync.WaitGroup
 	afterRan(r, done, &wg, func() {
 		w.count(w.attempts, "mutex crowd whose keep ran, its reply held back")
-		w.forceElsewhere(sc, key)
+		keeper.Store(cohortHolder(sc.c, key))
+		w.forceFrom(sc, t)
 		forced.Store(true)
 		select {
 		case <-time.After(hold):
@@ -281,6 +300,9 @@ func (w *world) keepInFlight(rnd *rand.Rand, sc *schedClient, t *target) (end fu
 		}
 	})
 	return func() {
+		mu.Lock()
+		ending = true
+		mu.Unlock()
 		close(done)
 		wg.Wait()
 		sc.rf.drop(r)
@@ -297,4 +319,41 @@ func (w *world) forcedSince(res []string, at time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.ContainsFunc(res, func(res string) bool { return w.forcedSinceLocked(res, at) })
+}
+
+// cohortHolder is the holder of the lease that holds the lock at key for
+// its cohort in c, or nil.
+func cohortHolder(c *Client, key string) *holder {
+	co := c.knownCohort(key)
+	if co == nil {
+		return nil
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if co.current == nil {
+		return nil
+	}
+	return co.current.h
+}
+
+// cohortMovedOn waits until the lock at key is held for its cohort in c by
+// a holder other than old (a lease taken in Redis since, whose delivery
+// set the cohort's block), and reports whether it came within patience,
+// before done.
+func (w *world) cohortMovedOn(c *Client, key string, old *holder, patience time.Duration, done <-chan struct{}) bool {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(patience)
+	for {
+		if h := cohortHolder(c, key); h != nil && h != old {
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-giveUp:
+			return false
+		case <-done:
+			return false
+		}
+	}
 }

@@ -113,6 +113,7 @@ func TestSchedule(t *testing.T) {
 		se.observer.Close()
 	}
 	noLeak(nil, restartedServer)
+	w.checkHoldersNamed()
 	w.report(time.Since(start))
 }
 
@@ -713,6 +714,26 @@ func (w *world) lockKeysOf(res string) lockKeys {
 	return w.observer.keysFor(name)
 }
 
+// mutexOwner reads the owner of the Mutex name in Redis.
+func (w *world) mutexOwner(name string) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		st, err := w.observer.Mutex(name).Inspect(ctx)
+		return st.Owner, err
+	}
+}
+
+// mutexInspect tells whether Redis shows a lease of the Mutex name as
+// holding it: "" when it does, what it shows otherwise.
+func (w *world) mutexInspect(name string) func(ctx context.Context, l *Lease) (string, error) {
+	return func(ctx context.Context, l *Lease) (string, error) {
+		st, err := w.observer.Mutex(name).Inspect(ctx)
+		if err != nil || st.Owner == l.h.owner {
+			return "", err
+		}
+		return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.Token()), nil
+	}
+}
+
 // schedClient is one Client of a schedule.
 type schedClient struct {
 	i        int
@@ -809,17 +830,7 @@ func (w *world) targets(rnd *rand.Rand, sc *schedClient, all []*schedClient) []*
 		ts = append(ts, &target{
 			prim: "mutex", res: []string{"mutex:" + name}, expiry: expiry, lease: lease, fixed: fixed, mutex: m,
 			lock: m.Lock, try: m.TryLock, acquire: m.Acquire, reenter: m.Lock, force: m.ForceUnlock,
-			owner: func(ctx context.Context) (string, error) {
-				st, err := w.observer.Mutex(name).Inspect(ctx)
-				return st.Owner, err
-			},
-			inspect: func(ctx context.Context, l *Lease) (string, error) {
-				st, err := w.observer.Mutex(name).Inspect(ctx)
-				if err != nil || st.Owner == l.h.owner {
-					return "", err
-				}
-				return fmt.Sprintf("owner %q token %d, not %q token %d", st.Owner, st.Token, l.h.owner, l.Token()), nil
-			},
+			owner: w.mutexOwner(name), inspect: w.mutexInspect(name),
 		})
 	}
 	for _, name := range fairNames {
@@ -1081,6 +1092,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 			}()
 		}
 	}
+	w.plainCrowds(seed, clients, targets, stop, &wg)
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -1434,6 +1446,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	w.returnedInGrace(ce, sc.i, t.prim+" "+form)
 	if err != nil {
+		w.waitEnded(t, form, err)
 		w.count(w.failures, t.prim+" "+form+": "+errClass(err))
 		return
 	}
@@ -1457,6 +1470,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	w.totalAcq++
 	w.vmu.Unlock()
 	w.cohortTook(l)
+	w.checkPassToken(t, l, sc.i)
 	forcedBefore := w.delivered(r)
 	w.checkOnReplica(r)
 	w.trackOwner(l, 1)
@@ -1544,8 +1558,9 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case mid < 2 && t.fixed && t.prim != "group":
 		d := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}[rnd.IntN(3)]
 		ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Second)
-		err := l.Extend(ectx, d)
+		err := w.extend(ectx, sc, t, l, d)
 		ecancel()
+		w.extended(t, l, sc.i, d, err, "returned")
 		w.count(w.attempts, t.prim+" extend")
 		if err != nil {
 			w.count(w.failures, t.prim+" extend: "+errClass(err))

@@ -245,16 +245,37 @@ func (rf *ReplyFaults) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 // DoMulti runs cmds, and holds back or loses the reply of each as the
 // first rule that matches it says.
 func (rf *ReplyFaults) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	words := make([][]string, len(cmds))
+	for i, cmd := range cmds {
+		words[i] = cmd.Commands()
+	}
+	return rf.multi(ctx, words, func(ctx context.Context) []rueidis.RedisResult { return rf.Client.DoMulti(ctx, cmds...) })
+}
+
+// DoMultiCache runs the client-side cached reads multi, and holds back or
+// loses the reply of each as the first rule that matches it says, as
+// DoMulti does (a read rueidis answers from its cache counts as ran).
+func (rf *ReplyFaults) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
+	words := make([][]string, len(multi))
+	for i, ct := range multi {
+		words[i] = ct.Cmd.Commands()
+	}
+	return rf.multi(ctx, words, func(ctx context.Context) []rueidis.RedisResult { return rf.Client.DoMultiCache(ctx, multi...) })
+}
+
+// multi runs a batch of commands whose words are cmds (run), and holds
+// back or loses the reply of each as the first rule that matches it says.
+func (rf *ReplyFaults) multi(ctx context.Context, cmds [][]string, run func(ctx context.Context) []rueidis.RedisResult) []rueidis.RedisResult {
 	rules := make([]*Rule, len(cmds))
 	some := false
 	for i, cmd := range cmds {
-		rules[i] = rf.take(cmd.Commands())
+		rules[i] = rf.take(cmd)
 		some = some || rules[i] != nil
 	}
 	if !some {
-		return rf.Client.DoMulti(ctx, cmds...)
+		return run(ctx)
 	}
-	res := rf.Client.DoMulti(context.WithoutCancel(ctx), cmds...)
+	res := run(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	for i, r := range rules {
 		if r != nil {

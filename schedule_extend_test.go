@@ -1,0 +1,54 @@
+package redisync
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// The operation and checks of TestSchedule on a lease's Deadline around
+// an Extend.
+
+// extend extends l, a fixed lease of Client sc, by d. On a Client whose
+// replies can be held back, the Extend's reply is held back once its
+// script ran, and meanwhile the lease's Deadline must be no later than d
+// from then: an Extend shorter than what is left brings the end that close
+// as soon as it is sent, reply or not (the script may run, and the lock
+// end d after it ran). After it returned, whatever it returned, the same
+// holds (extended).
+func (w *world) extend(ctx context.Context, sc *schedClient, t *target, l *Lease, d time.Duration) error {
+	if sc.rf == nil {
+		return l.Extend(ctx, d)
+	}
+	renews := []func([]string) bool{runs(renewScript), runs(rwRenewScript), runs(semRenewScript)}
+	owner, ms := l.h.owner, strconv.FormatInt(d.Milliseconds(), 10)
+	r, open := sc.rf.gate(func(cmd []string) bool {
+		args := scriptArgs(cmd)
+		return slices.ContainsFunc(renews, func(m func([]string) bool) bool { return m(cmd) }) &&
+			len(args) == 2 && args[0] == owner && args[1] == ms
+	}, 1, false)
+	defer sc.rf.drop(r)
+	errs := make(chan error, 1)
+	go func() { errs <- l.Extend(ctx, d) }()
+	select {
+	case <-r.Ran():
+		w.extended(t, l, sc.i, d, nil, "while its reply is held back")
+		open()
+		return <-errs
+	case err := <-errs:
+		open()
+		return err
+	}
+}
+
+// extended checks the lease l of t, of Client c, after its Extend by d
+// was sent (when says how far it went; err is what it returned, if it
+// did): its Deadline is no later than d from now.
+func (w *world) extended(t *target, l *Lease, c int, d time.Duration, err error, when string) {
+	now := time.Now()
+	if dl, ok := l.Deadline(); ok && dl.After(now.Add(d)) {
+		w.violation("deadline-after-extend", "%s %v of c%d: Deadline %s after an Extend by %v, %s at %s (%v): later than the lock may end",
+			t.prim, t.res, c, w.rel(dl), d, when, w.rel(now), err)
+	}
+}
