@@ -2,17 +2,12 @@ package redisync
 
 import (
 	"context"
-	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisync/redisync/internal/faultproxy"
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 // beforeSend is a rueidis.Client that shows each command's words to before
@@ -22,16 +17,20 @@ type beforeSend struct {
 	before func(cmd []string)
 }
 
+// show shows cmds to before and returns them.
+func show(before func(cmd []string), cmds ...rueidis.Completed) []rueidis.Completed {
+	for _, cmd := range cmds {
+		before(cmd.Commands())
+	}
+	return cmds
+}
+
 func (b beforeSend) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	b.before(cmd.Commands())
-	return b.Client.Do(ctx, cmd)
+	return b.Client.Do(ctx, show(b.before, cmd)[0])
 }
 
 func (b beforeSend) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	for _, cmd := range cmds {
-		b.before(cmd.Commands())
-	}
-	return b.Client.DoMulti(ctx, cmds...)
+	return b.Client.DoMulti(ctx, show(b.before, cmds...)...)
 }
 
 func (b beforeSend) Dedicated(fn func(rueidis.DedicatedClient) error) error {
@@ -47,15 +46,11 @@ type dedicatedBeforeSend struct {
 }
 
 func (d dedicatedBeforeSend) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	d.before(cmd.Commands())
-	return d.DedicatedClient.Do(ctx, cmd)
+	return d.DedicatedClient.Do(ctx, show(d.before, cmd)[0])
 }
 
 func (d dedicatedBeforeSend) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	for _, cmd := range cmds {
-		d.before(cmd.Commands())
-	}
-	return d.DedicatedClient.DoMulti(ctx, cmds...)
+	return d.DedicatedClient.DoMulti(ctx, show(d.before, cmds...)...)
 }
 
 // A Group taken one lock at a time (its locks through two Clients) raises
@@ -68,18 +63,7 @@ func (d dedicatedBeforeSend) DoMulti(ctx context.Context, cmds ...rueidis.Comple
 // the promoted replica hands out for its locks is above T.
 func TestGroupFenceReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	// The replica replicates through a proxy, which can drop the stream.
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	host, port, err := net.SplitHostPort(p.Addr())
-	require.NoError(t, err)
-	replica := redistest.Standalone(t, "--replicaof", host, port)
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
-
+	p, replica := proxiedReplica(t, e)
 	opts := []Option{WithReplicaAck(1, 300*time.Millisecond), WithLogger(quietLogger())}
 	var cut sync.Once
 	raises := runs(groupFenceScript)
