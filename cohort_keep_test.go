@@ -3,17 +3,12 @@ package redisync
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisync/redisync/internal/faultproxy"
-	"github.com/redisync/redisync/internal/redistest"
 )
 
 // keeps matches the release calls that ask Redis to keep a Mutex for the
@@ -253,18 +248,7 @@ func TestMutexPassReleasesNothing(t *testing.T) {
 // Client delivered.
 func TestMutexKeepReplicaAck(t *testing.T) {
 	e := ownServer(t)
-	// The replica replicates through a proxy, which can hold the stream
-	// back and drop it.
-	p, err := faultproxy.New(e.server.Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
-	host, port, err := net.SplitHostPort(p.Addr())
-	require.NoError(t, err)
-	replica := redistest.Standalone(t, "--replicaof", host, port)
-	eventually(t, 10*time.Second, func() bool {
-		info, err := replica.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}, "replica did not sync")
+	p, replica := proxiedReplica(t, e)
 	c := e.client(t, WithReplicaAck(1, 300*time.Millisecond))
 	ctx := withTimeout(t, 30*time.Second)
 	m := c.Mutex(t.Name(), WithLocalPasses(1, time.Minute))

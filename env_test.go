@@ -1,6 +1,8 @@
 package redisync
 
 import (
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,4 +210,23 @@ func clientForExamples() *Client {
 		exampleClient = c
 	}
 	return exampleClient
+}
+
+// proxiedReplica starts a replica of e's server that replicates through a
+// proxy, which can hold the stream back and drop it, and waits until it is
+// in sync.
+func proxiedReplica(t *testing.T, e *env) (*faultproxy.Proxy, *redistest.Server) {
+	t.Helper()
+	p, err := faultproxy.New(e.server.Addr)
+	if err != nil {
+		t.Fatalf("proxy to %s: %v", e.server.Addr, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	host, port, _ := net.SplitHostPort(p.Addr())
+	replica := redistest.Standalone(t, "--replicaof", host, port)
+	eventually(t, 10*time.Second, func() bool {
+		info, err := replica.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "replica did not sync")
+	return p, replica
 }

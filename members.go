@@ -541,7 +541,9 @@ func (m *member) live() bool {
 // of every later token of their locks: the fencing counter of every member
 // with a lower token is raised to T while its owner holds it, with one
 // script per Client and slot, all sent at once. It returns T and, per
-// member, whether its counter is at T (false for members not held). timeout,
+// member, whether its counter is at T (false for members not held, and for
+// members whose raise fewer replicas acknowledged than WithReplicaAck asks
+// for, with ErrNotReplicated among the errors). timeout,
 // if not 0, bounds each script; errors of single scripts are returned only
 // with their members false.
 func raiseFences(ctx context.Context, ms []*member, timeout time.Duration) (uint64, []bool, error) {
@@ -575,17 +577,40 @@ func raiseBucket(ctx context.Context, ms []*member, idx []int, token uint64, tim
 		keys = append(keys, ms[i].m.keys.lock)
 		args = append(args, ms[i].owner)
 	}
-	res, err := groupFenceScript.exec(ctx, c.rc, keys, args).AsIntSlice()
+	res, acked, err := raiseFenceScript(ctx, c, keys, args)
 	if err == nil && len(res) != len(idx) {
 		err = fmt.Errorf("%d answers for %d locks", len(res), len(idx))
 	}
 	if err != nil {
 		return redisErr("raise fence", err)
 	}
+	if !acked {
+		// A raise is part of the group's grant: a replica promoted without
+		// it gives these locks' next owners tokens at or below T, which
+		// the group's Lease already carries. So a raise fewer replicas
+		// acknowledged counts as not made, as an acquisition's would.
+		return fmt.Errorf("%w: the fencing counters of %d locks, within %v", ErrNotReplicated, len(idx), c.cfg.ackTimeout)
+	}
 	for j, i := range idx {
 		raised[i] = res[j] == 1
 	}
 	return nil
+}
+
+// raiseFenceScript runs the group fence script on keys with args through
+// c, and the WAIT that WithReplicaAck asks for: acked reports whether
+// enough replicas acknowledged the raise (always, without WithReplicaAck).
+func raiseFenceScript(ctx context.Context, c *Client, keys, args []string) (res []int64, acked bool, err error) {
+	if c.cfg.ackReplicas == 0 {
+		res, err = groupFenceScript.exec(ctx, c.rc, keys, args).AsIntSlice()
+		return res, true, err
+	}
+	msg, n, err := groupFenceScript.execWaiting(ctx, c.rc, keys, args, c.cfg.ackReplicas, c.cfg.ackTimeout)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err = msg.AsIntSlice()
+	return res, n >= int64(c.cfg.ackReplicas), err
 }
 
 // joinedErrs is several errors on one line, all seen by errors.Is and

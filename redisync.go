@@ -216,8 +216,13 @@ func WithFenceRetention(d time.Duration) Option {
 // renewals are not waited for). A Mutex Unlock that keeps the lock for
 // goroutines of the Client with new fencing tokens (WithLocalPasses) waits
 // for the replicas too: when fewer acknowledge, it passes nothing on and
-// releases the lock. Each acquisition (and each such Unlock) then takes a
-// dedicated connection from rueidis' pool for the script and the WAIT.
+// releases the lock. So does the raise of the fencing counters of a Group
+// taken one lock at a time, or of a Quorum (to the group's token, before
+// its Lease is returned): a raise fewer replicas acknowledge fails a
+// Group's attempt with ErrNotReplicated, and what it took is released; a
+// Quorum counts that server as not confirming. Each
+// acquisition (each such Unlock, each such raise) then takes a dedicated
+// connection from rueidis' pool for the script and the WAIT.
 // replicas must be at least 1 and timeout at least a millisecond; off by
 // default.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {

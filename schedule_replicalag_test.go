@@ -26,12 +26,28 @@ import (
 // asynchronous replica is.
 const replicaLag = 3 * time.Millisecond
 
-// checkOnReplica checks that the replica has r's grant, for a Mutex lease
-// delivered on a primary with a replica before any failover began (after
-// one, the replica is new, and the checks of schedule_failover_test.go
-// say what a failover may lose).
+// checkOnReplica checks that the replica has r's grant, for a Mutex or
+// Group lease delivered on a primary with a replica before any failover
+// began (after one, the replica is new, and the checks of
+// schedule_failover_test.go say what a failover may lose). A Group's
+// grant includes the raise of each member's fencing counter to the
+// group's token, which a Group taken one lock at a time makes after its
+// members' acquisitions.
 func (w *world) checkOnReplica(r *rec) {
-	if w.pair == nil || r.prim != "mutex" || r.lease.h == nil {
+	if w.pair == nil {
+		return
+	}
+	var keys []string
+	switch {
+	case r.prim == "mutex" && r.lease.h != nil:
+		keys = []string{r.lease.h.keys.lock}
+	case r.prim == "group":
+		for _, res := range r.res {
+			if name, ok := strings.CutPrefix(res, "mutex:"); ok {
+				keys = append(keys, w.observer.keysFor(name).lock)
+			}
+		}
+	default:
 		return
 	}
 	// The replica is read under w.mu while no failover began: a failover
@@ -45,7 +61,15 @@ func (w *world) checkOnReplica(r *rec) {
 	if replica == nil {
 		return
 	}
-	got, err := replica.Do("HMGET", r.lease.h.keys.lock, "token", "t")
+	for _, key := range keys {
+		w.checkKeyOnReplica(r, replica, key)
+	}
+}
+
+// checkKeyOnReplica checks that the replica's copy of the lock at key has
+// a token at least r's, or is gone (freed since).
+func (w *world) checkKeyOnReplica(r *rec, replica *redistest.Server, key string) {
+	got, err := replica.Do("HMGET", key, "token", "t")
 	if err != nil {
 		return // a reply that did not come: nothing to say
 	}
@@ -58,12 +82,12 @@ func (w *world) checkOnReplica(r *rec) {
 	switch {
 	case top == 0:
 		// Freed since: the primary's deletion reached the replica.
-		w.count(w.failures, "mutex grant looked for on the replica: freed since")
+		w.count(w.failures, r.prim+" grant looked for on the replica: freed since")
 	case top >= r.token:
-		w.count(w.acquired, "mutex grant found on the replica")
+		w.count(w.acquired, r.prim+" grant found on the replica")
 	default:
-		w.violation("grant-not-on-replica", "%s %v of c%d (token %d, passed on locally %v) delivered at %s, but the replica's copy of the lock has token %d at %s; faults: %s",
-			r.prim, r.res, r.client, r.token, passedLocally(r.lease), w.rel(r.at), top, w.rel(time.Now()), w.faultsAround(r.at.Add(-5*time.Second), time.Now(), 0))
+		w.violation("grant-not-on-replica", "%s %v of c%d (token %d, passed on locally %v) delivered at %s, but the replica's copy of %s has token %d at %s; faults: %s",
+			r.prim, r.res, r.client, r.token, passedLocally(r.lease), w.rel(r.at), key, top, w.rel(time.Now()), w.faultsAround(r.at.Add(-5*time.Second), time.Now(), 0))
 	}
 }
 
