@@ -305,6 +305,38 @@ func TestGroupDeadlineFollowsItsMembers(t *testing.T) {
 	})
 }
 
+// A Group lease's Deadline read while the group is released (an Unlock,
+// or the release after a member's loss) reads nothing the release writes:
+// the race detector sees the two run side by side.
+func TestGroupDeadlineWhileReleased(t *testing.T) {
+	eachGroupCase(t, []Option{WithPrefix("gdeadlinerel")}, func(t *testing.T, s groupScenario) {
+		ctx := withTimeout(t, 30*time.Second)
+		for range 20 {
+			l := mustLock(t, ctx, s.g.Lock)
+			stop := make(chan struct{})
+			read := make(chan int)
+			go func() {
+				n := 0
+				for {
+					select {
+					case <-stop:
+						read <- n
+						return
+					default:
+					}
+					l.Deadline()
+					n++
+				}
+			}()
+			require.NoError(t, l.Unlock(ctx))
+			close(stop)
+			require.Positive(t, <-read, "Deadline never read during the release")
+			_, ok := l.Deadline()
+			require.False(t, ok, "a released group has a Deadline")
+		}
+	})
+}
+
 func TestGroupFixedLeases(t *testing.T) {
 	e := standaloneEnv(t)
 	ctx := context.Background()

@@ -151,6 +151,12 @@ func newGroupLease(ctx context.Context, primitive string, c *Client, name string
 // now would be left.
 func (gs *groupState) deadline() time.Time {
 	gs.mu.Lock()
+	if gs.releasing {
+		// The members' states are the release's now (it writes them
+		// without gs.mu), and the group no longer vouches for them.
+		gs.mu.Unlock()
+		return time.Now()
+	}
 	var leases []*Lease
 	for _, m := range gs.members {
 		if m.lease != nil && m.state == memberHeld {
