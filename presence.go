@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -592,10 +591,10 @@ func lockOwner(r rueidis.RedisResult) (string, error) {
 	return owner, err
 }
 
-// mine is owner when it is the owner id of a waiter of this Client, whose
-// Client id comes before its last ':', "" otherwise.
+// mine is owner when it is the owner id of a waiter of this Client, ""
+// otherwise.
 func (p *presence) mine(owner string) string {
-	if i := strings.LastIndexByte(owner, ':'); i >= 0 && owner[:i] == p.c.id {
+	if owner != "" && clientIDOf(owner) == p.c.id {
 		return owner
 	}
 	return ""
