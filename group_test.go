@@ -313,10 +313,12 @@ func TestGroupDeadlineWhileReleased(t *testing.T) {
 		ctx := withTimeout(t, 30*time.Second)
 		for range 20 {
 			l := mustLock(t, ctx, s.g.Lock)
-			stop := make(chan struct{})
+			stop, started := make(chan struct{}), make(chan struct{})
 			read := make(chan int)
 			go func() {
-				n := 0
+				l.Deadline()
+				close(started)
+				n := 1
 				for {
 					select {
 					case <-stop:
@@ -328,6 +330,7 @@ func TestGroupDeadlineWhileReleased(t *testing.T) {
 					n++
 				}
 			}()
+			<-started // the reads run on while the Unlock below does
 			require.NoError(t, l.Unlock(ctx))
 			close(stop)
 			require.Positive(t, <-read, "Deadline never read during the release")
