@@ -407,6 +407,9 @@ type graceKey struct{}
 // made when first asked for (graceOver), not with the call.
 type grace struct {
 	ctx context.Context // the call's context
+	// call, when set, is the grace of the call that ctx was derived from
+	// (shareGrace): once that call's context ended, this grace is that one.
+	call *grace
 
 	mu    sync.Mutex
 	over  <-chan struct{} // nil until first asked for
@@ -433,6 +436,11 @@ func withGrace(ctx context.Context) (gctx context.Context, done func()) {
 // the grace runs from ctx's end (graceLeft), so that waiting to ask costs
 // the caller nothing.
 func (g *grace) overChan() <-chan struct{} {
+	if g.call != nil && g.call.ctx.Err() != nil {
+		// ctx ended with the call's context, or ends before the call's
+		// grace would: the call's grace bounds its waits.
+		return g.call.overChan()
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.over == nil {
@@ -462,6 +470,24 @@ func (g *grace) end() {
 	if g.stop != nil {
 		g.stop()
 	}
+}
+
+// shareGrace gives actx, a context derived from ctx that may also end on
+// its own (watchClosed), the grace of ctx's call: the waits past actx's end
+// wait for that grace, not each for one of its own from actx's end, which
+// would add up past the call's grace (a member of a Group taken one at a
+// time waits for its attempt, then its undo, then its leave, each past
+// actx's end, and the group for its release after them). Ended on its own
+// while the call's context is live (a Client closed), actx's waits get
+// inflightGrace from its end, as any context's. Call done when actx is no
+// longer used.
+func shareGrace(ctx, actx context.Context) (sctx context.Context, done func()) {
+	call, ok := ctx.Value(graceKey{}).(*grace)
+	if !ok || call.ctx.Done() != ctx.Done() || actx.Done() == ctx.Done() {
+		return actx, func() {}
+	}
+	g := &grace{ctx: actx, call: call}
+	return context.WithValue(actx, graceKey{}, g), g.end
 }
 
 // graceOver returns a channel closed when the grace of the call that ctx

@@ -224,8 +224,9 @@ func recvCase(ch any) reflect.SelectCase {
 }
 
 // watchClosed returns a context that also ends, with ErrClosed as its
-// cause, when any of clients is closed. stop releases it. With one Client
-// there is nothing to watch: its own waits watch it.
+// cause, when any of clients is closed, and that carries the grace of ctx's
+// call (shareGrace). stop releases it. With one Client there is nothing to
+// watch: its own waits watch it.
 func watchClosed(ctx context.Context, clients []*Client) (context.Context, func()) {
 	if len(clients) < 2 {
 		return ctx, func() {}
@@ -242,8 +243,10 @@ func watchClosed(ctx context.Context, clients []*Client) (context.Context, func(
 			cancel(ErrClosed)
 		}
 	}()
-	return actx, func() {
+	sctx, ended := shareGrace(ctx, actx)
+	return sctx, func() {
 		cancel(nil)
 		<-done
+		ended()
 	}
 }
