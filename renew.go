@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -343,6 +344,14 @@ func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16]
 	var batch []rueidis.LuaExec
 	var members [][]*holder
 	for _, hs := range slots {
+		// The holders were gathered when the pass began, and the batches
+		// of the kinds before this one were answered since (a reply held
+		// back takes up to the pass's timeout): a holder whose loss was
+		// reported meanwhile is left out, so that the Client never renews
+		// a lease it reported lost, nor asks about it. Its end is final,
+		// so the batch is built from what is true now, just before it is
+		// sent.
+		hs = slices.DeleteFunc(slices.Clone(hs), (*holder).ended)
 		for len(hs) > 0 {
 			n := min(len(hs), renewBatch)
 			chunk := hs[:n]
@@ -381,6 +390,13 @@ func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16]
 		}
 	}
 	return held, unanswered
+}
+
+// ended reports whether h's ownership ended: lost, or released for good.
+func (h *holder) ended() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done
 }
 
 // settle applies one renewal (or check) answer to a holder, and reports

@@ -1,0 +1,128 @@
+package redisync
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// renewalsOf records the renewals (a renewal script with a lease other
+// than "0", not a check) that a reply-fault Client sends, with when they
+// were sent.
+type renewalsOf struct {
+	mu   sync.Mutex
+	sent []sentRenewal
+}
+
+type sentRenewal struct {
+	at   time.Time
+	args []string
+}
+
+// observe has rf record every renewal of a lock hash (renew.lua) sent from
+// now on.
+func (r *renewalsOf) observe(rf *replyFaults) {
+	renewal := runs(renewScript)
+	rf.Observe(func(cmd []string) {
+		if !renewal(cmd) {
+			return
+		}
+		args := scriptArgs(cmd)
+		for i := 1; i < len(args); i += 2 {
+			if args[i] != "0" {
+				r.mu.Lock()
+				r.sent = append(r.sent, sentRenewal{time.Now(), slices.Clone(args)})
+				r.mu.Unlock()
+				return
+			}
+		}
+	})
+}
+
+// naming returns the renewals sent after since whose owner pairs name
+// owner with a lease.
+func (r *renewalsOf) naming(owner string, since time.Time) [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var found [][]string
+	for _, s := range r.sent {
+		for i := 0; i+1 < len(s.args); i += 2 {
+			if s.at.After(since) && s.args[i] == owner && s.args[i+1] != "0" {
+				found = append(found, s.args)
+			}
+		}
+	}
+	return found
+}
+
+// TestWatchdogNeverRenewsALeaseAfterItsLoss: the watchdog's pass renews
+// the leases of each kind of lock in turn; when the reply of one kind's
+// renewals is held back, and a lease of another kind is force-unlocked and
+// reported lost meanwhile, the pass does not go on to renew that lease once
+// the reply came: the Client never renews a lease whose loss it reported.
+func TestWatchdogNeverRenewsALeaseAfterItsLoss(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c, rf := e.faultyClient(t, WithWatchdogLease(3*time.Second))
+		other := e.client(t)
+		var seen renewalsOf
+		seen.observe(rf)
+
+		// Two kinds, each renewed in a batch of its own.
+		m, fm := c.Mutex(t.Name()+":m"), c.FairMutex(t.Name()+":f")
+		lm, err := m.Lock(ctx)
+		require.NoError(t, err)
+		lf, err := fm.Lock(ctx)
+		require.NoError(t, err)
+		owners := map[string]*Lease{lm.h.owner: lm, lf.h.owner: lf}
+
+		// The first renewal batch's reply is held back; the lease it does
+		// not renew is the other kind's, which the pass renews after it.
+		var mu sync.Mutex
+		var first string
+		r, open := rf.gate(func(cmd []string) bool {
+			if !runs(renewScript)(cmd) {
+				return false
+			}
+			args := scriptArgs(cmd)
+			if len(args) < 2 || args[1] == "0" || owners[args[0]] == nil {
+				return false
+			}
+			mu.Lock()
+			first = args[0]
+			mu.Unlock()
+			return true
+		}, 1, false)
+		defer open()
+		select {
+		case <-r.Ran():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the watchdog renewed nothing")
+		}
+		mu.Lock()
+		held := owners[first]
+		mu.Unlock()
+		victim, force := lf, func() (bool, error) { return other.FairMutex(fm.name).ForceUnlock(ctx) }
+		if held == lf {
+			victim, force = lm, func() (bool, error) { return other.Mutex(m.name).ForceUnlock(ctx) }
+		}
+		forced, err := force()
+		require.NoError(t, err)
+		require.True(t, forced)
+		select {
+		case <-victim.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the force-unlocked lease was not reported lost")
+		}
+		lostAt := time.Now()
+		open()
+		// The pass goes on with the other kind's batch, if it still would.
+		time.Sleep(300 * time.Millisecond)
+		require.Empty(t, seen.naming(victim.h.owner, lostAt), "renewed after its loss was reported")
+		require.NoError(t, held.Unlock(ctx))
+	})
+}
