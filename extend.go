@@ -59,7 +59,11 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	// when d is shorter than what is left. The lease takes the sooner end
 	// now, whatever becomes of the reply; never the later one, which only
 	// the reply can vouch for.
-	h.extendFrom(sent, d, true)
+	if !h.extendFrom(sent, d, true) {
+		// Ended since Err was read: a lease whose end was reported is
+		// never renewed, so no script is sent.
+		return h.notHeldErr()
+	}
 	// The renewal script of the lock's kind: it sets the expiry of what
 	// the owner holds, and only if it still holds it.
 	states, err := h.kind.renew.exec(ctx, h.c.rc, []string{h.key}, []string{h.owner, strconv.FormatInt(d.Milliseconds(), 10)}).AsIntSlice()
@@ -77,6 +81,12 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	default:
 		h.c.watchdog.settle(ctx, h, states[0], sent, true)
 	}
+	return h.notHeldErr()
+}
+
+// notHeldErr is Extend's error for h once it ended: ErrNotHeld with the
+// reason of its loss.
+func (h *holder) notHeldErr() error {
 	h.mu.Lock()
 	reason := h.err
 	h.mu.Unlock()
