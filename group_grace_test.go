@@ -105,3 +105,27 @@ func TestGroupReturnsWithinGraceWhileAMemberHangs(t *testing.T) {
 		}
 	})
 }
+
+// TestGroupOverClientsEndsAtDeadlineWhileServerPaused: a Group over two
+// Clients (its locks taken one at a time, its fencing counters raised
+// after) returns at most inflightGrace (and a margin) after its context
+// ended while the server pauses every client, its connections closed just
+// before so that the calls open new ones; once the server answers again
+// nothing of the locks is left.
+func TestGroupOverClientsEndsAtDeadlineWhileServerPaused(t *testing.T) {
+	e := ownServer(t)
+	a, b := e.client(t), e.renewalClient(t)
+	partner := map[*Client]*Client{a: b, b: a}
+	group := func(c *Client, n string) *Group { return NewGroup(c.Mutex(n+":a"), partner[c].Mutex(n+":b")) }
+	calls := []blockingCall{
+		{"Group.Lock", nil, func(ctx context.Context, c *Client, n string) error { return locked(group(c, n).Lock(ctx)) }},
+		{"Group.TryLock", nil, func(ctx context.Context, c *Client, n string) error { return locked(group(c, n).TryLock(ctx)) }},
+		{"Group.Acquire", nil, func(ctx context.Context, c *Client, n string) error { return acquired(group(c, n).Acquire(ctx)) }},
+	}
+	requireCallsEndAtDeadline(t, e, []stalledClient{{"dial", a}, {"new", b}}, calls, func() {
+		_, err := e.server.Do("CLIENT", "KILL", "TYPE", "normal")
+		require.NoError(t, err)
+		_, err = e.server.Do("CLIENT", "PAUSE", "3000", "ALL")
+		require.NoError(t, err)
+	})
+}
