@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// renewalsOf records the renewals (a renewal script with a lease other
-// than "0", not a check) that a reply-fault Client sends, with when they
-// were sent.
+// renewalsOf records the calls of the renewal script of a lock hash
+// (renew.lua) that a reply-fault Client sends, renewals and checks (a
+// lease of "0"), with when they were sent.
 type renewalsOf struct {
 	mu   sync.Mutex
 	sent []sentRenewal
@@ -23,35 +23,28 @@ type sentRenewal struct {
 	args []string
 }
 
-// observe has rf record every renewal of a lock hash (renew.lua) sent from
-// now on.
+// observe has rf record every call of renew.lua sent from now on.
 func (r *renewalsOf) observe(rf *replyFaults) {
 	renewal := runs(renewScript)
 	rf.Observe(func(cmd []string) {
-		if !renewal(cmd) {
-			return
-		}
-		args := scriptArgs(cmd)
-		for i := 1; i < len(args); i += 2 {
-			if args[i] != "0" {
-				r.mu.Lock()
-				r.sent = append(r.sent, sentRenewal{time.Now(), slices.Clone(args)})
-				r.mu.Unlock()
-				return
-			}
+		if renewal(cmd) {
+			r.mu.Lock()
+			r.sent = append(r.sent, sentRenewal{time.Now(), slices.Clone(scriptArgs(cmd))})
+			r.mu.Unlock()
 		}
 	})
 }
 
-// naming returns the renewals sent after since whose owner pairs name
-// owner with a lease.
-func (r *renewalsOf) naming(owner string, since time.Time) [][]string {
+// naming returns the arguments of the calls sent after since that name
+// owner: those that renew its lease, and with checks those that only
+// check it too.
+func (r *renewalsOf) naming(owner string, since time.Time, checks bool) [][]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var found [][]string
 	for _, s := range r.sent {
 		for i := 0; i+1 < len(s.args); i += 2 {
-			if s.at.After(since) && s.args[i] == owner && s.args[i+1] != "0" {
+			if s.at.After(since) && s.args[i] == owner && (checks || s.args[i+1] != "0") {
 				found = append(found, s.args)
 			}
 		}
@@ -122,7 +115,48 @@ func TestWatchdogNeverRenewsALeaseAfterItsLoss(t *testing.T) {
 		open()
 		// The pass goes on with the other kind's batch, if it still would.
 		time.Sleep(300 * time.Millisecond)
-		require.Empty(t, seen.naming(victim.h.owner, lostAt), "renewed after its loss was reported")
+		require.Empty(t, seen.naming(victim.h.owner, lostAt, true), "renewed after its loss was reported")
 		require.NoError(t, held.Unlock(ctx))
+	})
+}
+
+// TestTrackingNeverChecksALeaseAfterItsLoss: a Client that detects changes
+// reads a lock's key again when Redis invalidates it, and has the watchdog
+// check the holder when the read finds another owner. When that read's
+// reply is held back until the watchdog's pass found the lock
+// force-unlocked and reported the lease lost, the check is not sent: the
+// Client sends nothing that names a lease whose loss it reported.
+func TestTrackingNeverChecksALeaseAfterItsLoss(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c, rf := e.faultyClient(t, WithWatchdogLease(3*time.Second))
+		other := e.client(t)
+		var seen renewalsOf
+		seen.observe(rf)
+		m := c.Mutex(t.Name())
+		l, err := m.Lock(ctx)
+		require.NoError(t, err)
+		time.Sleep(100 * time.Millisecond) // the key is tracked
+		key := m.keys.lock
+		r, open := rf.gate(func(cmd []string) bool { return len(cmd) > 1 && cmd[0] == "HGET" && cmd[1] == key }, 1, false)
+		defer open()
+		forced, err := other.Mutex(m.name).ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, forced)
+		select {
+		case <-r.Ran():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the invalidation brought no read of the key")
+		}
+		select {
+		case <-l.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the watchdog did not report the force-unlocked lease lost")
+		}
+		lostAt := time.Now()
+		open()
+		time.Sleep(300 * time.Millisecond)
+		require.Empty(t, seen.naming(l.h.owner, lostAt, true), "checked after its loss was reported")
+		require.ErrorIs(t, l.Err(), ErrForceUnlocked)
 	})
 }
