@@ -350,8 +350,8 @@ func (w *watchdog) renew(ctx context.Context, kind *leaseKind, slots map[uint16]
 		// reported meanwhile is left out, so that the Client never renews
 		// a lease it reported lost, nor asks about it. Its end is final,
 		// so the batch is built from what is true now, just before it is
-		// sent.
-		hs = slices.DeleteFunc(slices.Clone(hs), (*holder).ended)
+		// sent. (bySlot made hs for this pass alone.)
+		hs = slices.DeleteFunc(hs, (*holder).ended)
 		for len(hs) > 0 {
 			n := min(len(hs), renewBatch)
 			chunk := hs[:n]
