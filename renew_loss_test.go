@@ -52,6 +52,32 @@ func (r *renewalsOf) naming(owner string, since time.Time, checks bool) [][]stri
 	return found
 }
 
+// watchedClient returns a reply-fault Client of a 3 s watchdog lease
+// (renewals every second), the record of its renewals and checks, and
+// another Client to force its locks with.
+func watchedClient(t *testing.T, e *env) (c *Client, rf *replyFaults, other *Client, seen *renewalsOf) {
+	c, rf = e.faultyClient(t, WithWatchdogLease(3*time.Second))
+	seen = &renewalsOf{}
+	seen.observe(rf)
+	return c, rf, e.client(t), seen
+}
+
+// requireNoneAfterLoss waits for l's loss to be reported, then has the
+// held reply come (open), and requires that nothing names l's owner,
+// renewal or check, in the 300 ms after the loss.
+func (r *renewalsOf) requireNoneAfterLoss(t *testing.T, l *Lease, open func()) {
+	t.Helper()
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the force-unlocked lease was not reported lost")
+	}
+	lostAt := time.Now()
+	open()
+	time.Sleep(300 * time.Millisecond)
+	require.Empty(t, r.naming(l.h.owner, lostAt, true), "renewed or checked after its loss was reported")
+}
+
 // TestWatchdogNeverRenewsALeaseAfterItsLoss: the watchdog's pass renews
 // the leases of each kind of lock in turn; when the reply of one kind's
 // renewals is held back, and a lease of another kind is force-unlocked and
@@ -60,10 +86,7 @@ func (r *renewalsOf) naming(owner string, since time.Time, checks bool) [][]stri
 func TestWatchdogNeverRenewsALeaseAfterItsLoss(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c, rf := e.faultyClient(t, WithWatchdogLease(3*time.Second))
-		other := e.client(t)
-		var seen renewalsOf
-		seen.observe(rf)
+		c, rf, other, seen := watchedClient(t, e)
 
 		// Two kinds, each renewed in a batch of its own.
 		m, fm := c.Mutex(t.Name()+":m"), c.FairMutex(t.Name()+":f")
@@ -106,16 +129,8 @@ func TestWatchdogNeverRenewsALeaseAfterItsLoss(t *testing.T) {
 		forced, err := force()
 		require.NoError(t, err)
 		require.True(t, forced)
-		select {
-		case <-victim.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("the force-unlocked lease was not reported lost")
-		}
-		lostAt := time.Now()
-		open()
 		// The pass goes on with the other kind's batch, if it still would.
-		time.Sleep(300 * time.Millisecond)
-		require.Empty(t, seen.naming(victim.h.owner, lostAt, true), "renewed after its loss was reported")
+		seen.requireNoneAfterLoss(t, victim, open)
 		require.NoError(t, held.Unlock(ctx))
 	})
 }
@@ -129,10 +144,7 @@ func TestWatchdogNeverRenewsALeaseAfterItsLoss(t *testing.T) {
 func TestTrackingNeverChecksALeaseAfterItsLoss(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		c, rf := e.faultyClient(t, WithWatchdogLease(3*time.Second))
-		other := e.client(t)
-		var seen renewalsOf
-		seen.observe(rf)
+		c, rf, other, seen := watchedClient(t, e)
 		m := c.Mutex(t.Name())
 		l, err := m.Lock(ctx)
 		require.NoError(t, err)
@@ -148,15 +160,7 @@ func TestTrackingNeverChecksALeaseAfterItsLoss(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the invalidation brought no read of the key")
 		}
-		select {
-		case <-l.Lost():
-		case <-time.After(5 * time.Second):
-			t.Fatal("the watchdog did not report the force-unlocked lease lost")
-		}
-		lostAt := time.Now()
-		open()
-		time.Sleep(300 * time.Millisecond)
-		require.Empty(t, seen.naming(l.h.owner, lostAt, true), "checked after its loss was reported")
+		seen.requireNoneAfterLoss(t, l, open)
 		require.ErrorIs(t, l.Err(), ErrForceUnlocked)
 	})
 }
