@@ -537,26 +537,30 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	kept = err == nil && kept && len(a) == 3
 	vouched := kept && acked
 	co.mu.Lock()
-	changed := co.voids != voids
-	voids = co.voids
-	co.mu.Unlock()
-	if vouched && changed {
-		// The lock's hash changed while the keep was on its way, and the
-		// Client has not checked that change yet, or not finished: the
-		// reply vouches for the hold as it was when the keep ran, and the
-		// change may have come after it (a ForceUnlock, another owner).
-		// The Client's memory may narrow what Redis says, never widen it:
-		// the block passes nothing on until Redis says the ownership still
-		// holds (the change was the keep's own write, or left it alone).
-		// A check that finds it lost reports the loss.
-		held, _ := c.watchdog.check(ctx, []*holder{h})
-		vouched = len(held) == 1
+	for checks := 0; vouched && co.voids != voids; checks++ {
+		// The lock's hash changed while the keep (or the last check) was
+		// on its way, and the Client has not checked that change yet, or
+		// not finished: the reply vouches for the hold as it was when the
+		// command ran, and the change may have come after it (a
+		// ForceUnlock, another owner). The Client's memory may narrow what
+		// Redis says, never widen it: the block passes nothing on until
+		// Redis says the ownership still holds (the change was the keep's
+		// own write, whose invalidation reaches each connection that read
+		// the key, or left the ownership alone) with no change heard of
+		// while it said so. A check that finds it lost reports the loss.
+		voids = co.voids
+		co.mu.Unlock()
+		if checks == keepChecks {
+			vouched = false
+		} else {
+			held, _ := c.watchdog.check(ctx, []*holder{h})
+			vouched = len(held) == 1
+		}
+		co.mu.Lock()
 	}
-	co.mu.Lock()
 	// Only while l still holds for the cohort: once it lost the hold, the
-	// block is older than the tokens of the cohort's next acquisition. A
-	// change heard of since the last look voids the block too.
-	if vouched && co.current == l && co.voids == voids {
+	// block is older than the tokens of the cohort's next acquisition.
+	if vouched && co.current == l {
 		from, _ := a[1].(int64)
 		n, _ := a[2].(int64)
 		co.next, co.top, co.until = uint64(from)+1, uint64(from)+uint64(n), sent.Add(within)
@@ -589,6 +593,11 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	n, _ := res.(int64)
 	return false, releaseStateOf(n), nil, ended
 }
+
+// keepChecks bounds the checks of ownership that a keep's reply waits for
+// while changes of the lock keep coming (see keep): the keep's own write
+// brings one invalidation per connection of the Client that read the key.
+const keepChecks = 3
 
 // endKeep ends the keep of an Unlock of l (pass marked it), once that
 // Unlock is done with l: another Unlock of l may go on (settle).
