@@ -537,7 +537,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	kept = err == nil && kept && len(a) == 3
 	vouched := kept && acked
 	co.mu.Lock()
-	for checks := 0; vouched && co.voids != voids; checks++ {
+	for checks := 0; vouched && co.current == l && co.voids != voids; checks++ {
 		// The lock's hash changed while the keep (or the last check) was
 		// on its way, and the Client has not checked that change yet, or
 		// not finished: the reply vouches for the hold as it was when the
@@ -548,9 +548,15 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 		// own write, whose invalidation reaches each connection that read
 		// the key, or left the ownership alone) with no change heard of
 		// while it said so. A check that finds it lost reports the loss.
+		// A lease whose loss was reported (it no longer holds for the
+		// cohort, or its holder ended) is not checked: Redis is asked
+		// nothing about an ownership the Client gave up.
 		voids = co.voids
 		co.mu.Unlock()
-		if checks == keepChecks {
+		h.mu.Lock()
+		done := h.done
+		h.mu.Unlock()
+		if done || checks == keepChecks {
 			vouched = false
 		} else {
 			held, _ := c.watchdog.check(ctx, []*holder{h})
