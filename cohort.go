@@ -66,9 +66,12 @@ import (
 // delivered while another Client holds the lock (with a lower token than
 // theirs, so fencing refuses it) until the change's invalidation arrives,
 // about one round trip after it, and at most the budget's time after the
-// vouching command was sent, when the invalidation arrived while that
-// command was on its way: the Client cannot tell it from the invalidation
-// of its own command's write, and the reply that follows vouches anew. A
+// acquisition that reserved the block was sent, when the invalidation
+// arrived while it was on its way: the Client cannot tell it from the
+// invalidation of its own write, and the reply that follows vouches anew.
+// A keep's reply that follows such an invalidation vouches for nothing
+// until Redis confirms the ownership (keep): a lapse of the Client that
+// holds up its check of the change would otherwise stretch the window. A
 // Client that detects changes on renewal passes locks on locally only
 // when asked to (WithLocalPasses), each pass one round trip to Redis.
 
@@ -95,6 +98,10 @@ type cohort struct {
 	budget  int
 	within  time.Duration
 	waiters []*localWaiter
+	// voids counts the changes of the lock's hash the Client heard of
+	// (voidPasses): a keep's reply vouches for no pass when one came while
+	// the keep was on its way, until Redis confirms the ownership.
+	voids uint64
 }
 
 // localWaiter is a goroutine of the cohort that waits for the lock in the
@@ -487,6 +494,10 @@ func (co *cohort) vouchesBetweenReplies() bool {
 //     goroutine of the cohort may have taken the lock in Redis since, with
 //     a greater token) passes nothing on and leaves the cohort's tokens as
 //     they are: l's hold is released as any Unlock's.
+//   - A reply that comes after a change of the lock's hash the Client
+//     heard of while the keep was on its way (voidPasses) passes on only
+//     once a check in Redis finds the ownership still holding: the change
+//     may have come after the keep ran.
 //   - A reply that never comes (lost, or after ctx ended) leaves the lock
 //     kept or not: a release of l's hold follows, as any Unlock's, given
 //     inflightGrace past ctx's end, so that the cohort's waiters are not
@@ -500,7 +511,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	h := l.h
 	c := h.c
 	co.mu.Lock()
-	budget, within := co.budget, co.within
+	budget, within, voids := co.budget, co.within, co.voids
 	if !co.vouchesBetweenReplies() {
 		budget = 1 // the block vouches for one pass (see handOn)
 	}
@@ -524,10 +535,38 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	}
 	a, kept := res.([]any)
 	kept = err == nil && kept && len(a) == 3
+	vouched := kept && acked
 	co.mu.Lock()
+	for checks := 0; vouched && co.current == l && co.voids != voids; checks++ {
+		// The lock's hash changed while the keep (or the last check) was
+		// on its way, and the Client has not checked that change yet, or
+		// not finished: the reply vouches for the hold as it was when the
+		// command ran, and the change may have come after it (a
+		// ForceUnlock, another owner). The Client's memory may narrow what
+		// Redis says, never widen it: the block passes nothing on until
+		// Redis says the ownership still holds (the change was the keep's
+		// own write, whose invalidation reaches each connection that read
+		// the key, or left the ownership alone) with no change heard of
+		// while it said so. A check that finds it lost reports the loss.
+		// A lease whose loss was reported (it no longer holds for the
+		// cohort, or its holder ended) is not checked: Redis is asked
+		// nothing about an ownership the Client gave up.
+		voids = co.voids
+		co.mu.Unlock()
+		h.mu.Lock()
+		done := h.done
+		h.mu.Unlock()
+		if done || checks == keepChecks {
+			vouched = false
+		} else {
+			held, _ := c.watchdog.check(ctx, []*holder{h})
+			vouched = len(held) == 1
+		}
+		co.mu.Lock()
+	}
 	// Only while l still holds for the cohort: once it lost the hold, the
 	// block is older than the tokens of the cohort's next acquisition.
-	if kept && acked && co.current == l {
+	if vouched && co.current == l {
 		from, _ := a[1].(int64)
 		n, _ := a[2].(int64)
 		co.next, co.top, co.until = uint64(from)+1, uint64(from)+uint64(n), sent.Add(within)
@@ -560,6 +599,11 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	n, _ := res.(int64)
 	return false, releaseStateOf(n), nil, ended
 }
+
+// keepChecks bounds the checks of ownership that a keep's reply waits for
+// while changes of the lock keep coming (see keep): the keep's own write
+// brings one invalidation per connection of the Client that read the key.
+const keepChecks = 3
 
 // endKeep ends the keep of an Unlock of l (pass marked it), once that
 // Unlock is done with l: another Unlock of l may go on (settle).
@@ -615,6 +659,7 @@ func (c *Client) voidPasses(keys []string, all bool) {
 	for _, co := range cos {
 		co.mu.Lock()
 		co.until = time.Time{}
+		co.voids++
 		co.mu.Unlock()
 	}
 }

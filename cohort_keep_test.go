@@ -295,3 +295,78 @@ func TestMutexKeepReplicaAck(t *testing.T) {
 	require.NoError(t, ol.Unlock(ctx))
 	require.ErrorIs(t, o.err, ErrNotReplicated, "the lock was passed on with tokens the replica never saw")
 }
+
+// A keep whose reply comes after an invalidation of the lock's key, which
+// arrived while the keep was on its way, passes nothing on before Redis
+// says the ownership still holds: the reply vouches for the hold as it was
+// when the keep ran, and the change the invalidation told of may have come
+// after (here a ForceUnlock, and another Client taking the lock). The
+// Client's check of that change is held up meanwhile (its watchdog lapses
+// while the loss of another of its leases is being reported), so only the
+// keep's own care keeps the pass from being delivered while the other
+// Client holds the lock. The waiter gets the lock once the other Client
+// releases it, with a greater token.
+func TestMutexKeepReplyAfterInvalidation(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
+		m2 := c.Mutex(t.Name()+"-2", WithLocalPasses(0, 0))
+		other := e.client(t)
+		om, om2 := other.Mutex(m.Name(), WithLocalPasses(0, 0)), other.Mutex(m2.Name())
+		warm(t, ctx, m)
+		l := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
+		l2 := mustLock(t, ctx, m2.Lock)
+		time.Sleep(100 * time.Millisecond) // both keys read for tracking
+		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 1)
+
+		r, open := rf.gate(keeps, 1, false)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		<-r.Ran()
+		resume := c.stallWatchdog()
+		stalled := true
+		defer func() {
+			if stalled {
+				resume()
+			}
+		}()
+		// The Client's tracker reports l2 lost, and waits for the watchdog
+		// there: the changes it hears of next are not checked.
+		_, err := om2.ForceUnlock(ctx)
+		require.NoError(t, err)
+		eventually(t, 10*time.Second, func() bool { return l2.Err() != nil }, "the loss of the other lease was not noticed")
+		_, err = om.ForceUnlock(ctx)
+		require.NoError(t, err)
+		ol := mustLock(t, ctx, om.TryLock)
+		time.Sleep(200 * time.Millisecond) // the invalidation arrives
+		open()
+		select {
+		case nl := <-leases:
+			now, err := om.Inspect(ctx)
+			require.NoError(t, err)
+			require.Failf(t, "a keep's reply that came after an invalidation passed the lock on", "lease of token %d delivered (Err %v) while %s holds the lock (token %d)",
+				nl.Token(), nl.Err(), now.Owner, now.Token)
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		resume()
+		stalled = false
+		require.ErrorIs(t, <-unlocked, ErrNotHeld)
+		require.Error(t, l.Err(), "the loss was not reported")
+		select {
+		case nl := <-leases:
+			require.Failf(t, "the waiter got the lock another Client holds", "token %d (Err %v), the other's %d", nl.Token(), nl.Err(), ol.Token())
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(time.Second):
+		}
+		require.NoError(t, ol.Unlock(ctx))
+		nl := nextLease(t, leases, errs, 10*time.Second, "the waiter did not take the lock in Redis")
+		require.Greater(t, nl.Token(), ol.Token())
+		requireHeldBy(t, m, nl)
+		require.NoError(t, nl.Unlock(ctx))
+		requireNoCohorts(t, c)
+	})
+}

@@ -199,3 +199,82 @@ func TestHandedOverLeaseCountsFromBeforeItsRelease(t *testing.T) {
 		require.Positive(t, handed, "no lock was handed over")
 	})
 }
+
+// TestGrantHeldUpByALapseIsConfirmed: a grant that waits, before its Lease
+// is delivered, while its Client lapses (its watchdog held up, as a pause
+// of the process holds it up) is confirmed in Redis once the lapse ends,
+// as a late reply is: the key it was granted with may have expired
+// meanwhile, and another Client taken the lock. So for a lock a release
+// handed over to the waiter (with a lease as short as the waiter's place),
+// and for one taken free with a fixed lease. The acquisition goes on
+// waiting, and gets the lock once the other Client releases it, with a
+// greater token.
+func TestGrantHeldUpByALapseIsConfirmed(t *testing.T) {
+	for _, mode := range []string{"handed over", "fixed lease"} {
+		t.Run(mode, func(t *testing.T) {
+			eachEnv(t, func(t *testing.T, e *env) {
+				ctx := withTimeout(t, 30*time.Second)
+				// A short watchdog lease too: a waiter that takes the lock
+				// by an attempt of its own rather than by the hand-over's
+				// message holds it as briefly.
+				c := e.client(t, WithWatchdogLease(1200*time.Millisecond))
+				opts := []LockOption{WithLocalPasses(0, 0), WithWaiterExpiry(600 * time.Millisecond)}
+				if mode == "fixed lease" {
+					opts = []LockOption{WithLocalPasses(0, 0), WithFixedLease(600 * time.Millisecond)}
+				}
+				m := c.Mutex(t.Name(), opts...)
+				first := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
+				second := e.client(t).Mutex(t.Name(), WithLocalPasses(0, 0))
+				warm(t, ctx, m)
+				var (
+					fl, sl  *Lease
+					got     <-chan *Lease
+					resume  func()
+					stalled bool
+				)
+				defer func() {
+					if stalled {
+						resume()
+					}
+				}()
+				if mode == "handed over" {
+					fl = mustLock(t, ctx, first.Lock)
+					got = m.Acquire(ctx)
+					eventually(t, 10*time.Second, func() bool { return queuedMutexWaiters(t, ctx, c, t.Name()) == 1 }, "the waiter did not queue")
+					resume, stalled = c.stallWatchdog(), true
+					// Handed over to the waiter, whose grant waits for the
+					// watchdog.
+					require.NoError(t, fl.Unlock(ctx))
+				} else {
+					// Taken free; the grant waits for the watchdog.
+					resume, stalled = c.stallWatchdog(), true
+					got = m.Acquire(ctx)
+				}
+				// The key the waiter got expires; another Client takes the
+				// lock.
+				eventually(t, 10*time.Second, func() bool {
+					l, err := second.TryLock(ctx)
+					sl = l
+					return err == nil
+				}, "the lock granted during the lapse did not expire")
+				st := requireHeldBy(t, second, sl)
+				resume()
+				stalled = false
+				select {
+				case l := <-got:
+					now, err := second.Inspect(ctx)
+					require.NoError(t, err)
+					require.Failf(t, "a grant held up by a lapse was delivered", "lease of %s (token %d) delivered (Err %v) while %s holds the lock (token %d, then %d)",
+						l.h.owner, l.Token(), l.Err(), now.Owner, st.Token, now.Token)
+				case <-time.After(time.Second):
+				}
+				require.NoError(t, sl.Err())
+				require.NoError(t, sl.Unlock(ctx))
+				l := recv(t, got, 10*time.Second, "the waiter")
+				require.NoError(t, l.Err())
+				require.Greater(t, l.Token(), sl.Token(), "the waiter's token is not above the one before")
+				require.NoError(t, l.Unlock(ctx))
+			})
+		})
+	}
+}

@@ -93,7 +93,7 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 	// A confirmation whose own reply came late leaves as little of the
 	// lease ahead: it is confirmed again, until a renewal answers in time
 	// (or ctx ends, or the lock is found lost).
-	for parent == nil && time.Since(g.sent) > g.first()/3 {
+	for parent == nil && g.late() {
 		if err := c.confirm(ctx, &g); err != nil {
 			return nil, err
 		}
@@ -111,14 +111,21 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 		h.leases[l] = struct{}{}
 		return l, nil
 	}
-	h := &holder{
-		c: c, kind: kind, name: g.name, keys: g.keys, key: key, owner: owner, token: uint64(g.token),
-		lease: g.lease, watchdog: g.watchdog, initial: g.initial, shared: g.shared,
-		leases: make(map[*Lease]struct{}, 1), lastOK: g.sent, lost: make(chan struct{}),
+	h, l := c.register(ctx, &g)
+	for parent == nil && g.late() {
+		// The registration waited for the watchdog: the Client lapsed (a
+		// pause of its process holds the watchdog up too), and the key may
+		// have expired meanwhile and the lock be another owner's, which
+		// nothing of the Client noticed while it lapsed. The Client's memory
+		// of the grant may narrow what Redis says, never widen it: the
+		// holder, which nobody received, is dropped, and the grant is
+		// confirmed as a late reply is, before it is registered again.
+		c.watchdog.remove(h)
+		if err := c.confirm(ctx, &g); err != nil {
+			return nil, err
+		}
+		h, l = c.register(ctx, &g)
 	}
-	l := newLease(ctx, h, hold)
-	h.leases[l] = struct{}{}
-	c.watchdog.add(h)
 	if c.isClosed() && h.lose(ErrClosed) {
 		// Close may have missed this holder.
 		dctx, cancel := detached(ctx)
@@ -128,6 +135,25 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 		}
 	}
 	return l, nil
+}
+
+// late reports whether the grant comes a third of its first lease or more
+// after the command that set the key's lease was sent: the watchdog would
+// have renewed it by then, and the key may have expired since.
+func (g *grant) late() bool { return time.Since(g.sent) > g.first()/3 }
+
+// register makes the holder of a grant that is no re-entry, with its
+// first Lease, and registers it with the watchdog.
+func (c *Client) register(ctx context.Context, g *grant) (*holder, *Lease) {
+	h := &holder{
+		c: c, kind: g.kind, name: g.name, keys: g.keys, key: g.key, owner: g.owner, token: uint64(g.token),
+		lease: g.lease, watchdog: g.watchdog, initial: g.initial, shared: g.shared,
+		leases: make(map[*Lease]struct{}, 1), lastOK: g.sent, lost: make(chan struct{}),
+	}
+	l := newLease(ctx, h, g.hold)
+	h.leases[l] = struct{}{}
+	c.watchdog.add(h)
+	return h, l
 }
 
 // reentryRefusal is an acquire script's refusal of a re-entry: the lock was

@@ -1387,12 +1387,25 @@ func errClass(err error) string {
 // the lock, or when the Client lapsed during the call (stall-watchdog): its
 // grant waited for the watchdog meanwhile, and the lock may have expired
 // and been taken.
-func (w *world) lostAtDelivery(sc *schedClient, t *target, callAt time.Time, err error) string {
+//
+// A lease passed on locally (l) may also have been force-unlocked shortly
+// before the call: the Client passes the lock on until it hears of the
+// change, about one round trip after it (longer when its messages or
+// connections were faulted), and the Client whose ForceUnlock returned
+// first may be faster to reach than the holder's (see cohort). A pass made
+// later than that, or lost otherwise, is a violation.
+func (w *world) lostAtDelivery(sc *schedClient, t *target, l *Lease, callAt time.Time, err error) string {
+	heard := 300 * time.Millisecond
+	if w.faulted(sc.i, callAt.Add(-5*time.Second), callAt, "pause-conn", "pause-client", "latency", "drop-push", "delay-push", "cut-subscriber") {
+		heard = 5 * time.Second
+	}
 	switch {
 	case err == nil || !lossReason(err):
 		return ""
 	case errors.Is(err, ErrForceUnlocked) && w.forcedSince(t.res, callAt):
 		return "delivered already force-unlocked, a ForceUnlock during the call"
+	case errors.Is(err, ErrForceUnlocked) && passedLocally(l) && w.forcedSince(t.res, callAt.Add(-heard)):
+		return "passed on locally already force-unlocked, before the Client heard of a ForceUnlock just before the call"
 	case w.stalled(sc.i, callAt, time.Now()):
 		return "delivered already lost, its Client lapsed during the call"
 	}
@@ -1433,7 +1446,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 		select {
 		case l = <-t.acquire(ctx):
 			err = l.Err()
-			if why := w.lostAtDelivery(sc, t, callAt, err); why != "" {
+			if why := w.lostAtDelivery(sc, t, l, callAt, err); why != "" {
 				w.count(w.failures, t.prim+" "+form+": "+why)
 			} else if err != nil && lossReason(err) {
 				w.violation("delivered-lost", "%s %v Acquire of c%d delivered a lease already lost at %s: %v; faults: %s",
@@ -1452,7 +1465,7 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	}
 	at := time.Now()
 	if e := l.Err(); e != nil {
-		if why := w.lostAtDelivery(sc, t, callAt, e); why != "" {
+		if why := w.lostAtDelivery(sc, t, l, callAt, e); why != "" {
 			w.count(w.failures, t.prim+" "+form+": "+why)
 			return
 		}
