@@ -264,6 +264,7 @@ type Mutex struct {
 	keys lockKeys
 	cfg  lockConfig
 	err  error // invalid name or option
+	q    queuedLock
 }
 
 // Mutex returns the mutex with the given name. Any non-empty string is a
@@ -281,6 +282,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	}
 	if m.cfg, m.err = newLockConfig(c, "Mutex", name, base, optFixedLease|optWaiterExpiry|optRenewedLease|optLocalPasses, opts); m.err == nil {
 		m.keys = c.keysFor(name)
+		m.q = newQueuedLock(c, mutexKind, name, m.keys, m.cfg, acquireScript)
 	}
 	return m
 }
@@ -325,7 +327,7 @@ func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandl
 // want the lock too (local passes) when the lock takes them, in Redis
 // otherwise.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	if try || !m.passesLocally() || leaseFrom(ctx, m.c, m.keys) != nil {
+	if try || !m.passesLocally() || leaseFromKey(ctx, m.q.words.leaseKey) != nil {
 		return m.queued().acquire(ctx, try)
 	}
 	// A wait for a local pass ends as a wait in the queue does, naming the
@@ -344,9 +346,7 @@ func (m *Mutex) passesLocally() bool {
 }
 
 // queued is the mutex as a lock with a queue.
-func (m *Mutex) queued() *queuedLock {
-	return &queuedLock{c: m.c, kind: mutexKind, name: m.name, keys: m.keys, cfg: m.cfg, script: acquireScript}
-}
+func (m *Mutex) queued() *queuedLock { return &m.q }
 
 // queuedLock is what a Mutex and a FairMutex share: a lock hash, a queue of
 // waiters, and an acquire script with the keys and arguments of
@@ -358,6 +358,40 @@ type queuedLock struct {
 	keys   lockKeys
 	cfg    lockConfig
 	script script
+	words  lockWords
+}
+
+// lockWords are what every acquisition of a queuedLock sends or looks up
+// the same way, made once with the lock rather than at each acquisition:
+// they follow from the lock's keys and configuration and the Client's,
+// which do not change. A re-entry makes its own (its lease is its
+// parent's, and it is not handed over: acquireArgs).
+type lockWords struct {
+	lease time.Duration // cfg.lease(c)
+	// lease, waiter expiry and hand-over lease (handOverLease without a
+	// parent) as script arguments.
+	leaseMs, expiryMs, shortMs string
+	short                      time.Duration
+	// listen is the Client's own channel of the lock (waiterChannel).
+	listen string
+	// leaseKey is the key under which a context carries a lease of the
+	// lock (ctxKey), boxed once.
+	leaseKey any
+	// keys are the acquire script's keys (acquire.lua), never written to.
+	keys []string
+}
+
+// newQueuedLock makes the queuedLock of a Mutex or FairMutex, with its
+// lockWords.
+func newQueuedLock(c *Client, kind *leaseKind, name string, keys lockKeys, cfg lockConfig, s script) queuedLock {
+	lease := cfg.lease(c)
+	short := handOverLease(c, lease, cfg, nil)
+	return queuedLock{c: c, kind: kind, name: name, keys: keys, cfg: cfg, script: s, words: lockWords{
+		lease: lease, short: short,
+		leaseMs: strconv.FormatInt(lease.Milliseconds(), 10), expiryMs: strconv.FormatInt(cfg.waiterExpiry.Milliseconds(), 10), shortMs: msArg(short),
+		listen: waiterChannel(keys.channel, c.id), leaseKey: ctxKey{c, keys.lock},
+		keys: []string{keys.lock, keys.queue, keys.waiters},
+	}}
 }
 
 // acquire runs the acquisition loop.
@@ -376,7 +410,7 @@ func (q *queuedLock) acquireReserving(ctx context.Context, try bool, reserve fun
 	qa.reserve = reserve
 	a := acquisition{
 		c: c, primitive: q.kind.primitive, name: q.name,
-		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
+		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter, listenOn: q.words.listen,
 		attempt: qa.attempt,
 		holder:  func() string { return qa.holder },
 		granted: qa.handedOver,
@@ -424,17 +458,21 @@ type queuedAcquisition struct {
 
 func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquisition {
 	c := q.c
-	qa := &queuedAcquisition{q: q, parent: leaseFrom(ctx, c, q.keys), owner: c.newOwner(), hold: c.newHold(), lease: q.cfg.lease(c)}
+	w := &q.words
+	qa := &queuedAcquisition{q: q, parent: leaseFromKey(ctx, w.leaseKey), owner: c.newOwner(), hold: c.newHold(), lease: w.lease}
 	qa.waiter = qa.owner
-	if qa.parent != nil {
-		qa.owner, qa.lease, qa.waiter = qa.parent.h.owner, qa.parent.h.lease, c.newOwner()
-	}
 	mode := "first"
 	if try {
 		mode = "try"
 	}
-	qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
-	qa.args = acquireArgs(qa.owner, qa.hold, qa.lease, qa.waiter, q.cfg.waiterExpiry, mode, qa.short, qa.parent)
+	if qa.parent != nil {
+		qa.owner, qa.lease, qa.waiter = qa.parent.h.owner, qa.parent.h.lease, c.newOwner()
+		qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
+		qa.args = acquireArgs(qa.owner, qa.hold, qa.lease, qa.waiter, q.cfg.waiterExpiry, mode, qa.short, qa.parent)
+		return qa
+	}
+	qa.short = w.short
+	qa.args = []string{qa.owner, qa.hold, w.leaseMs, qa.waiter, w.expiryMs, mode, w.shortMs, "", "", ""}
 	return qa
 }
 
@@ -663,7 +701,7 @@ func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, h
 func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
 	c := q.c
 	owner, hold, waiter := args[0], args[1], args[3]
-	return c.runAcquire(ctx, q.script, "acquire", []string{q.keys.lock, q.keys.queue, q.keys.waiters}, args,
+	return c.runAcquire(ctx, q.script, "acquire", q.words.keys, args,
 		func(res []rueidis.RedisMessage) bool {
 			ok, _, _ := parseAcquire(res)
 			return ok
