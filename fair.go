@@ -79,7 +79,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	m := &FairMutex{c: c, name: name}
 	if m.cfg, m.err = newLockConfig(c, "FairMutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry|optRenewedLease, opts); m.err == nil {
 		m.keys = c.fairKeysFor(name)
-		m.q = newQueuedLock(c, fairKind, name, m.keys, m.cfg, fairAcquireScript)
+		m.q.init(c, fairKind, name, m.keys, m.cfg, fairAcquireScript)
 	}
 	return m
 }

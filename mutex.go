@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -282,7 +283,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	}
 	if m.cfg, m.err = newLockConfig(c, "Mutex", name, base, optFixedLease|optWaiterExpiry|optRenewedLease|optLocalPasses, opts); m.err == nil {
 		m.keys = c.keysFor(name)
-		m.q = newQueuedLock(c, mutexKind, name, m.keys, m.cfg, acquireScript)
+		m.q.init(c, mutexKind, name, m.keys, m.cfg, acquireScript)
 	}
 	return m
 }
@@ -327,7 +328,7 @@ func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandl
 // want the lock too (local passes) when the lock takes them, in Redis
 // otherwise.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	if try || !m.passesLocally() || leaseFromKey(ctx, m.q.words.leaseKey) != nil {
+	if try || !m.passesLocally() || m.q.leaseFrom(ctx) != nil {
 		return m.queued().acquire(ctx, try)
 	}
 	// A wait for a local pass ends as a wait in the queue does, naming the
@@ -358,14 +359,18 @@ type queuedLock struct {
 	keys   lockKeys
 	cfg    lockConfig
 	script script
-	words  lockWords
+	// words, made at the first acquisition in Redis (wordsOf).
+	words atomic.Pointer[lockWords]
 }
 
 // lockWords are what every acquisition of a queuedLock sends or looks up
-// the same way, made once with the lock rather than at each acquisition:
-// they follow from the lock's keys and configuration and the Client's,
-// which do not change. A re-entry makes its own (its lease is its
-// parent's, and it is not handed over: acquireArgs).
+// the same way, made once per lock rather than at each acquisition: they
+// follow from the lock's keys and configuration and the Client's, which do
+// not change. They are made at the lock's first acquisition in Redis, not
+// with the lock, so that a Mutex made for one Lock that its Client passes
+// on locally (c.Mutex(name).Lock(ctx)) makes none. A re-entry makes its
+// own arguments (its lease is its parent's, and it is not handed over:
+// acquireArgs).
 type lockWords struct {
 	lease time.Duration // cfg.lease(c)
 	// lease, waiter expiry and hand-over lease (handOverLease without a
@@ -381,17 +386,37 @@ type lockWords struct {
 	keys []string
 }
 
-// newQueuedLock makes the queuedLock of a Mutex or FairMutex, with its
-// lockWords.
-func newQueuedLock(c *Client, kind *leaseKind, name string, keys lockKeys, cfg lockConfig, s script) queuedLock {
-	lease := cfg.lease(c)
-	short := handOverLease(c, lease, cfg, nil)
-	return queuedLock{c: c, kind: kind, name: name, keys: keys, cfg: cfg, script: s, words: lockWords{
+// init makes q the queuedLock of a Mutex or FairMutex.
+func (q *queuedLock) init(c *Client, kind *leaseKind, name string, keys lockKeys, cfg lockConfig, s script) {
+	q.c, q.kind, q.name, q.keys, q.cfg, q.script = c, kind, name, keys, cfg, s
+}
+
+// wordsOf returns the lock's words, made at the first call. Two first
+// calls at once make the same words, and either is kept.
+func (q *queuedLock) wordsOf() *lockWords {
+	if w := q.words.Load(); w != nil {
+		return w
+	}
+	c, keys := q.c, q.keys
+	lease := q.cfg.lease(c)
+	short := handOverLease(c, lease, q.cfg, nil)
+	w := &lockWords{
 		lease: lease, short: short,
-		leaseMs: strconv.FormatInt(lease.Milliseconds(), 10), expiryMs: strconv.FormatInt(cfg.waiterExpiry.Milliseconds(), 10), shortMs: msArg(short),
+		leaseMs: strconv.FormatInt(lease.Milliseconds(), 10), expiryMs: strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), shortMs: msArg(short),
 		listen: waiterChannel(keys.channel, c.id), leaseKey: ctxKey{c, keys.lock},
 		keys: []string{keys.lock, keys.queue, keys.waiters},
-	}}
+	}
+	q.words.Store(w)
+	return w
+}
+
+// leaseFrom is leaseFrom of the lock, with its boxed key once its words
+// are made.
+func (q *queuedLock) leaseFrom(ctx context.Context) *Lease {
+	if w := q.words.Load(); w != nil {
+		return leaseFromKey(ctx, w.leaseKey)
+	}
+	return leaseFrom(ctx, q.c, q.keys)
 }
 
 // acquire runs the acquisition loop.
@@ -406,11 +431,12 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 // it, and reserved is what was reserved for the lease returned.
 func (q *queuedLock) acquireReserving(ctx context.Context, try bool, reserve func() int) (l *Lease, reserved int, err error) {
 	c := q.c
-	qa := q.newAcquisition(ctx, try)
+	w := q.wordsOf()
+	qa := q.newAcquisition(ctx, try, w)
 	qa.reserve = reserve
 	a := acquisition{
 		c: c, primitive: q.kind.primitive, name: q.name,
-		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter, listenOn: q.words.listen,
+		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter, listenOn: w.listen,
 		attempt: qa.attempt,
 		holder:  func() string { return qa.holder },
 		granted: qa.handedOver,
@@ -456,9 +482,8 @@ type queuedAcquisition struct {
 	tookToken int64
 }
 
-func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquisition {
+func (q *queuedLock) newAcquisition(ctx context.Context, try bool, w *lockWords) *queuedAcquisition {
 	c := q.c
-	w := &q.words
 	qa := &queuedAcquisition{q: q, parent: leaseFromKey(ctx, w.leaseKey), owner: c.newOwner(), hold: c.newHold(), lease: w.lease}
 	qa.waiter = qa.owner
 	mode := "first"
@@ -701,7 +726,7 @@ func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, h
 func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
 	c := q.c
 	owner, hold, waiter := args[0], args[1], args[3]
-	return c.runAcquire(ctx, q.script, "acquire", q.words.keys, args,
+	return c.runAcquire(ctx, q.script, "acquire", q.wordsOf().keys, args,
 		func(res []rueidis.RedisMessage) bool {
 			ok, _, _ := parseAcquire(res)
 			return ok
