@@ -65,10 +65,7 @@ var fairKind = &leaseKind{
 }
 
 func (c *Client) fairKeysFor(name string) lockKeys {
-	return lockKeys{
-		lock: c.key("fair", name), channel: c.key("fairch", name),
-		queue: c.key("fairq", name), waiters: c.key("fairw", name),
-	}
+	return c.queuedKeys("fair", "fairch", "fairq", "fairw", name)
 }
 
 // FairMutex returns the fair mutex with the given name. Names follow the
