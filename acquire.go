@@ -45,6 +45,8 @@ type acquisition struct {
 	// come on the Client's own channel of the lock (waiterChannel), which
 	// the acquisition then listens to instead of channel.
 	target string
+	// listenOn, if set, is that channel, made once with the lock.
+	listenOn string
 	// granted, if set, takes the lock a release handed over to target, as
 	// its message (what follows the id) told. It returns nil for a
 	// hand-over that is not to be trusted; then, as on an error, the
@@ -149,6 +151,9 @@ func (a *acquisition) run(ctx context.Context, once bool) (granted *Lease, err e
 // of the lock when releases name it (target), the lock's channel otherwise.
 func (a *acquisition) listen() string {
 	if a.target != "" {
+		if a.listenOn != "" {
+			return a.listenOn
+		}
 		return waiterChannel(a.channel, a.c.id)
 	}
 	return a.channel
@@ -422,13 +427,14 @@ type grace struct {
 // does. Its waits past ctx's end (for a script on its way, an undo, a
 // leave, a read) wait for the grace to pass (graceOver) rather than for a
 // grace of their own, so that the waits one after the other never add up
-// to more than one grace. Call done when the call returned.
-func withGrace(ctx context.Context) (gctx context.Context, done func()) {
+// to more than one grace. Call g.end when the call returned; g is nil for
+// a ctx that never ends, whose call needs no grace.
+func withGrace(ctx context.Context) (gctx context.Context, g *grace) {
 	if ctx.Done() == nil {
-		return ctx, func() {}
+		return ctx, nil
 	}
-	g := &grace{ctx: ctx}
-	return context.WithValue(ctx, graceKey{}, g), g.end
+	g = &grace{ctx: ctx}
+	return context.WithValue(ctx, graceKey{}, g), g
 }
 
 // overChan returns the channel that closes when the grace passed, made at
@@ -462,8 +468,11 @@ func (g *grace) overChan() <-chan struct{} {
 	return g.over
 }
 
-// end ends the grace when its call returned.
+// end ends the grace when its call returned; a nil g has nothing to end.
 func (g *grace) end() {
+	if g == nil {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ended = true

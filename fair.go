@@ -49,6 +49,7 @@ type FairMutex struct {
 	keys lockKeys
 	cfg  lockConfig
 	err  error
+	q    queuedLock
 }
 
 // fairKind is the kind of FairMutex holders: renewed and released as Mutex
@@ -64,10 +65,7 @@ var fairKind = &leaseKind{
 }
 
 func (c *Client) fairKeysFor(name string) lockKeys {
-	return lockKeys{
-		lock: c.key("fair", name), channel: c.key("fairch", name),
-		queue: c.key("fairq", name), waiters: c.key("fairw", name),
-	}
+	return c.queuedKeys("fair", "fairch", "fairq", "fairw", name)
 }
 
 // FairMutex returns the fair mutex with the given name. Names follow the
@@ -78,6 +76,7 @@ func (c *Client) FairMutex(name string, opts ...LockOption) *FairMutex {
 	m := &FairMutex{c: c, name: name}
 	if m.cfg, m.err = newLockConfig(c, "FairMutex", name, lockConfig{waiterExpiry: defaultWaiterExpiry}, optFixedLease|optWaiterExpiry|optRenewedLease, opts); m.err == nil {
 		m.keys = c.fairKeysFor(name)
+		m.q.init(c, fairKind, name, m.keys, m.cfg, fairAcquireScript)
 	}
 	return m
 }
@@ -97,8 +96,7 @@ func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) { return lockHa
 func (m *FairMutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandle(ctx, m) }
 
 func (m *FairMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	q := &queuedLock{c: m.c, kind: fairKind, name: m.name, keys: m.keys, cfg: m.cfg, script: fairAcquireScript}
-	return q.acquire(ctx, try)
+	return m.q.acquire(ctx, try)
 }
 
 // FairMutexState is a snapshot of a fair mutex in Redis: the state of a

@@ -30,8 +30,8 @@ func lockHandle(ctx context.Context, h handle, try bool) (*Lease, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
-	ctx, done := withGrace(ctx)
-	defer done()
+	ctx, g := withGrace(ctx)
+	defer g.end()
 	return h.acquire(ctx, try)
 }
 
@@ -52,8 +52,8 @@ func acquireHandle(ctx context.Context, h handle) <-chan *Lease {
 				c.waiters.Done()
 			}
 		}()
-		ctx, done := withGrace(ctx)
-		defer done()
+		ctx, g := withGrace(ctx)
+		defer g.end()
 		return h.acquire(ctx, false)
 	})
 }

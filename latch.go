@@ -177,8 +177,8 @@ func (l *Latch) Wait(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	ctx, done := withGrace(ctx)
-	defer done()
+	ctx, g := withGrace(ctx)
+	defer g.end()
 	var gen string
 	first := true
 	open := failedLease(errLatchOpen)

@@ -62,21 +62,24 @@ var errLostBeforeDelivery = errors.New("redisync: the lock was lost before its l
 // fixed lease is renewed to its full length too: no watchdog renews it, so
 // its acquisition is counted as done at the renewal. A lock found not held
 // (expired, taken) is errLostBeforeDelivery. The caller confirms again
-// when this renewal's own reply came late.
-func (c *Client) confirm(ctx context.Context, g *grant) error {
+// when this renewal's own reply came late. It returns g as confirmed; g
+// is taken by value so that a grant that needs no confirmation (the common
+// case) is not moved to the heap.
+func (c *Client) confirm(ctx context.Context, g grant) (grant, error) {
 	sent := time.Now()
+	kind, key, args := g.kind, g.key, []string{g.owner, strconv.FormatInt(g.lease.Milliseconds(), 10)}
 	states, err := callInFlight(c, ctx, func(actx context.Context) ([]int64, error) {
-		return g.kind.renew.exec(actx, c.rc, []string{g.key}, []string{g.owner, strconv.FormatInt(g.lease.Milliseconds(), 10)}).AsIntSlice()
+		return kind.renew.exec(actx, c.rc, []string{key}, args).AsIntSlice()
 	})
 	switch {
 	case err != nil:
-		return redisErr("renew", err)
+		return g, redisErr("renew", err)
 	case len(states) != 1 || !renewedHeld(states[0]):
-		return errLostBeforeDelivery
+		return g, errLostBeforeDelivery
 	}
 	g.sent, g.initial = sent, 0
 	g.shared = narrower(g.shared, sharedExpiry(states[0]))
-	return nil
+	return g, nil
 }
 
 // grant turns a successful acquire script run into a Lease: the first hold
@@ -94,7 +97,8 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 	// lease ahead: it is confirmed again, until a renewal answers in time
 	// (or ctx ends, or the lock is found lost).
 	for parent == nil && g.late() {
-		if err := c.confirm(ctx, &g); err != nil {
+		var err error
+		if g, err = c.confirm(ctx, g); err != nil {
 			return nil, err
 		}
 	}
@@ -121,7 +125,8 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 		// holder, which nobody received, is dropped, and the grant is
 		// confirmed as a late reply is, before it is registered again.
 		c.watchdog.remove(h)
-		if err := c.confirm(ctx, &g); err != nil {
+		var err error
+		if g, err = c.confirm(ctx, g); err != nil {
 			return nil, err
 		}
 		h, l = c.register(ctx, &g)
@@ -584,7 +589,13 @@ type ctxKey struct {
 // passed the lock on is no parent (the acquisition is a new one), and no
 // local pass comes after a re-entry was sent, whatever its reply.
 func leaseFrom(ctx context.Context, c *Client, keys lockKeys) *Lease {
-	l, _ := ctx.Value(ctxKey{c, keys.lock}).(*Lease)
+	return leaseFromKey(ctx, ctxKey{c, keys.lock})
+}
+
+// leaseFromKey is leaseFrom with the lock's ctxKey boxed by the caller
+// (lockWords.leaseKey), which then costs no allocation.
+func leaseFromKey(ctx context.Context, key any) *Lease {
+	l, _ := ctx.Value(key).(*Lease)
 	if l == nil || l.Err() != nil {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -264,6 +265,7 @@ type Mutex struct {
 	keys lockKeys
 	cfg  lockConfig
 	err  error // invalid name or option
+	q    queuedLock
 }
 
 // Mutex returns the mutex with the given name. Any non-empty string is a
@@ -281,6 +283,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 	}
 	if m.cfg, m.err = newLockConfig(c, "Mutex", name, base, optFixedLease|optWaiterExpiry|optRenewedLease|optLocalPasses, opts); m.err == nil {
 		m.keys = c.keysFor(name)
+		m.q.init(c, mutexKind, name, m.keys, m.cfg, acquireScript)
 	}
 	return m
 }
@@ -325,7 +328,7 @@ func (m *Mutex) Acquire(ctx context.Context) <-chan *Lease { return acquireHandl
 // want the lock too (local passes) when the lock takes them, in Redis
 // otherwise.
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	if try || !m.passesLocally() || leaseFrom(ctx, m.c, m.keys) != nil {
+	if try || !m.passesLocally() || m.q.leaseFrom(ctx) != nil {
 		return m.queued().acquire(ctx, try)
 	}
 	// A wait for a local pass ends as a wait in the queue does, naming the
@@ -344,9 +347,7 @@ func (m *Mutex) passesLocally() bool {
 }
 
 // queued is the mutex as a lock with a queue.
-func (m *Mutex) queued() *queuedLock {
-	return &queuedLock{c: m.c, kind: mutexKind, name: m.name, keys: m.keys, cfg: m.cfg, script: acquireScript}
-}
+func (m *Mutex) queued() *queuedLock { return &m.q }
 
 // queuedLock is what a Mutex and a FairMutex share: a lock hash, a queue of
 // waiters, and an acquire script with the keys and arguments of
@@ -358,6 +359,64 @@ type queuedLock struct {
 	keys   lockKeys
 	cfg    lockConfig
 	script script
+	// words, made at the first acquisition in Redis (wordsOf).
+	words atomic.Pointer[lockWords]
+}
+
+// lockWords are what every acquisition of a queuedLock sends or looks up
+// the same way, made once per lock rather than at each acquisition: they
+// follow from the lock's keys and configuration and the Client's, which do
+// not change. They are made at the lock's first acquisition in Redis, not
+// with the lock, so that a Mutex made for one Lock that its Client passes
+// on locally (c.Mutex(name).Lock(ctx)) makes none. A re-entry makes its
+// own arguments (its lease is its parent's, and it is not handed over:
+// acquireArgs).
+type lockWords struct {
+	lease time.Duration // cfg.lease(c)
+	// lease, waiter expiry and hand-over lease (handOverLease without a
+	// parent) as script arguments.
+	leaseMs, expiryMs, shortMs string
+	short                      time.Duration
+	// listen is the Client's own channel of the lock (waiterChannel).
+	listen string
+	// leaseKey is the key under which a context carries a lease of the
+	// lock (ctxKey), boxed once.
+	leaseKey any
+	// keys are the acquire script's keys (acquire.lua), never written to.
+	keys []string
+}
+
+// init makes q the queuedLock of a Mutex or FairMutex.
+func (q *queuedLock) init(c *Client, kind *leaseKind, name string, keys lockKeys, cfg lockConfig, s script) {
+	q.c, q.kind, q.name, q.keys, q.cfg, q.script = c, kind, name, keys, cfg, s
+}
+
+// wordsOf returns the lock's words, made at the first call. Two first
+// calls at once make the same words, and either is kept.
+func (q *queuedLock) wordsOf() *lockWords {
+	if w := q.words.Load(); w != nil {
+		return w
+	}
+	c, keys := q.c, q.keys
+	lease := q.cfg.lease(c)
+	short := handOverLease(c, lease, q.cfg, nil)
+	w := &lockWords{
+		lease: lease, short: short,
+		leaseMs: strconv.FormatInt(lease.Milliseconds(), 10), expiryMs: strconv.FormatInt(q.cfg.waiterExpiry.Milliseconds(), 10), shortMs: msArg(short),
+		listen: waiterChannel(keys.channel, c.id), leaseKey: ctxKey{c, keys.lock},
+		keys: []string{keys.lock, keys.queue, keys.waiters},
+	}
+	q.words.Store(w)
+	return w
+}
+
+// leaseFrom is leaseFrom of the lock, with its boxed key once its words
+// are made.
+func (q *queuedLock) leaseFrom(ctx context.Context) *Lease {
+	if w := q.words.Load(); w != nil {
+		return leaseFromKey(ctx, w.leaseKey)
+	}
+	return leaseFrom(ctx, q.c, q.keys)
 }
 
 // acquire runs the acquisition loop.
@@ -372,11 +431,12 @@ func (q *queuedLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 // it, and reserved is what was reserved for the lease returned.
 func (q *queuedLock) acquireReserving(ctx context.Context, try bool, reserve func() int) (l *Lease, reserved int, err error) {
 	c := q.c
-	qa := q.newAcquisition(ctx, try)
+	w := q.wordsOf()
+	qa := q.newAcquisition(ctx, try, w)
 	qa.reserve = reserve
 	a := acquisition{
 		c: c, primitive: q.kind.primitive, name: q.name,
-		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter,
+		channel: q.keys.channel, key: q.keys.lock, busy: ErrLocked, target: qa.waiter, listenOn: w.listen,
 		attempt: qa.attempt,
 		holder:  func() string { return qa.holder },
 		granted: qa.handedOver,
@@ -422,19 +482,22 @@ type queuedAcquisition struct {
 	tookToken int64
 }
 
-func (q *queuedLock) newAcquisition(ctx context.Context, try bool) *queuedAcquisition {
+func (q *queuedLock) newAcquisition(ctx context.Context, try bool, w *lockWords) *queuedAcquisition {
 	c := q.c
-	qa := &queuedAcquisition{q: q, parent: leaseFrom(ctx, c, q.keys), owner: c.newOwner(), hold: c.newHold(), lease: q.cfg.lease(c)}
+	qa := &queuedAcquisition{q: q, parent: leaseFromKey(ctx, w.leaseKey), owner: c.newOwner(), hold: c.newHold(), lease: w.lease}
 	qa.waiter = qa.owner
-	if qa.parent != nil {
-		qa.owner, qa.lease, qa.waiter = qa.parent.h.owner, qa.parent.h.lease, c.newOwner()
-	}
 	mode := "first"
 	if try {
 		mode = "try"
 	}
-	qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
-	qa.args = acquireArgs(qa.owner, qa.hold, qa.lease, qa.waiter, q.cfg.waiterExpiry, mode, qa.short, qa.parent)
+	if qa.parent != nil {
+		qa.owner, qa.lease, qa.waiter = qa.parent.h.owner, qa.parent.h.lease, c.newOwner()
+		qa.short = handOverLease(c, qa.lease, q.cfg, qa.parent)
+		qa.args = acquireArgs(qa.owner, qa.hold, qa.lease, qa.waiter, q.cfg.waiterExpiry, mode, qa.short, qa.parent)
+		return qa
+	}
+	qa.short = w.short
+	qa.args = []string{qa.owner, qa.hold, w.leaseMs, qa.waiter, w.expiryMs, mode, w.shortMs, "", "", ""}
 	return qa
 }
 
@@ -663,7 +726,7 @@ func (c *Client) leaveQueue(ctx context.Context, keys lockKeys, waiter, owner, h
 func (q *queuedLock) attempt(ctx context.Context, args []string) ([]rueidis.RedisMessage, error) {
 	c := q.c
 	owner, hold, waiter := args[0], args[1], args[3]
-	return c.runAcquire(ctx, q.script, "acquire", []string{q.keys.lock, q.keys.queue, q.keys.waiters}, args,
+	return c.runAcquire(ctx, q.script, "acquire", q.wordsOf().keys, args,
 		func(res []rueidis.RedisMessage) bool {
 			ok, _, _ := parseAcquire(res)
 			return ok

@@ -687,11 +687,34 @@ func (k lockKeys) ownerProbe(rc rueidis.Client) rueidis.Completed {
 // prefix:w:T for its waiters, where T is tagged(name). Other primitives name
 // theirs with key.
 func (c *Client) keysFor(name string) lockKeys {
+	return c.queuedKeys("", "ch", "q", "w", name)
+}
+
+// queuedKeys names the keys of a lock with a queue as key does, of the
+// kinds given (lock "" for prefix:T), in one allocation: a lock made for
+// one Lock (c.Mutex(name).Lock(ctx)) names them at every call.
+func (c *Client) queuedKeys(lock, channel, queue, waiters, name string) lockKeys {
 	t := tagged(name)
-	return lockKeys{
-		lock: c.cfg.prefix + ":" + t, channel: c.key("ch", name),
-		queue: c.key("q", name), waiters: c.key("w", name),
+	kinds := [4]string{lock, channel, queue, waiters}
+	n := 0
+	for _, k := range kinds {
+		n += len(c.cfg.prefix) + 1 + len(k) + 1 + len(t)
 	}
+	var b strings.Builder
+	b.Grow(n)
+	var names [4]string
+	for i, k := range kinds {
+		from := b.Len()
+		b.WriteString(c.cfg.prefix)
+		b.WriteByte(':')
+		if k != "" {
+			b.WriteString(k)
+			b.WriteByte(':')
+		}
+		b.WriteString(t)
+		names[i] = b.String()[from:]
+	}
+	return lockKeys{lock: names[0], channel: names[1], queue: names[2], waiters: names[3]}
 }
 
 // key names one key (or channel) of a primitive: prefix:kind:T. Kinds are

@@ -53,6 +53,11 @@ func TestKeysShareOneSlot(t *testing.T) {
 		require.False(t, dup, "%q and %q share a key", n, prev)
 		seen[k.lock] = n
 	}
+	// The names are those key gives each kind.
+	for _, n := range names {
+		require.Equal(t, lockKeys{lock: "redisync:" + tagged(n), channel: c.key("ch", n), queue: c.key("q", n), waiters: c.key("w", n)}, c.keysFor(n), "name %q", n)
+		require.Equal(t, lockKeys{lock: c.key("fair", n), channel: c.key("fairch", n), queue: c.key("fairq", n), waiters: c.key("fairw", n)}, c.fairKeysFor(n), "name %q", n)
+	}
 	// A name's own hash tag decides its slot.
 	require.Equal(t, slotHash("{user:7}"), slotHash(c.keysFor("{user:7}:cart").lock))
 	// Names that look alike do not collide.
