@@ -190,7 +190,12 @@ func (t *tracker) invalidated(keys []rueidis.RedisMessage) {
 			}
 		}
 	}
-	t.start()
+	if keys == nil || len(changed) > 0 {
+		// Keys of other locks (a waiter's cached read of a lock it waits
+		// for, a lock released since) have nothing to read: the loop is
+		// not woken for them.
+		t.start()
+	}
 	t.mu.Unlock()
 	// What the Client reserved for the local passes of a changed lock is
 	// no longer vouched for.
