@@ -107,18 +107,18 @@ func (p *presence) join(keys lockKeys, expiry time.Duration) {
 	}
 	e.expiry = min(e.expiry, expiry)
 	e.waiters++
-	// A loop that sleeps at a pace fast enough for this lock is not woken:
-	// its next pass comes within a pace of its last one, or of when it
-	// last scheduled, both before now (run), so within a pace from now,
-	// before the deadline the attempt wrote lapses. A waiter queued on the
-	// hot path so costs no goroutine wake-up. An idle loop, a pace too
-	// slow for the lock's waiter expiry, or a loop awake (which may have
-	// read the locks before this one) is kicked.
-	if p.pace == 0 || presencePeriod(e.expiry) < p.pace {
-		p.startOrWake(p.run)
+	// A loop that sleeps at a pace fast enough for this lock (pace is set
+	// only while it sleeps with work) is not woken: its next pass comes
+	// within a pace of its last one, or of when it last scheduled, both
+	// before now (run), so within a pace from now, before the deadline the
+	// attempt wrote lapses. A waiter queued on the hot path so costs no
+	// goroutine wake-up. An idle loop, a pace too slow for the lock's
+	// waiter expiry, or a loop awake (which may have read the locks before
+	// this one) is kicked.
+	if p.pace > 0 && presencePeriod(e.expiry) >= p.pace {
 		return
 	}
-	p.wakeBy(p.sleepUntil, p.run)
+	p.startOrWake(p.run)
 }
 
 // presencePeriod is the time between the passes that renew the Client's
