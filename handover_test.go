@@ -45,6 +45,50 @@ func TestUnlockAfterLocalPassLeavesTheSuccessorHolding(t *testing.T) {
 	})
 }
 
+// TestLockHandedToAnIdleClientOutlivesItsClaim: a lock handed over to a
+// waiter whose Client holds nothing else, its watchdog asleep with nothing
+// to watch, is renewed before the short claim it came with ends, and stays
+// the waiter's after it: the hand-over brings the sleeping watchdog's timer
+// forward rather than waking it, and the renewal is not lost for it.
+func TestLockHandedToAnIdleClientOutlivesItsClaim(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		const lease = 2 * handOverClaim // the claim is the shorter
+		ctx := withTimeout(t, 60*time.Second)
+		name := t.Name() + "-" + time.Now().Format("150405.000000")
+		holder := e.client(t).Mutex(name, WithLocalPasses(0, 0))
+		wc := e.client(t, WithWatchdogLease(lease))
+		waiter := wc.Mutex(name)
+		// The waiter's Client holds another lock once: its watchdog runs,
+		// and sleeps with nothing to watch once it looked again.
+		ol := mustLock(t, ctx, wc.Mutex(name+"-other").Lock)
+		require.NoError(t, ol.Unlock(ctx))
+		time.Sleep(lease/3 + 200*time.Millisecond)
+
+		hl := mustLock(t, ctx, holder.Lock)
+		got := make(chan *Lease, 1)
+		go func() {
+			l, err := waiter.Lock(ctx)
+			if err != nil {
+				l = nil
+			}
+			got <- l
+		}()
+		eventually(t, 5*time.Second, func() bool {
+			n, err := wc.rc.Do(ctx, wc.rc.B().Zcard().Key(waiter.keys.queue).Build()).AsInt64()
+			return err == nil && n == 1
+		}, "waiter did not queue")
+		require.NoError(t, hl.Unlock(ctx))
+		l := <-got
+		require.NotNil(t, l, "the waiter did not get the lock")
+		time.Sleep(handOverClaim + time.Second)
+		require.NoError(t, l.Err(), "the lock handed over was lost after its claim")
+		requireHeldBy(t, waiter, l)
+		_, err := holder.TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked, "another Client took the lock handed over after its claim")
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
 // TestLateGrantIsConfirmed: a lock granted by a script whose reply came
 // back after the key's lease had run out, while another Client took the
 // lock, is not delivered: the late grant is confirmed by a renewal first,

@@ -38,7 +38,10 @@ type presence struct {
 	locks   map[string]*presenceEntry // by waiters key
 	orphans []orphanLeave             // leaves that failed, retried at the next passes
 	clock   serverClock               // the server's clock, for plain renewals
+	// loop sleeps until its next pass or check; pace is the time between
+	// passes it sleeps with, zero when it sleeps with nothing to renew.
 	loop
+	pace time.Duration
 
 	// stall, held, stalls the passes, as a paused process or a Client
 	// whose connection is held up would: tests hold it to make the
@@ -104,7 +107,25 @@ func (p *presence) join(keys lockKeys, expiry time.Duration) {
 	}
 	e.expiry = min(e.expiry, expiry)
 	e.waiters++
+	// A loop that sleeps at a pace fast enough for this lock (pace is set
+	// only while it sleeps with work) is not woken: its next pass comes
+	// within a pace of its last one, or of when it last scheduled, both
+	// before now (run), so within a pace from now, before the deadline the
+	// attempt wrote lapses. A waiter queued on the hot path so costs no
+	// goroutine wake-up. An idle loop, a pace too slow for the lock's
+	// waiter expiry, or a loop awake (which may have read the locks before
+	// this one) is kicked.
+	if p.pace > 0 && presencePeriod(e.expiry) >= p.pace {
+		return
+	}
 	p.startOrWake(p.run)
+}
+
+// presencePeriod is the time between the passes that renew the Client's
+// deadline on a lock of the given waiter expiry: a third of it, at most
+// presenceRead.
+func presencePeriod(expiry time.Duration) time.Duration {
+	return max(min(expiry/3, presenceRead), time.Millisecond)
 }
 
 // alone reports whether the Client has no waiter on the lock but the
@@ -156,7 +177,10 @@ func (p *presence) checkBy(k string, at time.Time) {
 		return
 	}
 	e.checkAt = at
-	p.wake()
+	// A sleeping loop has its timer brought forward to at, if it would
+	// sleep longer, rather than being woken now; it then checks what is
+	// due (check) and schedules the rest.
+	p.wakeBy(at, p.run)
 }
 
 // orphan records a waiter whose leave failed (the connection broke as it
@@ -175,8 +199,22 @@ func (p *presence) close() { p.end(&p.mu) }
 func (p *presence) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	p.mu.Lock()
+	p.useTimer(timer)
+	p.mu.Unlock()
+	defer func() {
+		// Stopped: join and checkBy no longer move the timer.
+		p.mu.Lock()
+		p.awake()
+		p.pace = 0
+		p.mu.Unlock()
+	}()
 	var nextPass time.Time
 	for {
+		p.mu.Lock()
+		p.awake() // join and checkBy kick
+		p.pace = 0
+		p.mu.Unlock()
 		period, check, ok := p.schedule()
 		if !ok {
 			nextPass = time.Time{}
@@ -193,7 +231,14 @@ func (p *presence) run() {
 		if !check.IsZero() && check.Before(wake) {
 			wake = check
 		}
-		timer.Reset(max(time.Until(wake), time.Millisecond))
+		p.mu.Lock()
+		p.sleepFor(max(time.Until(wake), time.Millisecond))
+		if ok {
+			// nextPass is at most a period from when it was set, a pass
+			// or a schedule, both before now (see join).
+			p.pace = period
+		}
+		p.mu.Unlock()
 		select {
 		case <-p.stop:
 			return
@@ -234,7 +279,7 @@ func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
 		period, ok = presenceRead, true
 	}
 	for _, e := range p.locks {
-		if every := min(e.expiry/3, presenceRead); !ok || every < period {
+		if every := presencePeriod(e.expiry); !ok || every < period {
 			period, ok = every, true
 		}
 		if !e.checkAt.IsZero() && (check.IsZero() || e.checkAt.Before(check)) {

@@ -18,6 +18,10 @@ const (
 	renewRetry = time.Second
 )
 
+// watchdogIdle is how long the watchdog's loop sleeps with nothing to
+// watch, unless a new holder brings its timer forward.
+const watchdogIdle = time.Hour
+
 // watchdog keeps the leases of one Client alive: one goroutine, whatever the
 // number of leases. Every third of the watchdog lease it renews every
 // watchdog lease and checks every fixed lease, in batched scripts grouped by
@@ -33,12 +37,10 @@ type watchdog struct {
 
 	mu      sync.Mutex
 	holders map[*holder]struct{}
-	// sleepUntil is when the loop wakes next while it sleeps; zero while
-	// it runs, or sleeps with nothing to watch. A new holder wakes it only
-	// when it needs it sooner.
-	sleepUntil time.Time
-
-	loop // kicked to look at a new holder
+	// loop sleeps until the next deadline or renewal is due, an hour with
+	// nothing to watch: a new holder brings its timer forward when it needs
+	// it sooner (see add), and kicks it only while it is awake.
+	loop
 
 	logMu    sync.Mutex
 	failures retryLog // renewal batches that failed
@@ -67,9 +69,12 @@ func (w *watchdog) add(h *holder) {
 	}
 	w.mu.Lock()
 	w.holders[h] = struct{}{}
-	if !w.running || w.sleepUntil.IsZero() || by.Before(w.sleepUntil) {
-		w.startOrWake(w.run)
-	}
+	// A sleeping loop is not woken: its timer is brought forward to when
+	// the holder needs it, if it would sleep longer. Taking a lock, a
+	// hand-over on its way to the waiter included, so costs no goroutine
+	// wake-up; the loop, once its timer woke it, looks at every holder,
+	// this one included.
+	w.wakeBy(by, w.run)
 	w.mu.Unlock()
 	w.c.tracker.add(h)
 }
@@ -124,6 +129,15 @@ func (w *watchdog) run() {
 	defer cancel()
 	timer := time.NewTimer(w.period)
 	defer timer.Stop()
+	w.mu.Lock()
+	w.useTimer(timer)
+	w.mu.Unlock()
+	defer func() {
+		// Stopped: add no longer moves the timer.
+		w.mu.Lock()
+		w.awake()
+		w.mu.Unlock()
+	}()
 	next := time.Now().Add(w.period)
 	// A pass runs on its own goroutine, one at a time, so that deadlines are
 	// enforced on time even when Redis does not answer (a connection to a
@@ -133,7 +147,7 @@ func (w *watchdog) run() {
 	inflight := false
 	for {
 		w.mu.Lock()
-		w.sleepUntil = time.Time{} // awake: a new holder kicks
+		w.awake() // a new holder kicks
 		w.mu.Unlock()
 		now := time.Now()
 		wait, any, ownAt := w.expire(now)
@@ -155,14 +169,10 @@ func (w *watchdog) run() {
 				wait = min(wait, ownAt.Sub(now))
 			}
 		}
-		if any {
-			wait = max(wait, time.Millisecond)
-			timer.Reset(wait)
-			w.sleepUntil = now.Add(wait)
-		} else {
-			timer.Stop()
-			w.sleepUntil = time.Time{}
+		if !any {
+			wait = watchdogIdle
 		}
+		w.sleepFor(max(wait, time.Millisecond))
 		w.mu.Unlock()
 		select {
 		case <-w.stop:

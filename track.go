@@ -88,11 +88,8 @@ type tracker struct {
 	dirty   map[string]struct{}  // keys invalidated since their last read
 	all     bool                 // every key invalidated
 	closed  bool
-	// sleepUntil is when the loop's timer wakes it while it sleeps; zero
-	// while it runs. A new holder's first read brings the timer forward
-	// rather than waking the loop (see add).
-	sleepUntil time.Time
-	timer      *time.Timer // the loop's, set before sleepUntil first is
+	// loop sleeps until its next read is due: a new holder's first read
+	// brings its timer forward rather than waking it (see add).
 	loop
 }
 
@@ -125,24 +122,15 @@ func (t *tracker) add(h *holder) {
 	at := time.Now().Add(trackDelay)
 	t.pending = append(t.pending, pendingTrack{h, at})
 	// Reads come due in the order of pending: the loop wakes for the first.
-	switch {
-	case len(t.pending) > 1:
-		// The loop wakes for an earlier one, and then looks at the rest.
-	case t.running && !t.sleepUntil.IsZero():
-		// The loop sleeps: its timer is brought forward to the read,
-		// rather than the loop woken now to set it, so that taking a lock
-		// (a hand-over on its way to the waiter included) costs no
-		// goroutine wake-up. The timer is used under t.mu only, and the
-		// loop, once woken, takes what is due from pending, this holder
-		// included.
-		if at.Before(t.sleepUntil) {
-			t.sleepUntil = at
-			t.timer.Reset(trackDelay)
-		}
-	default:
-		// Not started, or running: due, which reads pending, may have run
-		// already; the kick has it look again.
-		t.start()
+	if len(t.pending) == 1 {
+		// Otherwise the loop wakes for an earlier one, and then looks at
+		// the rest. A sleeping loop has its timer brought forward to the
+		// read, rather than being woken now to set it, so that taking a
+		// lock (a hand-over on its way to the waiter included) costs no
+		// goroutine wake-up; the loop, once woken, takes what is due from
+		// pending, this holder included. A running one may have read
+		// pending already: it is kicked to look again.
+		t.wakeBy(at, t.run)
 	}
 }
 
@@ -202,7 +190,12 @@ func (t *tracker) invalidated(keys []rueidis.RedisMessage) {
 			}
 		}
 	}
-	t.start()
+	if keys == nil || len(changed) > 0 {
+		// Keys of other locks (a waiter's cached read of a lock it waits
+		// for, a lock released since) have nothing to read: the loop is
+		// not woken for them.
+		t.start()
+	}
 	t.mu.Unlock()
 	// What the Client reserved for the local passes of a changed lock is
 	// no longer vouched for.
@@ -224,18 +217,18 @@ func (t *tracker) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	t.mu.Lock()
-	t.timer = timer
+	t.useTimer(timer)
 	t.mu.Unlock()
 	defer func() {
 		// Stopped: add no longer moves the timer.
 		t.mu.Lock()
-		t.sleepUntil = time.Time{}
+		t.awake()
 		t.mu.Unlock()
 	}()
 	retry := backoff{first: trackRetry, limit: trackRetryMax}
 	for {
 		t.mu.Lock()
-		t.sleepUntil = time.Time{} // awake: add kicks
+		t.awake() // add kicks
 		t.mu.Unlock()
 		hs, next := t.due(time.Now())
 		if len(hs) > 0 {
@@ -249,9 +242,7 @@ func (t *tracker) run() {
 			next = time.Now().Add(time.Hour)
 		}
 		t.mu.Lock()
-		wait := max(time.Until(next), time.Millisecond)
-		timer.Reset(wait)
-		t.sleepUntil = time.Now().Add(wait)
+		t.sleepFor(max(time.Until(next), time.Millisecond))
 		t.mu.Unlock()
 		select {
 		case <-t.stop:
