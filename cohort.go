@@ -65,13 +65,15 @@ import (
 // change in Redis that the Client has not seen yet: a pass may be
 // delivered while another Client holds the lock (with a lower token than
 // theirs, so fencing refuses it) until the change's invalidation arrives,
-// about one round trip after it, and at most the budget's time after the
-// acquisition that reserved the block was sent, when the invalidation
-// arrived while it was on its way: the Client cannot tell it from the
-// invalidation of its own write, and the reply that follows vouches anew.
-// A keep's reply that follows such an invalidation vouches for nothing
-// until Redis confirms the ownership (keep): a lapse of the Client that
-// holds up its check of the change would otherwise stretch the window. A
+// about one round trip after it, or at most the budget's time after the
+// acquisition that reserved the block was sent, when the Client did not
+// read the key since. An invalidation that arrives while the reply that
+// reserves a block is on its way cannot be told from that of the
+// command's own write: the reply vouches for nothing it did not see. A
+// lead's block is dropped (the first pass asks Redis, keep), and a keep's
+// reply passes nothing on until Redis confirms the ownership (keep): a
+// lapse of the Client that holds up its check of the change would
+// otherwise stretch the window. A
 // Client that detects changes on renewal passes locks on locally only
 // when asked to (WithLocalPasses), each pass one round trip to Redis.
 
@@ -274,9 +276,13 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 	// acquisition nobody waits behind costs the script nothing more, and
 	// waiters that come later are passed the lock once its Unlock got
 	// tokens (keep).
+	co.mu.Lock()
+	voids := co.voids
+	co.mu.Unlock()
 	reserve := func() int {
 		co.mu.Lock()
 		defer co.mu.Unlock()
+		voids = co.voids // as the attempt that may reserve is sent
 		if len(co.waiters) == 0 || !co.vouchesBetweenReplies() {
 			// A Client that learns of changes only when it renews passes
 			// on from a keep's reply alone (see keep).
@@ -299,6 +305,18 @@ func (co *cohort) lead(ctx context.Context, m *Mutex) (*Lease, error) {
 	co.mu.Lock()
 	if !co.vouchesBetweenReplies() {
 		reserved = 0 // no block but a keep's (see reserve)
+	}
+	if co.voids != voids {
+		// The lock's hash changed after the attempt that reserved the
+		// block was sent, and the change may have come after its script
+		// ran (a ForceUnlock, another owner): the reply vouches for the
+		// hold as it was then, and the Client's memory may narrow what
+		// Redis says, never widen it. The block passes nothing on; the
+		// next Unlock that finds a goroutine waiting asks Redis for a new
+		// budget (keep), which checks the ownership. The change is most
+		// often the script's own write, invalidating a key the Client
+		// read while it waited: that costs the first pass a round trip.
+		reserved = 0
 	}
 	co.leading = false
 	co.current, co.until = l, confirmed.Add(m.cfg.localWithin)

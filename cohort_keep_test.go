@@ -370,3 +370,71 @@ func TestMutexKeepReplyAfterInvalidation(t *testing.T) {
 		requireNoCohorts(t, c)
 	})
 }
+
+// reservingAcquires matches the Mutex acquisitions that reserve tokens for
+// local passes (cohort.lead): the acquire script with a reserve argument.
+func reservingAcquires(cmd []string) bool {
+	if !runs(acquireScript)(cmd) || len(cmd) < 3 {
+		return false
+	}
+	n, err := strconv.Atoi(cmd[2])
+	i := 3 + n + reserveArg
+	return err == nil && i < len(cmd) && cmd[i] != ""
+}
+
+// TestMutexLeadReplyAfterInvalidation: the acquisition that leads a
+// cohort in Redis reserves a block of tokens for the goroutines waiting
+// behind it. When the Client hears of a change of the lock's hash while
+// that acquisition's reply is on its way, the change may have come after
+// the script ran (here a ForceUnlock, then another Client's acquisition):
+// the block passes nothing on, and the lead's Unlock asks Redis, which
+// finds the lock another's.
+func TestMutexLeadReplyAfterInvalidation(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
+		other := e.client(t)
+		om := other.Mutex(m.Name(), WithLocalPasses(0, 0))
+		warm(t, ctx, m)
+		l := mustLock(t, ctx, m.Lock)
+		time.Sleep(100 * time.Millisecond) // the key read for tracking
+		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 2)
+
+		r, open := rf.gate(reservingAcquires, 1, false)
+		// l's loss makes its first waiter lead an acquisition in Redis,
+		// which reserves tokens for the second.
+		_, err := om.ForceUnlock(ctx)
+		require.NoError(t, err)
+		select {
+		case <-r.Ran():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no acquisition reserved tokens for the waiter behind it")
+		}
+		_, err = om.ForceUnlock(ctx)
+		require.NoError(t, err)
+		ol := mustLock(t, ctx, om.TryLock)
+		time.Sleep(200 * time.Millisecond) // the invalidations arrive
+		open()
+		lead := nextLease(t, leases, errs, 10*time.Second, "the lead's acquisition was not delivered")
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- lead.Unlock(ctx) }()
+		select {
+		case nl := <-leases:
+			now, err := om.Inspect(ctx)
+			require.NoError(t, err)
+			require.Failf(t, "a lead's reply that came after an invalidation passed the lock on", "lease of token %d delivered (Err %v) while %s holds the lock (token %d)",
+				nl.Token(), nl.Err(), now.Owner, now.Token)
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(time.Second):
+		}
+		require.ErrorIs(t, <-unlocked, ErrNotHeld)
+		require.NoError(t, ol.Unlock(ctx))
+		nl := nextLease(t, leases, errs, 10*time.Second, "the waiter did not take the lock in Redis")
+		require.Greater(t, nl.Token(), ol.Token())
+		requireHeldBy(t, m, nl)
+		require.NoError(t, nl.Unlock(ctx))
+		requireNoCohorts(t, c)
+	})
+}

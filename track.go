@@ -173,33 +173,38 @@ func (t *tracker) retrack(h *holder) {
 // every key may have (a flush, a connection that broke). It runs in a
 // connection's reader: it must not block.
 func (t *tracker) invalidated(keys []rueidis.RedisMessage) {
+	var changed []string
+	for _, m := range keys {
+		if k, err := m.ToString(); err == nil {
+			changed = append(changed, k)
+		}
+	}
+	// What the Client reserved for the local passes of a changed lock is
+	// no longer vouched for: of a lock a lease holds, and of one whose
+	// acquisition is on its way (its cohort's lead, see cohort.lead), whose
+	// key the Client may have read while it waited.
+	defer t.c.voidPasses(changed, keys == nil)
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.closed || len(t.keys) == 0 {
-		t.mu.Unlock()
 		return
 	}
 	if keys == nil {
 		t.all = true
 	}
-	var changed []string
-	for _, m := range keys {
-		if k, err := m.ToString(); err == nil {
-			if _, ok := t.keys[k]; ok {
-				t.dirty[k] = struct{}{}
-				changed = append(changed, k)
-			}
+	held := false
+	for _, k := range changed {
+		if _, ok := t.keys[k]; ok {
+			t.dirty[k] = struct{}{}
+			held = true
 		}
 	}
-	if keys == nil || len(changed) > 0 {
+	if keys == nil || held {
 		// Keys of other locks (a waiter's cached read of a lock it waits
 		// for, a lock released since) have nothing to read: the loop is
 		// not woken for them.
 		t.start()
 	}
-	t.mu.Unlock()
-	// What the Client reserved for the local passes of a changed lock is
-	// no longer vouched for.
-	t.c.voidPasses(changed, keys == nil)
 }
 
 // start runs the loop, or wakes it. Call it with t.mu held.
