@@ -1,0 +1,230 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// lateMessages is a dedicated actor of schedule n: two Clients of its own
+// (a plain one, and one behind fault proxies whose replies it holds back,
+// made with New and DetectChanges) and a random source of its own, so
+// that the schedule's other choices stay those of its seed. Until stop,
+// it brings in turn what takes two things late at once on one Client,
+// which the schedule's faults, one random fault at a time, rarely line
+// up:
+//   - lateGrant: an acquisition whose reply comes after its lease ran
+//     out and another Client took the lock;
+//   - lateRelease: a release, just before the timer of a Group that waits
+//     for it, whose message comes just after that timer.
+//
+// It runs on a standalone server and on the Cluster; a primary with a
+// replica has its own schedule faults (the failover) and is left out.
+func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.WaitGroup) {
+	if w.pair != nil {
+		return
+	}
+	rnd := rand.New(rand.NewPCG(seed, 0x1a7e))
+	lease := time.Duration(500+rnd.IntN(300)) * time.Millisecond
+	var fell atomic.Int64
+	holder, err := Dial(rueidis.ClientOption{InitAddress: w.e.addrs}, WithPrefix("late"), WithLogger(quietLogger()))
+	if err != nil {
+		w.t.Fatalf("schedule %d: making the late messages' holder: %v", n, err)
+	}
+	ps, err := newProxySet(w.e.addrs)
+	if err != nil {
+		holder.Close()
+		w.t.Fatalf("schedule %d: proxies of the late messages' waiter: %v", n, err)
+	}
+	opt := ps.option(w.e.addrs)
+	metrics := Metrics{WaitFallback: func(string, string) { fell.Add(1) }}
+	var rc rueidis.Client
+	var rf *replyFaults
+	var waiter *Client
+	if rc, err = rueidis.NewClient(opt); err == nil {
+		rf = withReplyFaults(rc)
+		waiter, err = New(rf, WithPrefix("late"), WithLogger(quietLogger()), WithWatchdogLease(lease), WithMetrics(metrics), DetectChanges(&opt))
+		if err != nil {
+			rc.Close()
+		}
+	}
+	if err != nil {
+		holder.Close()
+		ps.Close()
+		w.t.Fatalf("schedule %d: making the late messages' waiter: %v", n, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() {
+			rf.clear()
+			ps.Heal()
+			waiter.Close()
+			rc.Close()
+			ps.Close()
+			holder.Close()
+		}()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			lc := lateClients{holder: holder, waiter: waiter, rf: rf, ps: ps, fell: &fell, lease: lease}
+			name := fmt.Sprintf("{s%d:%d}", n, i)
+			if i%2 == 0 {
+				w.lateGrant(rnd, lc, name)
+			} else {
+				w.lateRelease(rnd, lc, name)
+			}
+		}
+	}()
+}
+
+// lateClients are the Clients of lateMessages: holder a plain one, waiter
+// one behind the fault proxies ps, whose replies rf holds back, with the
+// watchdog lease lease, whose lost wake-ups fell counts.
+type lateClients struct {
+	holder, waiter *Client
+	rf             *replyFaults
+	ps             proxySet
+	fell           *atomic.Int64
+	lease          time.Duration
+}
+
+// serverFaulted reports whether a fault of the schedule that acts on the
+// servers themselves (a restart, which drops what the Clients' scripts
+// wrote since the last save) acted between from and to: the checks of
+// lateMessages, whose Clients the other faults do not touch, excuse it.
+func (w *world) serverFaulted(from, to time.Time) bool {
+	return w.faulted(-1, from, to, "restart")
+}
+
+// lateGrant: the waiter's acquisition runs in Redis and its reply is held
+// back for three leases; its key expires meanwhile, and the holder takes
+// the lock and keeps it. The grant, come late, must not be delivered: it
+// is confirmed by a renewal first, which finds the lock the holder's.
+func (w *world) lateGrant(rnd *rand.Rand, lc lateClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	began := time.Now()
+	opts := []LockOption{WithLocalPasses(0, 0)}
+	fixed := rnd.IntN(2) == 0
+	if fixed {
+		opts = append(opts, WithFixedLease(lc.lease))
+	}
+	r := lc.rf.hold(runsWith(acquireScript, lc.waiter.keysFor(name).lock), 1, 3*lc.lease)
+	defer lc.rf.drop(r)
+	got := make(chan *Lease, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 6*lc.lease)
+		defer cancel()
+		l, err := lc.waiter.Mutex(name, opts...).Lock(lctx)
+		if err != nil {
+			l = nil
+		}
+		got <- l
+	}()
+	select {
+	case <-r.Ran():
+	case l := <-got:
+		// The acquisition ended before its script ran (its deadline, the
+		// connection): nothing came late.
+		if l != nil {
+			_ = l.Unlock(ctx)
+		}
+		return
+	}
+	w.count(w.attempts, "late grant: the acquisition's reply held back while another Client takes the lock")
+	ol, err := lc.holder.Mutex(name, WithLocalPasses(0, 0)).Lock(ctx)
+	l := <-got
+	if err == nil {
+		if l != nil && ol.Err() == nil && !w.serverFaulted(began, time.Now()) {
+			w.violation("late-grant-delivered", "%q: a grant whose reply came %v late (fixed lease %v) was delivered (Err %v) while another Client holds the lock (token %d, the late grant's %d)",
+				name, 3*lc.lease, fixed, l.Err(), ol.Token(), l.Token())
+		}
+		_ = ol.Unlock(ctx)
+	}
+	if l != nil {
+		_ = l.Unlock(ctx)
+	}
+}
+
+// lateRelease: the waiter's Group waits for a lock that the holder took
+// with a fixed lease, so the Group's timer is set for the lease's end;
+// the holder releases just before it, and the waiter's messages are
+// delayed a little more than that: the release's message comes just
+// after the timer. It came late, not lost (within messageGrace): the
+// Group gets the locks at once, and no lost wake-up is counted.
+func (w *world) lateRelease(rnd *rand.Rand, lc lateClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	began := time.Now()
+	a, b := name+":a", name+":b"
+	rc := lc.holder.rc
+	keys := lc.holder.keysFor(a)
+	l, err := lc.holder.Mutex(a, WithFixedLease(800*time.Millisecond)).Lock(ctx)
+	if err != nil {
+		return
+	}
+	type outcome struct {
+		l   *Lease
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		gl, err := NewGroup(lc.waiter.Mutex(a), lc.waiter.Mutex(b)).Lock(ctx)
+		done <- outcome{gl, err}
+	}()
+	unlockGroup := func(o outcome) {
+		if o.err == nil {
+			_ = o.l.Unlock(ctx)
+		}
+	}
+	for queued := false; !queued; {
+		n, err := rc.Do(ctx, rc.B().Zcard().Key(keys.queue).Build()).AsInt64()
+		queued = err == nil && n == 1
+		if !queued {
+			if time.Since(began) > 3*time.Second {
+				_ = l.Unlock(ctx)
+				unlockGroup(<-done)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the Group's subscription in effect, its timer set
+	early := time.Duration(10+rnd.IntN(20)) * time.Millisecond
+	delay := early + 20*time.Millisecond
+	pttl, err := rc.Do(ctx, rc.B().Pttl().Key(keys.lock).Build()).AsInt64()
+	if err != nil || time.Duration(pttl)*time.Millisecond <= early {
+		_ = l.Unlock(ctx)
+		unlockGroup(<-done)
+		return
+	}
+	lc.ps.DelayPushes(delay)
+	defer lc.ps.DelayPushes(0)
+	w.count(w.attempts, "late release: the message of a release just before a Group's timer comes just after it")
+	before := lc.fell.Load()
+	time.Sleep(time.Duration(pttl)*time.Millisecond - early)
+	unlockErr := l.Unlock(ctx)
+	released := time.Now()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(5 * time.Second):
+		o = <-done
+	}
+	took := time.Since(released)
+	unlockGroup(o)
+	time.Sleep(2 * messageGrace) // a lost wake-up would be counted by then
+	if unlockErr == nil && lc.fell.Load() > before && !w.serverFaulted(began, time.Now()) {
+		w.violation("lost-wakeup-counted", "%q: a Group's wait ended by its timer %v before a release's message came (delayed %v) was counted as a lost wake-up (the Group got the locks %v after the release: %v)",
+			name, early, delay, took.Round(time.Millisecond), o.err)
+	}
+}
