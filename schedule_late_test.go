@@ -21,14 +21,14 @@ import (
 //   - lateGrant: an acquisition whose reply comes after its lease ran
 //     out and another Client took the lock;
 //   - lateRelease: a release, just before the timer of a Group that waits
-//     for it, whose message comes just after that timer.
+//     for it, whose message comes just after that timer;
+//   - orphanPlace: the leave of a waiter that gave up fails, at its
+//     Client's presence passes too, while another waiter of the Client
+//     waits on the lock.
 //
-// It runs on a standalone server and on the Cluster; a primary with a
-// replica has its own schedule faults (the failover) and is left out.
+// Its checks excuse what a restart or a failover of the servers, which
+// drop writes, did meanwhile.
 func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.WaitGroup) {
-	if w.pair != nil {
-		return
-	}
 	rnd := rand.New(rand.NewPCG(seed, 0x1a7e))
 	lease := time.Duration(500+rnd.IntN(300)) * time.Millisecond
 	var fell atomic.Int64
@@ -42,7 +42,11 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 		w.t.Fatalf("schedule %d: proxies of the late messages' waiter: %v", n, err)
 	}
 	opt := ps.option(w.e.addrs)
-	metrics := Metrics{WaitFallback: func(string, string) { fell.Add(1) }}
+	metrics := Metrics{WaitFallback: func(prim, _ string) {
+		if prim == groupPrimitive { // the waits of lateRelease
+			fell.Add(1)
+		}
+	}}
 	var rc rueidis.Client
 	var rf *replyFaults
 	var waiter *Client
@@ -58,24 +62,15 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 		ps.Close()
 		w.t.Fatalf("schedule %d: making the late messages' waiter: %v", n, err)
 	}
-	wg.Add(1)
+	lc := lateClients{holder: holder, waiter: waiter, rf: rf, ps: ps, fell: &fell, lease: lease}
+	// Until stop: late grants and late releases in turn, and beside them
+	// (on names of their own, the waiter's leaves refused on those
+	// alone), orphan places.
+	var both sync.WaitGroup
+	both.Add(2)
 	go func() {
-		defer wg.Done()
-		defer func() {
-			rf.clear()
-			ps.Heal()
-			waiter.Close()
-			rc.Close()
-			ps.Close()
-			holder.Close()
-		}()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			lc := lateClients{holder: holder, waiter: waiter, rf: rf, ps: ps, fell: &fell, lease: lease}
+		defer both.Done()
+		for i := 0; !stopped(stop); i++ {
 			name := fmt.Sprintf("{s%d:%d}", n, i)
 			if i%2 == 0 {
 				w.lateGrant(rnd, lc, name)
@@ -84,6 +79,33 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 			}
 		}
 	}()
+	go func() {
+		defer both.Done()
+		for i := 0; !stopped(stop); i++ {
+			w.orphanPlace(lc, fmt.Sprintf("{s%d:o%d}", n, i))
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		both.Wait()
+		rf.clear()
+		ps.Heal()
+		waiter.Close()
+		rc.Close()
+		ps.Close()
+		holder.Close()
+	}()
+}
+
+// stopped reports whether stop is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // lateClients are the Clients of lateMessages: holder a plain one, waiter
@@ -98,11 +120,11 @@ type lateClients struct {
 }
 
 // serverFaulted reports whether a fault of the schedule that acts on the
-// servers themselves (a restart, which drops what the Clients' scripts
-// wrote since the last save) acted between from and to: the checks of
+// servers themselves (a restart, a failover: both may drop writes, and
+// stall every Client) acted between from and to: the checks of
 // lateMessages, whose Clients the other faults do not touch, excuse it.
 func (w *world) serverFaulted(from, to time.Time) bool {
-	return w.faulted(-1, from, to, "restart")
+	return w.faulted(-1, from, to, "restart", "failover")
 }
 
 // lateGrant: the waiter's acquisition runs in Redis and its reply is held
@@ -227,4 +249,100 @@ func (w *world) lateRelease(rnd *rand.Rand, lc lateClients, name string) {
 		w.violation("lost-wakeup-counted", "%q: a Group's wait ended by its timer %v before a release's message came (delayed %v) was counted as a lost wake-up (the Group got the locks %v after the release: %v)",
 			name, early, delay, took.Round(time.Millisecond), o.err)
 	}
+}
+
+// orphanPlace: two waiters of the waiter Client queue on a lock the holder
+// holds; the first gives up, and its leave is refused, at the Client's
+// presence passes too, more times than a leave is retried when the
+// Client has no other waiter there (orphanTries). The second still
+// waits, so the deadline the Client renews keeps the first one's place
+// alive: its leave must be retried until it succeeds, once it is no
+// longer refused, or the release would hand the lock to a waiter that is
+// gone. The place must leave the queue within a few passes.
+func (w *world) orphanPlace(lc lateClients, name string) {
+	const expiry = 1500 * time.Millisecond // a presence pass every 500ms
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	began := time.Now()
+	rc := lc.holder.rc
+	keys := lc.waiter.keysFor(name)
+	l, err := lc.holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		return
+	}
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			_ = l.Unlock(ctx)
+		}
+	}()
+	queued := func(n int64) bool {
+		for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(5 * time.Millisecond) {
+			if got, err := rc.Do(ctx, rc.B().Zcard().Key(keys.queue).Build()).AsInt64(); err == nil && got == n {
+				return true
+			}
+		}
+		return false
+	}
+	gone, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		if gl, err := lc.waiter.Mutex(name, WithWaiterExpiry(expiry), WithLocalPasses(0, 0)).Lock(gone); err == nil {
+			_ = gl.Unlock(ctx)
+		}
+	}()
+	type outcome struct {
+		l   *Lease
+		err error
+		at  time.Time
+	}
+	live := make(chan outcome, 1)
+	liveCtx, stopLive := context.WithCancel(ctx)
+	defer stopLive()
+	if !queued(1) {
+		giveUp()
+		<-ended
+		return
+	}
+	go func() {
+		ll, err := lc.waiter.Mutex(name, WithWaiterExpiry(expiry), WithLocalPasses(0, 0)).Lock(liveCtx)
+		live <- outcome{ll, err, time.Now()}
+	}()
+	defer func() {
+		if !unlocked {
+			stopLive()
+		}
+		var o outcome
+		select {
+		case o = <-live:
+		case <-time.After(3 * time.Second): // the live waiter gets the lock at the release
+			stopLive()
+			o = <-live
+		}
+		if o.err == nil {
+			_ = o.l.Unlock(ctx)
+		}
+	}()
+	if !queued(2) {
+		giveUp()
+		<-ended
+		return
+	}
+	r := lc.rf.refuse(runsWith(leaveScript, keys.queue), -1)
+	giveUp()
+	<-ended
+	w.count(w.attempts, "orphan place: the leave of a waiter that gave up refused while another waiter of its Client waits")
+	// Refused past the retries a Client without another waiter makes.
+	for start := time.Now(); r.Hits() <= orphanTries && time.Since(start) < (orphanTries+3)*expiry/3; {
+		time.Sleep(20 * time.Millisecond)
+	}
+	lc.rf.drop(r)
+	healed := time.Now()
+	if !queued(1) && !w.serverFaulted(began, time.Now()) {
+		w.violation("orphan-place-kept", "%q: the place of a waiter that gave up is still in the queue %v after its leave was no longer refused (refused %d times), while another waiter of its Client waits",
+			name, time.Since(healed).Round(time.Millisecond), r.Hits())
+	}
+	unlocked = l.Unlock(ctx) == nil
 }

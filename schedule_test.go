@@ -40,11 +40,13 @@ import (
 // New over a wrapped rueidis client (replyfault_test.go), the replies of a
 // few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
 // renew, group) held back past the lease or lost after their script ran.
-// Beside them, a dedicated actor with Clients of its own lines up two late
-// things at once (schedule_late_test.go): an acquisition's reply held back
-// while another Client takes the lock, and a release's message that comes
-// just after the timer of a Group that waits for it (no lost wake-up may
-// be counted for it).
+// Beside them, a dedicated actor with Clients of its own lines up two
+// faults at once (schedule_late_test.go): an acquisition's reply held back
+// while another Client takes the lock (the late grant must not be
+// delivered), a release's message that comes just after the timer of a
+// Group that waits for it (no lost wake-up may be counted for it), and the
+// leave of a waiter that gave up refused while another waiter of its
+// Client waits (its place must leave the queue once the leave can run).
 // A schedule runs on a standalone server; or, one in four, on a 3-master
 // Cluster (started once, by the first schedule that needs it), where a
 // proxied Client has a proxy in front of each master, and a restart is one
