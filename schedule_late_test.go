@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,9 @@ import (
 //     out and another Client took the lock;
 //   - lateRelease: a release, just before the timer of a Group that waits
 //     for it, whose message comes just after that timer;
+//   - staleHandOver: a hand-over's message for a waiter's place, with a
+//     token no higher than the one its last attempt saw, comes after that
+//     attempt (as one that lapsed unclaimed, the lock taken since, would);
 //   - orphanPlace: the leave of a waiter that gave up fails, at its
 //     Client's presence passes too, while another waiter of the Client
 //     waits on the lock.
@@ -63,7 +67,8 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 		w.t.Fatalf("schedule %d: making the late messages' waiter: %v", n, err)
 	}
 	lc := lateClients{holder: holder, waiter: waiter, rf: rf, ps: ps, fell: &fell, lease: lease}
-	// Until stop: late grants and late releases in turn, and beside them
+	// Until stop: late grants, late releases and stale hand-overs in
+	// turn, and beside them
 	// (on names of their own, the waiter's leaves refused on those
 	// alone), orphan places.
 	var both sync.WaitGroup
@@ -72,10 +77,13 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 		defer both.Done()
 		for i := 0; !stopped(stop); i++ {
 			name := fmt.Sprintf("{s%d:%d}", n, i)
-			if i%2 == 0 {
+			switch i % 3 {
+			case 0:
 				w.lateGrant(rnd, lc, name)
-			} else {
+			case 1:
 				w.lateRelease(rnd, lc, name)
+			default:
+				w.staleHandOver(rnd, lc, name)
 			}
 		}
 	}()
@@ -345,4 +353,77 @@ func (w *world) orphanPlace(lc lateClients, name string) {
 			name, time.Since(healed).Round(time.Millisecond), r.Hits())
 	}
 	unlocked = l.Unlock(ctx) == nil
+}
+
+// staleHandOver: the waiter queues on a lock the holder holds; then a
+// hand-over message for its place comes, with the token its last attempt
+// saw or the one below: the message of a hand-over that came late, the
+// lock having moved on since (its hand-over lapsed unclaimed, and another
+// Client took the lock, which the attempt saw). It must not be delivered
+// as the lock while the holder holds it: the waiter asks Redis again.
+func (w *world) staleHandOver(rnd *rand.Rand, lc lateClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	began := time.Now()
+	rc := lc.holder.rc
+	keys := lc.holder.keysFor(name)
+	l, err := lc.holder.Mutex(name, WithLocalPasses(0, 0)).Lock(ctx)
+	if err != nil {
+		return
+	}
+	type outcome struct {
+		l   *Lease
+		err error
+	}
+	wctx, stopWaiter := context.WithCancel(ctx)
+	defer stopWaiter()
+	done := make(chan outcome, 1)
+	go func() {
+		wl, err := lc.waiter.Mutex(name, WithLocalPasses(0, 0)).Lock(wctx)
+		done <- outcome{wl, err}
+	}()
+	var place string
+	for place == "" && time.Since(began) < 3*time.Second {
+		if ids, err := rc.Do(ctx, rc.B().Zrange().Key(keys.queue).Min("0").Max("0").Build()).AsStrSlice(); err == nil && len(ids) == 1 {
+			place = ids[0]
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	stale := l.Token() - uint64(rnd.IntN(2))
+	msg := fmt.Sprintf("g:%s %d", place, stale)
+	if now, err := rc.Do(ctx, rc.B().Time().Build()).AsStrSlice(); err == nil && rnd.IntN(2) == 0 {
+		s, _ := strconv.ParseInt(now[0], 10, 64)
+		us, _ := strconv.ParseInt(now[1], 10, 64)
+		msg += fmt.Sprintf(" %d", s*1000+us/1000)
+	}
+	if place != "" && rc.Do(ctx, rc.B().Spublish().Channel(waiterChannel(keys.channel, lc.waiter.ID())).Message(msg).Build()).Error() == nil {
+		w.count(w.attempts, "stale hand-over: a hand-over's message with a token the waiter's attempt saw comes after it")
+		select {
+		case o := <-done:
+			if o.err == nil {
+				if l.Err() == nil && !w.serverFaulted(began, time.Now()) {
+					w.violation("stale-handover-delivered", "%q: a hand-over's message %q, whose token is not above the holder's (%d), was delivered as the lock (Err %v, token %d)",
+						name, msg, l.Token(), o.l.Err(), o.l.Token())
+				}
+				_ = o.l.Unlock(ctx)
+			}
+			_ = l.Unlock(ctx)
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	_ = l.Unlock(ctx)
+	select {
+	case <-time.After(3 * time.Second):
+		stopWaiter()
+	case o := <-done:
+		if o.err == nil {
+			_ = o.l.Unlock(ctx)
+		}
+		return
+	}
+	if o := <-done; o.err == nil {
+		_ = o.l.Unlock(ctx)
+	}
 }
