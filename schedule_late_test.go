@@ -31,8 +31,8 @@ import (
 //     waits on the lock.
 //
 // Its checks excuse what a restart or a failover of the servers, which
-// drop writes, did meanwhile.
-func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.WaitGroup) {
+// drop writes, did meanwhile. The schedule ends at end (or stop).
+func (w *world) lateMessages(seed uint64, n int, end time.Time, stop <-chan struct{}, wg *sync.WaitGroup) {
 	rnd := rand.New(rand.NewPCG(seed, 0x1a7e))
 	lease := time.Duration(500+rnd.IntN(300)) * time.Millisecond
 	var fell atomic.Int64
@@ -68,9 +68,10 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 	}
 	lc := lateClients{holder: holder, waiter: waiter, rf: rf, ps: ps, fell: &fell, lease: lease}
 	// Until stop: late grants, late releases and stale hand-overs in
-	// turn, and beside them
-	// (on names of their own, the waiter's leaves refused on those
-	// alone), orphan places.
+	// turn, and beside them (on names of their own, the waiter's leaves
+	// refused on those alone), orphan places; none begins that would not
+	// end, as a rule, before the schedule's end, so that it does not hold
+	// the schedule up.
 	var both sync.WaitGroup
 	both.Add(2)
 	go func() {
@@ -79,8 +80,14 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 			name := fmt.Sprintf("{s%d:%d}", n, i)
 			switch i % 3 {
 			case 0:
+				if time.Until(end) < 4*lease {
+					return
+				}
 				w.lateGrant(rnd, lc, name)
 			case 1:
+				if time.Until(end) < 1500*time.Millisecond {
+					return
+				}
 				w.lateRelease(rnd, lc, name)
 			default:
 				w.staleHandOver(rnd, lc, name)
@@ -89,7 +96,7 @@ func (w *world) lateMessages(seed uint64, n int, stop <-chan struct{}, wg *sync.
 	}()
 	go func() {
 		defer both.Done()
-		for i := 0; !stopped(stop); i++ {
+		for i := 0; !stopped(stop) && time.Until(end) > 3*time.Second; i++ {
 			w.orphanPlace(lc, fmt.Sprintf("{s%d:o%d}", n, i))
 		}
 	}()
