@@ -76,7 +76,7 @@ func (w *world) lateMessages(seed uint64, n int, end time.Time, stop <-chan stru
 	both.Add(2)
 	go func() {
 		defer both.Done()
-		for i := 0; !stopped(stop); i++ {
+		for i := 0; !latchOpen(stop); i++ {
 			name := fmt.Sprintf("{s%d:%d}", n, i)
 			switch i % 3 {
 			case 0:
@@ -96,7 +96,7 @@ func (w *world) lateMessages(seed uint64, n int, end time.Time, stop <-chan stru
 	}()
 	go func() {
 		defer both.Done()
-		for i := 0; !stopped(stop) && time.Until(end) > 3*time.Second; i++ {
+		for i := 0; !latchOpen(stop) && time.Until(end) > 3*time.Second; i++ {
 			w.orphanPlace(lc, fmt.Sprintf("{s%d:o%d}", n, i))
 		}
 	}()
@@ -111,16 +111,6 @@ func (w *world) lateMessages(seed uint64, n int, end time.Time, stop <-chan stru
 		ps.Close()
 		holder.Close()
 	}()
-}
-
-// stopped reports whether stop is closed.
-func stopped(stop <-chan struct{}) bool {
-	select {
-	case <-stop:
-		return true
-	default:
-		return false
-	}
 }
 
 // lateClients are the Clients of lateMessages: holder a plain one, waiter
