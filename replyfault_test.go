@@ -38,6 +38,12 @@ func (rf *replyFaults) lose(match func([]string) bool, times int, d time.Duratio
 	return rf.Lose(match, times, d)
 }
 
+// refuse refuses the next times matching calls: they do not run, and the
+// callers get an error at once.
+func (rf *replyFaults) refuse(match func([]string) bool, times int) *replyRule {
+	return rf.Refuse(match, times)
+}
+
 // watch calls replied with the caller's context as the reply of each
 // matching call is handed back, at once.
 func (rf *replyFaults) watch(match func([]string) bool, replied func(ctx context.Context)) *replyRule {

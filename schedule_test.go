@@ -40,6 +40,15 @@ import (
 // New over a wrapped rueidis client (replyfault_test.go), the replies of a
 // few calls of one kind (acquire, re-entry, hand-over claim, release, keep,
 // renew, group) held back past the lease or lost after their script ran.
+// Beside them, a dedicated actor with Clients of its own lines up two
+// faults at once (schedule_late_test.go): an acquisition's reply held back
+// while another Client takes the lock (the late grant must not be
+// delivered), a release's message that comes just after the timer of a
+// Group that waits for it (no lost wake-up may be counted for it), a
+// hand-over's message with a token its waiter's last attempt saw, after
+// that attempt (it must not be taken as the lock), and the leave of a
+// waiter that gave up refused while another waiter of its Client waits
+// (its place must leave the queue once the leave can run).
 // A schedule runs on a standalone server; or, one in four, on a 3-master
 // Cluster (started once, by the first schedule that needs it), where a
 // proxied Client has a proxy in front of each master, and a restart is one
@@ -1093,6 +1102,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 		}
 	}
 	w.plainCrowds(seed, clients, targets, stop, &wg)
+	w.lateMessages(seed, n, time.Now().Add(d), stop, &wg)
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)

@@ -52,6 +52,9 @@ type redissonReentrant struct {
 	unlock  engine.Script
 	java    func(t testing.TB, e *env, name string) javaThread
 	queue   func(t testing.TB, e *env, name string) []string
+	// reads: the kind has read holds, which Java readers share with Go
+	// readers (sharedReadsBeside).
+	reads bool
 }
 
 var redissonReentrants = []redissonReentrant{
@@ -93,6 +96,7 @@ var redissonReentrants = []redissonReentrant{
 				func(ctx context.Context) error { return j.lock(ctx, true, nil) },
 				javaUnlocked(func(ctx context.Context) (rueidis.RedisResult, error) { return j.unlock(ctx, true) })}
 		},
+		reads: true,
 	},
 }
 
@@ -214,7 +218,9 @@ func TestRedissonUnlockKeepsReentryOnItsWay(t *testing.T) {
 // of the simulator contend for the lock. No redisync.Lease is delivered held (Err
 // nil) while a Java thread holds the lock, no Java thread nor Go waiter
 // waits long for a lock held for milliseconds at a time, and the fair
-// lock's queue is left empty. The seed
+// lock's queue is left empty. Beside the read-write lock's rounds, a Go
+// reader shares a read lock of its own with a Java reader of a shorter
+// watchdog (sharedReadsBeside). The seed
 // replays the choices (not the goroutines' interleaving): -seed N.
 func TestRedissonReentryVersusUnlock(t *testing.T) {
 	seed := testSeed(t, "TestRedissonReentryVersusUnlock")
@@ -222,10 +228,105 @@ func TestRedissonReentryVersusUnlock(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		for ki, k := range redissonReentrants {
 			t.Run(k.name, func(t *testing.T) {
+				var reads <-chan struct{}
+				if k.reads {
+					// Its own random source: the rounds' choices stay
+					// those of the seed without it.
+					reads = sharedReadsBeside(t, e, rand.New(rand.NewPCG(seed, 0x5ead<<8|uint64(len(e.Name)))))
+				}
 				runReentryVersusUnlock(t, e, k, rand.New(rand.NewPCG(seed, uint64(ki)<<8|uint64(len(e.Name)))), rounds)
+				if reads != nil {
+					<-reads
+				}
 			})
 		}
 	})
+}
+
+// sharedReadsBeside runs, in the background, a read lock shared by a Go
+// reader and a Java reader whose watchdog lease is far shorter than the Go
+// Client's (4.5 s, renewed every 1.5 s): the Java reader's renewals set the
+// hash's expiry to its own lease. It comes before the Go reader one time
+// in four (the Go reader finds its expiry when it takes its hold), after
+// it otherwise (found at the Go reader's first renewal), and dies after
+// that renewal, before the next. The Go reader must keep the read lock: a
+// Java writer that gets in while the Go reader's lease says it holds is an
+// error. The channel is closed when it is done.
+func sharedReadsBeside(t *testing.T, e *env, rnd *rand.Rand) <-chan struct{} {
+	const goLease = 4500 * time.Millisecond
+	done := make(chan struct{})
+	ctx := withTimeout(t, time.Minute)
+	name := "shared-reads-" + e.Name
+	reader, writer := newJavaRW(t, e, name), newJavaRW(t, e, name)
+	reader.lease = time.Duration(400+rnd.IntN(200)) * time.Millisecond
+	javaFirst := rnd.IntN(4) == 0
+	joinAfter := time.Duration(200+rnd.IntN(700)) * time.Millisecond
+	// Its last renewal comes after the Go reader's first (goLease/3),
+	// which does not set the hash's expiry back to the Java reader's
+	// lease; its expiry and the checks come before the second.
+	dies := goLease/3 + 300*time.Millisecond + time.Duration(rnd.IntN(200))*time.Millisecond
+	rw := e.client(t, redisync.WithWatchdogLease(goLease)).ReadWriteLock(name)
+	go func() {
+		defer close(done)
+		join := func() bool {
+			ok, _, err := reader.try(ctx, false)
+			if err != nil || !ok {
+				t.Errorf("shared reads: the Java reader could not join the Go reader: %v", err)
+				return false
+			}
+			return true
+		}
+		if javaFirst && !join() {
+			return
+		}
+		r, err := rw.RLock(ctx)
+		if err != nil {
+			t.Errorf("shared reads: the Go reader: %v", err)
+			return
+		}
+		defer func() {
+			if err := r.Unlock(ctx); err != nil {
+				t.Errorf("shared reads: the Go reader's Unlock: %v", err)
+			}
+		}()
+		began := time.Now()
+		if !javaFirst {
+			time.Sleep(joinAfter)
+			if !join() {
+				return
+			}
+		}
+		// The Java reader's watchdog, a third of its lease apart, until
+		// it dies.
+		for time.Since(began) < dies {
+			if err := reader.renewRead(ctx); err != nil {
+				t.Errorf("shared reads: the Java reader's renewal: %v", err)
+				return
+			}
+			time.Sleep(reader.lease / 3)
+		}
+		died := time.Now()
+		for time.Since(died) < reader.lease+250*time.Millisecond {
+			ok, _, err := writer.try(ctx, true)
+			if err != nil {
+				t.Errorf("shared reads: the Java writer: %v", err)
+				return
+			}
+			if ok {
+				t.Errorf("shared reads: a Java writer got in %v after the Java reader (lease %v, joined first %v) died, while the Go reader's lease says it holds (Err %v)",
+					time.Since(died).Round(time.Millisecond), reader.lease, javaFirst, r.Err())
+				if _, err := writer.unlock(ctx, true); err != nil {
+					t.Errorf("shared reads: the Java writer's unlock: %v", err)
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := r.Err(); err != nil {
+			t.Errorf("shared reads: the Go reader lost its read lock: %v", err)
+		}
+	}()
+	return done
 }
 
 func runReentryVersusUnlock(t *testing.T, e *env, k redissonReentrant, rnd *rand.Rand, rounds int) {

@@ -28,6 +28,10 @@ type ReplyFaults struct {
 // command ran: the connection broke under it.
 var ErrReplyLost = errors.New("replyfault: the reply was lost after the command ran")
 
+// ErrRefused is what a caller is told when its command was refused before
+// it was sent: it did not run.
+var ErrRefused = errors.New("replyfault: the command was refused before it was sent")
+
 // Rule is one fault: it acts on the calls whose command match takes.
 type Rule struct {
 	match func(cmd []string) bool
@@ -35,6 +39,9 @@ type Rule struct {
 	delay time.Duration // how long the reply is held back, when not gated
 	gated bool          // the reply is held until the gate opens
 	lose  bool          // the caller is told ErrReplyLost once the hold is over
+	// refuse: the command is not sent at all, and the caller is told
+	// ErrRefused at once (a connection that breaks before the write).
+	refuse bool
 	// replied, when set, is called with the caller's context as each reply
 	// the rule acted on is handed back (not for a lost one).
 	replied func(ctx context.Context)
@@ -100,6 +107,12 @@ func (rf *ReplyFaults) Hold(match func([]string) bool, times int, d time.Duratio
 // callers get ErrReplyLost.
 func (rf *ReplyFaults) Lose(match func([]string) bool, times int, d time.Duration) *Rule {
 	return rf.add(&Rule{match: match, times: times, delay: d, lose: true})
+}
+
+// Refuse refuses the next times matching calls (every one when times < 0):
+// they are not sent, and the callers get ErrRefused. Ran stays open.
+func (rf *ReplyFaults) Refuse(match func([]string) bool, times int) *Rule {
+	return rf.add(&Rule{match: match, times: times, refuse: true})
 }
 
 // Watch calls replied with the caller's context as the reply of each
@@ -239,6 +252,9 @@ func (rf *ReplyFaults) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Re
 	if r == nil {
 		return rf.Client.Do(ctx, cmd)
 	}
+	if r.refuse {
+		return rueidis.NewErrorResult(ErrRefused)
+	}
 	return rf.after(ctx, r, rf.Client.Do(context.WithoutCancel(ctx), cmd))
 }
 
@@ -249,7 +265,13 @@ func (rf *ReplyFaults) DoMulti(ctx context.Context, cmds ...rueidis.Completed) [
 	for i, cmd := range cmds {
 		words[i] = cmd.Commands()
 	}
-	return rf.multi(ctx, words, func(ctx context.Context) []rueidis.RedisResult { return rf.Client.DoMulti(ctx, cmds...) })
+	return rf.multi(ctx, words, func(ctx context.Context, sent []int) []rueidis.RedisResult {
+		batch := make([]rueidis.Completed, len(sent))
+		for i, j := range sent {
+			batch[i] = cmds[j]
+		}
+		return rf.Client.DoMulti(ctx, batch...)
+	})
 }
 
 // DoMultiCache runs the client-side cached reads multi, and holds back or
@@ -260,25 +282,46 @@ func (rf *ReplyFaults) DoMultiCache(ctx context.Context, multi ...rueidis.Cachea
 	for i, ct := range multi {
 		words[i] = ct.Cmd.Commands()
 	}
-	return rf.multi(ctx, words, func(ctx context.Context) []rueidis.RedisResult { return rf.Client.DoMultiCache(ctx, multi...) })
+	return rf.multi(ctx, words, func(ctx context.Context, sent []int) []rueidis.RedisResult {
+		batch := make([]rueidis.CacheableTTL, len(sent))
+		for i, j := range sent {
+			batch[i] = multi[j]
+		}
+		return rf.Client.DoMultiCache(ctx, batch...)
+	})
 }
 
-// multi runs a batch of commands whose words are cmds (run), and holds
-// back or loses the reply of each as the first rule that matches it says.
-func (rf *ReplyFaults) multi(ctx context.Context, cmds [][]string, run func(ctx context.Context) []rueidis.RedisResult) []rueidis.RedisResult {
+// multi runs a batch of commands whose words are cmds (run, with the
+// indexes of the commands to send, in order: those no rule refuses), and
+// holds back or loses the reply of each as the first rule that matches it
+// says.
+func (rf *ReplyFaults) multi(ctx context.Context, cmds [][]string, run func(ctx context.Context, sent []int) []rueidis.RedisResult) []rueidis.RedisResult {
 	rules := make([]*Rule, len(cmds))
 	some := false
+	sent := make([]int, 0, len(cmds))
 	for i, cmd := range cmds {
 		rules[i] = rf.take(cmd)
 		some = some || rules[i] != nil
+		if rules[i] == nil || !rules[i].refuse {
+			sent = append(sent, i)
+		}
 	}
 	if !some {
-		return run(ctx)
+		return run(ctx, sent)
 	}
-	res := run(context.WithoutCancel(ctx))
+	res := make([]rueidis.RedisResult, len(cmds))
+	if len(sent) > 0 {
+		for k, r := range run(context.WithoutCancel(ctx), sent) {
+			res[sent[k]] = r
+		}
+	}
 	var wg sync.WaitGroup
 	for i, r := range rules {
-		if r != nil {
+		switch {
+		case r == nil:
+		case r.refuse:
+			res[i] = rueidis.NewErrorResult(ErrRefused)
+		default:
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
