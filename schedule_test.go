@@ -1103,6 +1103,7 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 	}
 	w.plainCrowds(seed, clients, targets, stop, &wg)
 	w.lateMessages(seed, n, time.Now().Add(d), stop, &wg)
+	w.heldReplies(seed, n, time.Now().Add(d), stop, &wg)
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)

@@ -1,0 +1,329 @@
+package redisync
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// heldReplies is a dedicated actor of schedule n, beside lateMessages:
+// Clients of its own and a random source of its own, so that the
+// schedule's other choices stay those of its seed. Until stop, it brings
+// in turn what a reply held back, or a Client's lapse, does to one call
+// while something else happens to its lock, which the schedule's faults,
+// one random fault at a time, rarely line up:
+//   - memberHangs: a Group over locks of two Clients, every reply on one
+//     member's keys held back, whose context ends: the call returns
+//     within its single grace (check past-grace);
+//   - lapsedGrant: an acquisition with a fixed lease whose grant waits
+//     while its Client lapses (its watchdog held up, as a pause of the
+//     process holds it up), its key expiring and another Client taking
+//     the lock meanwhile: the grant is not delivered (check
+//     late-grant-delivered);
+//   - leadAfterInvalidation: the acquisition that leads a cohort of local
+//     waiters reserves a block of tokens, and its reply comes after the
+//     lock was force-unlocked and taken by another Client: the block
+//     passes nothing on (check pass-after-invalidation).
+//
+// Its checks excuse what a restart or a failover of the servers did
+// meanwhile. The schedule ends at end (or stop).
+func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struct{}, wg *sync.WaitGroup) {
+	rnd := rand.New(rand.NewPCG(seed, 0x4e1d))
+	hc, err := w.heldClients()
+	if err != nil {
+		w.t.Fatalf("schedule %d: making the held replies' Clients: %v", n, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer hc.close()
+		// None begins that would not end, as a rule, before the
+		// schedule's end, so that it does not hold the schedule up.
+		for i := 0; !latchOpen(stop) && time.Until(end) > 5*time.Second; i++ {
+			name := fmt.Sprintf("s%d:h%d", n, i)
+			switch i % 3 {
+			case 0:
+				w.memberHangs(rnd, hc, name)
+			case 1:
+				w.lapsedGrant(rnd, hc, name)
+			default:
+				w.leadAfterInvalidation(rnd, hc, name)
+			}
+		}
+	}()
+}
+
+// heldClients are the Clients of heldReplies: plain a plain one; faulty
+// one made with New and DetectChanges over rc, whose replies rf holds
+// back; lapsing one whose watchdog the actor holds up, with a short
+// watchdog lease.
+type heldClients struct {
+	plain, faulty, lapsing *Client
+	rc                     rueidis.Client
+	rf                     *replyFaults
+}
+
+// heldClients makes the Clients of heldReplies.
+func (w *world) heldClients() (heldClients, error) {
+	var hc heldClients
+	var err error
+	opt := rueidis.ClientOption{InitAddress: w.e.addrs}
+	if hc.plain, err = Dial(opt, WithPrefix("held"), WithLogger(quietLogger())); err != nil {
+		return hc, err
+	}
+	if hc.lapsing, err = Dial(opt, WithPrefix("held"), WithLogger(quietLogger()), WithWatchdogLease(1200*time.Millisecond)); err != nil {
+		hc.plain.Close()
+		return hc, err
+	}
+	if hc.rc, err = rueidis.NewClient(opt); err == nil {
+		hc.rf = withReplyFaults(hc.rc)
+		if hc.faulty, err = New(hc.rf, WithPrefix("held"), WithLogger(quietLogger()), DetectChanges(&opt)); err != nil {
+			hc.rc.Close()
+		}
+	}
+	if err != nil {
+		hc.plain.Close()
+		hc.lapsing.Close()
+	}
+	return hc, err
+}
+
+// close ends every hold and closes the Clients.
+func (hc heldClients) close() {
+	hc.rf.clear()
+	hc.faulty.Close()
+	hc.rc.Close()
+	hc.lapsing.Close()
+	hc.plain.Close()
+}
+
+// memberHangs: a Group over a lock of the faulty Client between two of
+// the plain one (taken one at a time), whose every reply on the faulty
+// member's keys (its acquire script, the undo, the leave of its place) is
+// held back once that member's acquire script ran; the call's context
+// ends then. Lock, TryLock or Acquire must return within the grace of
+// one call, whatever waits it made on contexts derived from its own.
+func (w *world) memberHangs(rnd *rand.Rand, hc heldClients, name string) {
+	began := time.Now()
+	held := hc.faulty.Mutex(name + ":b")
+	g := NewGroup(hc.plain.Mutex(name+":a"), held, hc.plain.Mutex(name+":c"))
+	k := held.keys
+	r := hc.rf.hold(touches(k.lock, k.queue, k.waiters), -1, 10*time.Second)
+	defer hc.rf.drop(r)
+	defer r.Open()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	forms := []string{"Lock", "TryLock", "Acquire"}
+	form := rnd.IntN(len(forms))
+	type outcome struct {
+		l   *Lease
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		switch form {
+		case 0:
+			o.l, o.err = g.Lock(ctx)
+		case 1:
+			o.l, o.err = g.TryLock(ctx)
+		default:
+			o.l = <-g.Acquire(ctx)
+			o.err = o.l.Err()
+		}
+		done <- o
+	}()
+	release := func(o outcome) {
+		if o.err == nil {
+			uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+			r.Open() // the release's replies come
+			_ = o.l.Unlock(uctx)
+			ucancel()
+		}
+	}
+	select {
+	case <-r.Ran():
+	case o := <-done:
+		// The call ended before the member's script ran (a fault of the
+		// schedule): nothing was held back.
+		release(o)
+		return
+	case <-time.After(3 * time.Second):
+		cancel()
+		r.Open()
+		release(<-done)
+		return
+	}
+	w.count(w.attempts, "member hangs: a Group over two Clients whose member's replies are held back when its context ends")
+	time.Sleep(time.Duration(50+rnd.IntN(150)) * time.Millisecond)
+	ended := time.Now()
+	cancel()
+	o := <-done
+	ret := time.Now()
+	r.Open()
+	if over := ret.Sub(ended); over > inflightGrace+graceMargin && !w.serverFaulted(began, ret) {
+		w.violation("past-grace", "%q: a Group's %s over two Clients, its member's replies held back, returned %v after its context ended (grace %v): %v",
+			name, forms[form], over.Round(time.Millisecond), inflightGrace, o.err)
+	}
+	release(o)
+}
+
+// lapsedGrant: the lapsing Client's watchdog is held up (its Client
+// lapses) while it takes a free lock with a fixed lease; the lease runs
+// out and the plain Client takes the lock meanwhile. Once the lapse ends,
+// the grant, which waited for it, must not be delivered while the plain
+// Client holds the lock: it is confirmed in Redis first.
+func (w *world) lapsedGrant(rnd *rand.Rand, hc heldClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	began := time.Now()
+	fixed := time.Duration(400+rnd.IntN(400)) * time.Millisecond
+	m := hc.lapsing.Mutex(name, WithLocalPasses(0, 0), WithFixedLease(fixed))
+	other := hc.plain.Mutex(name, WithLocalPasses(0, 0))
+	resume := hc.lapsing.stallWatchdog()
+	stalled := true
+	defer func() {
+		if stalled {
+			resume()
+		}
+	}()
+	got := m.Acquire(ctx)
+	// Granted in Redis (its grant waits for the watchdog), then taken by
+	// the plain Client once the key expired.
+	for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(10 * time.Millisecond) {
+		if st, err := other.Inspect(ctx); err == nil && st.Locked {
+			break
+		}
+	}
+	var ol *Lease
+	for start := time.Now(); ol == nil && time.Since(start) < 4*time.Second; {
+		if l, err := other.TryLock(ctx); err == nil {
+			ol = l
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	resume()
+	stalled = false
+	if ol == nil {
+		// The grant's key did not expire (the acquisition did not run, a
+		// fault of the schedule): nothing came late.
+		if l := <-got; l.Err() == nil {
+			_ = l.Unlock(ctx)
+		}
+		return
+	}
+	w.count(w.attempts, "lapsed grant: a grant that waited while its Client lapsed, the lock taken by another Client meanwhile")
+	select {
+	case l := <-got:
+		if l.Err() == nil && ol.Err() == nil && !w.serverFaulted(began, time.Now()) {
+			w.violation("late-grant-delivered", "%q: a grant that waited while its Client lapsed (fixed lease %v) was delivered (token %d) while another Client holds the lock (token %d)",
+				name, fixed, l.Token(), ol.Token())
+		}
+		_ = ol.Unlock(ctx)
+		if l.Err() == nil {
+			_ = l.Unlock(ctx)
+		}
+		return
+	case <-time.After(time.Second):
+	}
+	_ = ol.Unlock(ctx)
+	if l := <-got; l.Err() == nil {
+		_ = l.Unlock(ctx)
+	}
+}
+
+// leadAfterInvalidation: the faulty Client holds a Mutex with local
+// passes, two of its goroutines waiting behind; the lock is
+// force-unlocked, the first waiter leads an acquisition in Redis that
+// reserves tokens for the second, and that acquisition's reply is held
+// back while the lock is force-unlocked again and the plain Client takes
+// it. The lead is delivered (its Unlock finds the lock another's), but
+// its block must pass nothing on while the plain Client holds the lock.
+func (w *world) leadAfterInvalidation(rnd *rand.Rand, hc heldClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	began := time.Now()
+	m := hc.faulty.Mutex(name, WithLocalPasses(2, time.Minute))
+	om := hc.plain.Mutex(name, WithLocalPasses(0, 0))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = l.Unlock(ctx) }()                           // lost by then, as a rule
+	time.Sleep(time.Duration(100+rnd.IntN(50)) * time.Millisecond) // the key read for tracking
+	leases := make(chan *Lease, 2)
+	wctx, stopWaiters := context.WithCancel(ctx)
+	var waiters sync.WaitGroup
+	defer func() {
+		stopWaiters()
+		waiters.Wait()
+		close(leases)
+		for nl := range leases {
+			_ = nl.Unlock(ctx)
+		}
+	}()
+	for i := range 2 {
+		waiters.Add(1)
+		go func() {
+			defer waiters.Done()
+			if nl, err := m.Lock(wctx); err == nil {
+				leases <- nl
+			}
+		}()
+		// One at a time, so that they queue in order.
+		for start := time.Now(); localWaiters(m) != i+1; time.Sleep(5 * time.Millisecond) {
+			if time.Since(start) > 3*time.Second {
+				return
+			}
+		}
+	}
+	lock := m.keys.lock
+	r, open := hc.rf.gate(func(cmd []string) bool { return reservingAcquires(cmd) && slices.Contains(cmd, lock) }, 1, false)
+	defer hc.rf.drop(r)
+	defer open()
+	// l's loss makes the first waiter lead an acquisition in Redis, which
+	// reserves tokens for the second.
+	if _, err := om.ForceUnlock(ctx); err != nil {
+		return
+	}
+	select {
+	case <-r.Ran():
+	case <-time.After(3 * time.Second):
+		return
+	}
+	if _, err := om.ForceUnlock(ctx); err != nil {
+		return
+	}
+	ol, err := om.TryLock(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = ol.Unlock(ctx) }()
+	w.count(w.attempts, "lead after invalidation: the reply of a cohort lead's acquisition comes after the lock was taken by another Client")
+	time.Sleep(200 * time.Millisecond) // the invalidations arrive
+	open()
+	var lead *Lease
+	select {
+	case lead = <-leases:
+	case <-time.After(5 * time.Second):
+		return
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- lead.Unlock(ctx) }()
+	select {
+	case nl := <-leases:
+		if ol.Err() == nil && !w.serverFaulted(began, time.Now()) {
+			w.violation("pass-after-invalidation", "%q: a cohort lead's acquisition whose reply came after the lock was force-unlocked and taken by another Client (token %d) passed it on with token %d (Err %v)",
+				name, ol.Token(), nl.Token(), nl.Err())
+		}
+		_ = nl.Unlock(ctx)
+	case <-time.After(time.Second):
+	}
+	<-unlocked // ErrNotHeld, as a rule: the lock is another's
+}
