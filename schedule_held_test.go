@@ -28,7 +28,12 @@ import (
 //   - leadAfterInvalidation: the acquisition that leads a cohort of local
 //     waiters reserves a block of tokens, and its reply comes after the
 //     lock was force-unlocked and taken by another Client: the block
-//     passes nothing on (check pass-after-invalidation).
+//     passes nothing on (check pass-after-invalidation);
+//   - keepAfterInvalidation: the keep of an Unlock with a local waiter
+//     runs, and its reply comes after the lock was force-unlocked and
+//     taken by another Client, while the Client's check of that change
+//     is held up (its watchdog lapses while it reports another loss):
+//     the keep passes nothing on (check pass-after-invalidation).
 //
 // Its checks excuse what a restart or a failover of the servers did
 // meanwhile. The schedule ends at end (or stop).
@@ -44,15 +49,17 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 		defer hc.close()
 		// None begins that would not end, as a rule, before the
 		// schedule's end, so that it does not hold the schedule up.
-		for i := 0; !latchOpen(stop) && time.Until(end) > 5*time.Second; i++ {
+		for i := 0; !latchOpen(stop) && time.Until(end) > 3*time.Second; i++ {
 			name := fmt.Sprintf("s%d:h%d", n, i)
-			switch (n + i) % 3 { // each schedule begins with another
+			switch (n + i) % 4 { // each schedule begins with another
 			case 0:
 				w.memberHangs(rnd, hc, name)
 			case 1:
 				w.lapsedGrant(rnd, hc, name)
-			default:
+			case 2:
 				w.leadAfterInvalidation(rnd, hc, name)
+			default:
+				w.keepAfterInvalidation(rnd, hc, name)
 			}
 		}
 	}()
@@ -60,7 +67,7 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 
 // heldClients are the Clients of heldReplies: plain a plain one; faulty
 // one made with New and DetectChanges over rc, whose replies rf holds
-// back; lapsing one whose watchdog the actor holds up, with a short
+// back (and whose watchdog keepAfterInvalidation holds up); lapsing one whose watchdog the actor holds up, with a short
 // watchdog lease.
 type heldClients struct {
 	plain, faulty, lapsing *Client
@@ -341,4 +348,114 @@ func (w *world) leadAfterInvalidation(rnd *rand.Rand, hc heldClients, name strin
 	case <-time.After(time.Second):
 	}
 	<-unlocked // ErrNotHeld, as a rule: the lock is another's
+}
+
+// keepAfterInvalidation: the faulty Client holds a Mutex with local
+// passes, one of its goroutines waiting behind, and a second lock; the
+// Unlock's keep runs in Redis and its reply is held back. Meanwhile the
+// Client's watchdog is held up, the second lock force-unlocked (its loss
+// reported, the watchdog awaited there, so the changes the Client hears
+// of next are not checked), and the first force-unlocked and taken by
+// the plain Client. The keep's reply, come after the invalidation, must
+// pass nothing on while the plain Client holds the lock.
+func (w *world) keepAfterInvalidation(rnd *rand.Rand, hc heldClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	began := time.Now()
+	m := hc.faulty.Mutex(name, WithLocalPasses(2, time.Minute))
+	m2 := hc.faulty.Mutex(name+":2", WithLocalPasses(0, 0))
+	om, om2 := hc.plain.Mutex(name, WithLocalPasses(0, 0)), hc.plain.Mutex(name+":2")
+	// Taken once before, so that the Client tracks the lock's key.
+	if l, err := m.Lock(ctx); err != nil || l.Unlock(ctx) != nil {
+		return
+	}
+	time.Sleep(5 * time.Millisecond)
+	l, err := m.Lock(ctx) // nobody waits behind it: no tokens
+	if err != nil {
+		return
+	}
+	defer func() { _ = l.Unlock(ctx) }() // lost by then, as a rule
+	l2, err := m2.Lock(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = l2.Unlock(ctx) }()
+	time.Sleep(time.Duration(100+rnd.IntN(50)) * time.Millisecond) // both keys read for tracking
+	leases := make(chan *Lease, 1)
+	wctx, stopWaiter := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	defer func() {
+		stopWaiter()
+		<-waited
+		close(leases)
+		for nl := range leases {
+			_ = nl.Unlock(ctx)
+		}
+	}()
+	go func() {
+		defer close(waited)
+		if nl, err := m.Lock(wctx); err == nil {
+			leases <- nl
+		}
+	}()
+	for start := time.Now(); localWaiters(m) != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > 3*time.Second {
+			return
+		}
+	}
+	lock := m.keys.lock
+	r, open := hc.rf.gate(func(cmd []string) bool { return keeps(cmd) && slices.Contains(cmd, lock) }, 1, false)
+	defer hc.rf.drop(r)
+	unlocked := make(chan struct{})
+	go func() {
+		defer close(unlocked)
+		_ = l.Unlock(ctx)
+	}()
+	defer func() {
+		open()
+		<-unlocked
+	}()
+	select {
+	case <-r.Ran():
+	case <-time.After(3 * time.Second):
+		return
+	}
+	resume := hc.faulty.stallWatchdog()
+	stalled := true
+	defer func() {
+		if stalled {
+			resume()
+		}
+	}()
+	// The Client reports l2 lost, and waits for the watchdog there.
+	if _, err := om2.ForceUnlock(ctx); err != nil {
+		return
+	}
+	for start := time.Now(); l2.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 3*time.Second {
+			return
+		}
+	}
+	if _, err := om.ForceUnlock(ctx); err != nil {
+		return
+	}
+	ol, err := om.TryLock(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = ol.Unlock(ctx) }()
+	w.count(w.attempts, "keep after invalidation: the reply of an Unlock's keep comes after the lock was taken by another Client")
+	time.Sleep(200 * time.Millisecond) // the invalidation arrives
+	open()
+	select {
+	case nl := <-leases:
+		if ol.Err() == nil && !w.serverFaulted(began, time.Now()) {
+			w.violation("pass-after-invalidation", "%q: an Unlock's keep whose reply came after the lock was force-unlocked and taken by another Client (token %d) passed it on with token %d (Err %v)",
+				name, ol.Token(), nl.Token(), nl.Err())
+		}
+		_ = nl.Unlock(ctx)
+	case <-time.After(500 * time.Millisecond):
+	}
+	resume()
+	stalled = false
 }
