@@ -33,7 +33,12 @@ import (
 //     runs, and its reply comes after the lock was force-unlocked and
 //     taken by another Client, while the Client's check of that change
 //     is held up (its watchdog lapses while it reports another loss):
-//     the keep passes nothing on (check pass-after-invalidation).
+//     the keep passes nothing on (check pass-after-invalidation);
+//   - renewedAfterLoss: the reply of the watchdog's renewals of one kind
+//     of lock is held back while a lease of another kind, renewed in
+//     another batch of the same pass, is force-unlocked and reported
+//     lost: the pass does not renew it once the reply came (check
+//     renewed-after-loss).
 //
 // Its checks excuse what a restart or a failover of the servers did
 // meanwhile. The schedule ends at end (or stop).
@@ -51,7 +56,9 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 		// schedule's end, so that it does not hold the schedule up.
 		for i := 0; !latchOpen(stop) && time.Until(end) > 3*time.Second; i++ {
 			name := fmt.Sprintf("s%d:h%d", n, i)
-			switch (n + i) % 4 { // each schedule begins with another
+			switch (n + i) % 5 { // each schedule begins with another
+			case 4:
+				w.renewedAfterLoss(hc, name)
 			case 0:
 				w.memberHangs(rnd, hc, name)
 			case 1:
@@ -73,6 +80,10 @@ type heldClients struct {
 	plain, faulty, lapsing *Client
 	rc                     rueidis.Client
 	rf                     *replyFaults
+	watched                *Client        // watchdog lease 3s, over wrc and wrf
+	wrc                    rueidis.Client // watched's
+	wrf                    *replyFaults   // watched's
+	seen                   *renewalsOf    // watched's renewals and checks
 }
 
 // heldClients makes the Clients of heldReplies.
@@ -97,12 +108,33 @@ func (w *world) heldClients() (heldClients, error) {
 	if err != nil {
 		hc.plain.Close()
 		hc.lapsing.Close()
+		return hc, err
+	}
+	wopt := rueidis.ClientOption{InitAddress: w.e.addrs}
+	detect = DetectChanges(&wopt)
+	if hc.wrc, err = rueidis.NewClient(wopt); err == nil {
+		hc.wrf = withReplyFaults(hc.wrc)
+		hc.seen = &renewalsOf{}
+		hc.seen.observe(hc.wrf)
+		if hc.watched, err = New(hc.wrf, WithPrefix("held"), WithLogger(quietLogger()), WithWatchdogLease(3*time.Second), detect); err != nil {
+			hc.wrc.Close()
+		}
+	}
+	if err != nil {
+		hc.rf.clear()
+		hc.faulty.Close()
+		hc.rc.Close()
+		hc.plain.Close()
+		hc.lapsing.Close()
 	}
 	return hc, err
 }
 
 // close ends every hold and closes the Clients.
 func (hc heldClients) close() {
+	hc.wrf.clear()
+	hc.watched.Close()
+	hc.wrc.Close()
 	hc.rf.clear()
 	hc.faulty.Close()
 	hc.rc.Close()
@@ -458,4 +490,72 @@ func (w *world) keepAfterInvalidation(rnd *rand.Rand, hc heldClients, name strin
 	}
 	resume()
 	stalled = false
+}
+
+// renewedAfterLoss: the watched Client holds a Mutex and a FairMutex,
+// whose leases its watchdog renews in a batch each, one kind after the
+// other; the reply of the first batch is held back while the other
+// kind's lock is force-unlocked and its loss reported. Once the reply
+// came, the pass must not renew (nor check) the lease it reported lost.
+func (w *world) renewedAfterLoss(hc heldClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	began := time.Now()
+	m, fm := hc.watched.Mutex(name+":m"), hc.watched.FairMutex(name+":f")
+	lm, err := m.Lock(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = lm.Unlock(ctx) }()
+	lf, err := fm.Lock(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = lf.Unlock(ctx) }()
+	owners := map[string]*Lease{lm.h.owner: lm, lf.h.owner: lf}
+	var mu sync.Mutex
+	var first string
+	r, open := hc.wrf.gate(func(cmd []string) bool {
+		if !runs(renewScript)(cmd) {
+			return false
+		}
+		args := scriptArgs(cmd)
+		if len(args) < 2 || args[1] == "0" || owners[args[0]] == nil {
+			return false
+		}
+		mu.Lock()
+		first = args[0]
+		mu.Unlock()
+		return true
+	}, 1, false)
+	defer hc.wrf.drop(r)
+	defer open()
+	select {
+	case <-r.Ran():
+	case <-time.After(3 * time.Second):
+		return
+	}
+	mu.Lock()
+	held := owners[first]
+	mu.Unlock()
+	victim, force := lf, func() (bool, error) { return hc.plain.FairMutex(fm.name).ForceUnlock(ctx) }
+	if held == lf {
+		victim, force = lm, func() (bool, error) { return hc.plain.Mutex(m.name).ForceUnlock(ctx) }
+	}
+	if forced, err := force(); err != nil || !forced {
+		return
+	}
+	select {
+	case <-victim.Lost():
+	case <-time.After(3 * time.Second):
+		return
+	}
+	lostAt := time.Now()
+	w.count(w.attempts, "renewed after loss: a renewal batch's reply held back while a lease of another kind is lost")
+	open()
+	time.Sleep(300 * time.Millisecond) // the pass goes on with the other kind's batch, if it still would
+	if found := hc.seen.naming(victim.h.owner, lostAt, true); len(found) > 0 && !w.serverFaulted(began, time.Now()) {
+		w.violation("renewed-after-loss", "%q: the watchdog renewed or checked a lease (owner %s) after it reported its loss, once the reply of another kind's batch came: %q",
+			name, victim.h.owner, found)
+	}
 }
