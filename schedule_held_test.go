@@ -479,17 +479,20 @@ func (w *world) keepAfterInvalidation(rnd *rand.Rand, hc heldClients, name strin
 	w.count(w.attempts, "keep after invalidation: the reply of an Unlock's keep comes after the lock was taken by another Client")
 	time.Sleep(200 * time.Millisecond) // the invalidation arrives
 	open()
+	var nl *Lease
 	select {
-	case nl := <-leases:
+	case nl = <-leases:
 		if ol.Err() == nil && !w.serverFaulted(began, time.Now()) {
 			w.violation("pass-after-invalidation", "%q: an Unlock's keep whose reply came after the lock was force-unlocked and taken by another Client (token %d) passed it on with token %d (Err %v)",
 				name, ol.Token(), nl.Token(), nl.Err())
 		}
-		_ = nl.Unlock(ctx)
 	case <-time.After(500 * time.Millisecond):
 	}
-	resume()
+	resume() // before the Unlock, which waits for the watchdog
 	stalled = false
+	if nl != nil {
+		_ = nl.Unlock(ctx)
+	}
 }
 
 // renewedAfterLoss: the watched Client holds a Mutex and a FairMutex,
