@@ -78,6 +78,37 @@ func (r *renewalsOf) requireNoneAfterLoss(t *testing.T, l *Lease, open func()) {
 	require.Empty(t, r.naming(l.h.owner, lostAt, true), "renewed or checked after its loss was reported")
 }
 
+// firstRenewal returns match, which matches the calls of renew.lua that
+// renew (not only check) one of the leases ls first, and held, which
+// returns the lease the last call match matched renews first (nil before
+// any).
+func firstRenewal(ls ...*Lease) (match func(cmd []string) bool, held func() *Lease) {
+	owners := map[string]*Lease{}
+	for _, l := range ls {
+		owners[l.h.owner] = l
+	}
+	var mu sync.Mutex
+	var first *Lease
+	match = func(cmd []string) bool {
+		if !runs(renewScript)(cmd) {
+			return false
+		}
+		args := scriptArgs(cmd)
+		if len(args) < 2 || args[1] == "0" || owners[args[0]] == nil {
+			return false
+		}
+		mu.Lock()
+		first = owners[args[0]]
+		mu.Unlock()
+		return true
+	}
+	return match, func() *Lease {
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+}
+
 // TestWatchdogNeverRenewsALeaseAfterItsLoss: the watchdog's pass renews
 // the leases of each kind of lock in turn; when the reply of one kind's
 // renewals is held back, and a lease of another kind is force-unlocked and
@@ -94,34 +125,18 @@ func TestWatchdogNeverRenewsALeaseAfterItsLoss(t *testing.T) {
 		require.NoError(t, err)
 		lf, err := fm.Lock(ctx)
 		require.NoError(t, err)
-		owners := map[string]*Lease{lm.h.owner: lm, lf.h.owner: lf}
 
 		// The first renewal batch's reply is held back; the lease it does
 		// not renew is the other kind's, which the pass renews after it.
-		var mu sync.Mutex
-		var first string
-		r, open := rf.gate(func(cmd []string) bool {
-			if !runs(renewScript)(cmd) {
-				return false
-			}
-			args := scriptArgs(cmd)
-			if len(args) < 2 || args[1] == "0" || owners[args[0]] == nil {
-				return false
-			}
-			mu.Lock()
-			first = args[0]
-			mu.Unlock()
-			return true
-		}, 1, false)
+		renewsOne, first := firstRenewal(lm, lf)
+		r, open := rf.gate(renewsOne, 1, false)
 		defer open()
 		select {
 		case <-r.Ran():
 		case <-time.After(10 * time.Second):
 			t.Fatal("the watchdog renewed nothing")
 		}
-		mu.Lock()
-		held := owners[first]
-		mu.Unlock()
+		held := first()
 		victim, force := lf, func() (bool, error) { return other.FairMutex(fm.name).ForceUnlock(ctx) }
 		if held == lf {
 			victim, force = lm, func() (bool, error) { return other.Mutex(m.name).ForceUnlock(ctx) }

@@ -300,12 +300,7 @@ func (w *world) leadAfterInvalidation(rnd *rand.Rand, hc heldClients, name strin
 	began := time.Now()
 	m := hc.faulty.Mutex(name, WithLocalPasses(2, time.Minute))
 	om := hc.plain.Mutex(name, WithLocalPasses(0, 0))
-	// Taken once before, so that the Client tracks the lock's key.
-	if l, err := m.Lock(ctx); err != nil || l.Unlock(ctx) != nil {
-		return
-	}
-	time.Sleep(5 * time.Millisecond)
-	l, err := m.Lock(ctx)
+	l, err := lockTracked(ctx, m)
 	if err != nil {
 		return
 	}
@@ -351,17 +346,11 @@ func (w *world) leadAfterInvalidation(rnd *rand.Rand, hc heldClients, name strin
 	case <-time.After(3 * time.Second):
 		return
 	}
-	if _, err := om.ForceUnlock(ctx); err != nil {
-		return
-	}
-	ol, err := om.TryLock(ctx)
-	if err != nil {
+	ol := w.takenMeanwhile(ctx, om, open, "lead after invalidation: the reply of a cohort lead's acquisition comes after the lock was taken by another Client")
+	if ol == nil {
 		return
 	}
 	defer func() { _ = ol.Unlock(ctx) }()
-	w.count(w.attempts, "lead after invalidation: the reply of a cohort lead's acquisition comes after the lock was taken by another Client")
-	time.Sleep(200 * time.Millisecond) // the invalidations arrive
-	open()
 	var lead *Lease
 	select {
 	case lead = <-leases:
@@ -397,12 +386,7 @@ func (w *world) keepAfterInvalidation(rnd *rand.Rand, hc heldClients, name strin
 	m := hc.faulty.Mutex(name, WithLocalPasses(2, time.Minute))
 	m2 := hc.faulty.Mutex(name+":2", WithLocalPasses(0, 0))
 	om, om2 := hc.plain.Mutex(name, WithLocalPasses(0, 0)), hc.plain.Mutex(name+":2")
-	// Taken once before, so that the Client tracks the lock's key.
-	if l, err := m.Lock(ctx); err != nil || l.Unlock(ctx) != nil {
-		return
-	}
-	time.Sleep(5 * time.Millisecond)
-	l, err := m.Lock(ctx) // nobody waits behind it: no tokens
+	l, err := lockTracked(ctx, m) // nobody waits behind it: no tokens
 	if err != nil {
 		return
 	}
@@ -468,17 +452,11 @@ func (w *world) keepAfterInvalidation(rnd *rand.Rand, hc heldClients, name strin
 			return
 		}
 	}
-	if _, err := om.ForceUnlock(ctx); err != nil {
-		return
-	}
-	ol, err := om.TryLock(ctx)
-	if err != nil {
+	ol := w.takenMeanwhile(ctx, om, open, "keep after invalidation: the reply of an Unlock's keep comes after the lock was taken by another Client")
+	if ol == nil {
 		return
 	}
 	defer func() { _ = ol.Unlock(ctx) }()
-	w.count(w.attempts, "keep after invalidation: the reply of an Unlock's keep comes after the lock was taken by another Client")
-	time.Sleep(200 * time.Millisecond) // the invalidation arrives
-	open()
 	var nl *Lease
 	select {
 	case nl = <-leases:
@@ -515,22 +493,8 @@ func (w *world) renewedAfterLoss(hc heldClients, name string) {
 		return
 	}
 	defer func() { _ = lf.Unlock(ctx) }()
-	owners := map[string]*Lease{lm.h.owner: lm, lf.h.owner: lf}
-	var mu sync.Mutex
-	var first string
-	r, open := hc.wrf.gate(func(cmd []string) bool {
-		if !runs(renewScript)(cmd) {
-			return false
-		}
-		args := scriptArgs(cmd)
-		if len(args) < 2 || args[1] == "0" || owners[args[0]] == nil {
-			return false
-		}
-		mu.Lock()
-		first = args[0]
-		mu.Unlock()
-		return true
-	}, 1, false)
+	renewsOne, held := firstRenewal(lm, lf)
+	r, open := hc.wrf.gate(renewsOne, 1, false)
 	defer hc.wrf.drop(r)
 	defer open()
 	select {
@@ -538,11 +502,8 @@ func (w *world) renewedAfterLoss(hc heldClients, name string) {
 	case <-time.After(3 * time.Second):
 		return
 	}
-	mu.Lock()
-	held := owners[first]
-	mu.Unlock()
 	victim, force := lf, func() (bool, error) { return hc.plain.FairMutex(fm.name).ForceUnlock(ctx) }
-	if held == lf {
+	if held() == lf {
 		victim, force = lm, func() (bool, error) { return hc.plain.Mutex(m.name).ForceUnlock(ctx) }
 	}
 	if forced, err := force(); err != nil || !forced {
@@ -561,4 +522,37 @@ func (w *world) renewedAfterLoss(hc heldClients, name string) {
 		w.violation("renewed-after-loss", "%q: the watchdog renewed or checked a lease (owner %s) after it reported its loss, once the reply of another kind's batch came: %q",
 			name, victim.h.owner, found)
 	}
+}
+
+// lockTracked locks m of a Client that detects changes once it took and
+// released it, so that the Client tracks the lock's key.
+func lockTracked(ctx context.Context, m *Mutex) (*Lease, error) {
+	l, err := m.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Unlock(ctx); err != nil {
+		return nil, err
+	}
+	time.Sleep(5 * time.Millisecond)
+	return m.Lock(ctx)
+}
+
+// takenMeanwhile force-unlocks om's lock and takes it with om while a
+// reply about that lock is held back, counts the attempt what, and lets
+// the reply come (open) once the invalidations of the lock's key had time
+// to arrive: the lease om got, or nil if either call failed (the reply is
+// still held then).
+func (w *world) takenMeanwhile(ctx context.Context, om *Mutex, open func(), what string) *Lease {
+	if _, err := om.ForceUnlock(ctx); err != nil {
+		return nil
+	}
+	ol, err := om.TryLock(ctx)
+	if err != nil {
+		return nil
+	}
+	w.count(w.attempts, what)
+	time.Sleep(200 * time.Millisecond)
+	open()
+	return ol
 }
