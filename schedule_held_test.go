@@ -57,16 +57,16 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 		for i := 0; !latchOpen(stop) && time.Until(end) > 3*time.Second; i++ {
 			name := fmt.Sprintf("s%d:h%d", n, i)
 			switch (n + i) % 5 { // each schedule begins with another
-			case 4:
-				w.renewedAfterLoss(hc, name)
 			case 0:
 				w.memberHangs(rnd, hc, name)
 			case 1:
 				w.lapsedGrant(rnd, hc, name)
 			case 2:
 				w.leadAfterInvalidation(rnd, hc, name)
-			default:
+			case 3:
 				w.keepAfterInvalidation(rnd, hc, name)
+			default:
+				w.renewedAfterLoss(hc, name)
 			}
 		}
 	}()
@@ -74,16 +74,18 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 
 // heldClients are the Clients of heldReplies: plain a plain one; faulty
 // one made with New and DetectChanges over rc, whose replies rf holds
-// back (and whose watchdog keepAfterInvalidation holds up); lapsing one whose watchdog the actor holds up, with a short
-// watchdog lease.
+// back (and whose watchdog keepAfterInvalidation holds up); lapsing one
+// of a short watchdog lease, whose watchdog lapsedGrant holds up; watched
+// one like faulty, of a 3 s watchdog lease (a renewal every second),
+// whose renewals and checks seen records.
 type heldClients struct {
 	plain, faulty, lapsing *Client
 	rc                     rueidis.Client
 	rf                     *replyFaults
-	watched                *Client        // watchdog lease 3s, over wrc and wrf
+	watched                *Client
 	wrc                    rueidis.Client // watched's
 	wrf                    *replyFaults   // watched's
-	seen                   *renewalsOf    // watched's renewals and checks
+	seen                   *renewalsOf
 }
 
 // heldClients makes the Clients of heldReplies.
