@@ -272,9 +272,12 @@ func (w *world) lapsedGrant(rnd *rand.Rand, hc heldClients, name string) {
 	w.count(w.attempts, "lapsed grant: a grant that waited while its Client lapsed, the lock taken by another Client meanwhile")
 	select {
 	case l := <-got:
-		if l.Err() == nil && ol.Err() == nil && !w.serverFaulted(began, time.Now()) {
-			w.violation("late-grant-delivered", "%q: a grant that waited while its Client lapsed (fixed lease %v) was delivered (token %d) while another Client holds the lock (token %d)",
-				name, fixed, l.Token(), ol.Token())
+		// Delivered at all, held or already found lost (its Client's
+		// watchdog, running again, may have renewed it first), while
+		// the acquisition's context is alive: the grant was not confirmed.
+		if ol.Err() == nil && ctx.Err() == nil && !w.serverFaulted(began, time.Now()) {
+			w.violation("late-grant-delivered", "%q: a grant that waited while its Client lapsed (fixed lease %v) was delivered (token %d, Err %v) while another Client holds the lock (token %d)",
+				name, fixed, l.Token(), l.Err(), ol.Token())
 		}
 		_ = ol.Unlock(ctx)
 		if l.Err() == nil {
