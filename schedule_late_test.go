@@ -54,9 +54,10 @@ func (w *world) lateMessages(seed uint64, n int, end time.Time, stop <-chan stru
 	var rc rueidis.Client
 	var rf *replyFaults
 	var waiter *Client
+	detect := DetectChanges(&opt) // before the client is made from opt
 	if rc, err = rueidis.NewClient(opt); err == nil {
 		rf = withReplyFaults(rc)
-		waiter, err = New(rf, WithPrefix("late"), WithLogger(quietLogger()), WithWatchdogLease(lease), WithMetrics(metrics), DetectChanges(&opt))
+		waiter, err = New(rf, WithPrefix("late"), WithLogger(quietLogger()), WithWatchdogLease(lease), WithMetrics(metrics), detect)
 		if err != nil {
 			rc.Close()
 		}
