@@ -341,16 +341,7 @@ func TestMutexKeepReplyAfterInvalidation(t *testing.T) {
 		ol := mustLock(t, ctx, om.TryLock)
 		time.Sleep(200 * time.Millisecond) // the invalidation arrives
 		open()
-		select {
-		case nl := <-leases:
-			now, err := om.Inspect(ctx)
-			require.NoError(t, err)
-			require.Failf(t, "a keep's reply that came after an invalidation passed the lock on", "lease of token %d delivered (Err %v) while %s holds the lock (token %d)",
-				nl.Token(), nl.Err(), now.Owner, now.Token)
-		case err := <-errs:
-			t.Fatal(err)
-		case <-time.After(500 * time.Millisecond):
-		}
+		requireNoPassWhileHeld(t, ctx, leases, errs, om, 500*time.Millisecond, "a keep's reply that came after an invalidation passed the lock on")
 		resume()
 		stalled = false
 		require.ErrorIs(t, <-unlocked, ErrNotHeld)
@@ -362,12 +353,7 @@ func TestMutexKeepReplyAfterInvalidation(t *testing.T) {
 			t.Fatal(err)
 		case <-time.After(time.Second):
 		}
-		require.NoError(t, ol.Unlock(ctx))
-		nl := nextLease(t, leases, errs, 10*time.Second, "the waiter did not take the lock in Redis")
-		require.Greater(t, nl.Token(), ol.Token())
-		requireHeldBy(t, m, nl)
-		require.NoError(t, nl.Unlock(ctx))
-		requireNoCohorts(t, c)
+		waiterTakesAfter(t, ctx, c, m, ol, leases, errs)
 	})
 }
 
@@ -419,22 +405,37 @@ func TestMutexLeadReplyAfterInvalidation(t *testing.T) {
 		lead := nextLease(t, leases, errs, 10*time.Second, "the lead's acquisition was not delivered")
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- lead.Unlock(ctx) }()
-		select {
-		case nl := <-leases:
-			now, err := om.Inspect(ctx)
-			require.NoError(t, err)
-			require.Failf(t, "a lead's reply that came after an invalidation passed the lock on", "lease of token %d delivered (Err %v) while %s holds the lock (token %d)",
-				nl.Token(), nl.Err(), now.Owner, now.Token)
-		case err := <-errs:
-			t.Fatal(err)
-		case <-time.After(time.Second):
-		}
+		requireNoPassWhileHeld(t, ctx, leases, errs, om, time.Second, "a lead's reply that came after an invalidation passed the lock on")
 		require.ErrorIs(t, <-unlocked, ErrNotHeld)
-		require.NoError(t, ol.Unlock(ctx))
-		nl := nextLease(t, leases, errs, 10*time.Second, "the waiter did not take the lock in Redis")
-		require.Greater(t, nl.Token(), ol.Token())
-		requireHeldBy(t, m, nl)
-		require.NoError(t, nl.Unlock(ctx))
-		requireNoCohorts(t, c)
+		waiterTakesAfter(t, ctx, c, m, ol, leases, errs)
 	})
+}
+
+// requireNoPassWhileHeld fails t, with what, if a lease of the waiters
+// comes within d while om's Client holds the lock.
+func requireNoPassWhileHeld(t *testing.T, ctx context.Context, leases <-chan *Lease, errs <-chan error, om *Mutex, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case nl := <-leases:
+		now, err := om.Inspect(ctx)
+		require.NoError(t, err)
+		require.Failf(t, what, "lease of token %d delivered (Err %v) while %s holds the lock (token %d)",
+			nl.Token(), nl.Err(), now.Owner, now.Token)
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(d):
+	}
+}
+
+// waiterTakesAfter releases ol, another Client's lease of m's lock, and
+// checks that m's waiter then takes the lock in Redis with a greater
+// token, and that nothing of the lock is left in c once it unlocks.
+func waiterTakesAfter(t *testing.T, ctx context.Context, c *Client, m *Mutex, ol *Lease, leases <-chan *Lease, errs <-chan error) {
+	t.Helper()
+	require.NoError(t, ol.Unlock(ctx))
+	nl := nextLease(t, leases, errs, 10*time.Second, "the waiter did not take the lock in Redis")
+	require.Greater(t, nl.Token(), ol.Token())
+	requireHeldBy(t, m, nl)
+	require.NoError(t, nl.Unlock(ctx))
+	requireNoCohorts(t, c)
 }
