@@ -571,10 +571,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 		// nothing about an ownership the Client gave up.
 		voids = co.voids
 		co.mu.Unlock()
-		h.mu.Lock()
-		done := h.done
-		h.mu.Unlock()
-		if done || checks == keepChecks {
+		if h.ended() || checks == keepChecks {
 			vouched = false
 		} else {
 			held, _ := c.watchdog.check(ctx, []*holder{h})

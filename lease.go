@@ -88,20 +88,6 @@ func (c *Client) confirm(ctx context.Context, g grant) (grant, error) {
 // ownership ended meanwhile; the caller then releases the hold.
 func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 	kind, key, parent, owner, hold := g.kind, g.key, g.parent, g.owner, g.hold
-	// A grant that came late, with a watchdog lease or a fixed one, may
-	// have expired meanwhile and the lock be another owner's: only a
-	// renewal that finds it still held tells. A fixed lease is no
-	// exception: its Deadline would be near or past at delivery, and the
-	// lease delivered while another owner, with a higher token, holds.
-	// A confirmation whose own reply came late leaves as little of the
-	// lease ahead: it is confirmed again, until a renewal answers in time
-	// (or ctx ends, or the lock is found lost).
-	for parent == nil && g.late() {
-		var err error
-		if g, err = c.confirm(ctx, g); err != nil {
-			return nil, err
-		}
-	}
 	if parent != nil && parent.h.owner == owner {
 		h := parent.h
 		h.mu.Lock()
@@ -115,21 +101,35 @@ func (c *Client) grant(ctx context.Context, g grant) (*Lease, error) {
 		h.leases[l] = struct{}{}
 		return l, nil
 	}
-	h, l := c.register(ctx, &g)
-	for parent == nil && g.late() {
+	var h *holder
+	var l *Lease
+	for {
+		// A grant that came late, with a watchdog lease or a fixed one,
+		// may have expired meanwhile and the lock be another owner's: only
+		// a renewal that finds it still held tells. A fixed lease is no
+		// exception: its Deadline would be near or past at delivery, and
+		// the lease delivered while another owner, with a higher token,
+		// holds. A confirmation whose own reply came late leaves as little
+		// of the lease ahead: it is confirmed again, until a renewal
+		// answers in time (or ctx ends, or the lock is found lost).
+		for parent == nil && g.late() {
+			var err error
+			if g, err = c.confirm(ctx, g); err != nil {
+				return nil, err
+			}
+		}
+		h, l = c.register(ctx, &g)
+		if parent != nil || !g.late() {
+			break
+		}
 		// The registration waited for the watchdog: the Client lapsed (a
 		// pause of its process holds the watchdog up too), and the key may
 		// have expired meanwhile and the lock be another owner's, which
-		// nothing of the Client noticed while it lapsed. The Client's memory
-		// of the grant may narrow what Redis says, never widen it: the
-		// holder, which nobody received, is dropped, and the grant is
+		// nothing of the Client noticed while it lapsed. The Client's
+		// memory of the grant may narrow what Redis says, never widen it:
+		// the holder, which nobody received, is dropped, and the grant is
 		// confirmed as a late reply is, before it is registered again.
 		c.watchdog.remove(h)
-		var err error
-		if g, err = c.confirm(ctx, g); err != nil {
-			return nil, err
-		}
-		h, l = c.register(ctx, &g)
 	}
 	if c.isClosed() && h.lose(ErrClosed) {
 		// Close may have missed this holder.
