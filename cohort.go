@@ -70,10 +70,12 @@ import (
 // read the key since. An invalidation that arrives while the reply that
 // reserves a block is on its way cannot be told from that of the
 // command's own write: the reply vouches for nothing it did not see. A
-// lead's block is dropped (the first pass asks Redis, keep), and a keep's
-// reply passes nothing on until Redis confirms the ownership (keep): a
-// lapse of the Client that holds up its check of the change would
-// otherwise stretch the window. A
+// lead's block is dropped (the first pass asks Redis, keep). A keep's
+// reply passes nothing on until Redis confirms the ownership once more
+// (keep): the keep's own write ends the tracking of the key until the
+// tracker reads it again, so a change after the keep ran may bring no
+// invalidation, and a reply held back (or a lapse of the Client that
+// holds up its check of a change) would otherwise stretch the window. A
 // Client that detects changes on renewal passes locks on locally only
 // when asked to (WithLocalPasses), each pass one round trip to Redis.
 
@@ -101,8 +103,8 @@ type cohort struct {
 	within  time.Duration
 	waiters []*localWaiter
 	// voids counts the changes of the lock's hash the Client heard of
-	// (voidPasses): a keep's reply vouches for no pass when one came while
-	// the keep was on its way, until Redis confirms the ownership.
+	// (voidPasses): a keep's check of the ownership vouches for no pass
+	// when one came while it was on its way (see keep).
 	voids uint64
 }
 
@@ -512,10 +514,13 @@ func (co *cohort) vouchesBetweenReplies() bool {
 //     goroutine of the cohort may have taken the lock in Redis since, with
 //     a greater token) passes nothing on and leaves the cohort's tokens as
 //     they are: l's hold is released as any Unlock's.
-//   - A reply that comes after a change of the lock's hash the Client
-//     heard of while the keep was on its way (voidPasses) passes on only
-//     once a check in Redis finds the ownership still holding: the change
-//     may have come after the keep ran.
+//   - For a Client that detects changes, a reply passes on only once a
+//     check in Redis, sent after it, finds the ownership still holding,
+//     with no change of the lock's hash heard of (voidPasses) while the
+//     check was on its way: a change may have come after the keep ran,
+//     and the keep's own write ends the tracking that would tell of it.
+//     A Client that detects changes on renewal passes on from the reply
+//     (see handOn): its window is the budget's time from the keep's send.
 //   - A reply that never comes (lost, or after ctx ended) leaves the lock
 //     kept or not: a release of l's hold follows, as any Unlock's, given
 //     inflightGrace past ctx's end, so that the cohort's waiters are not
@@ -555,20 +560,25 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	kept = err == nil && kept && len(a) == 3
 	vouched := kept && acked
 	co.mu.Lock()
-	for checks := 0; vouched && co.current == l && co.voids != voids; checks++ {
-		// The lock's hash changed while the keep (or the last check) was
-		// on its way, and the Client has not checked that change yet, or
-		// not finished: the reply vouches for the hold as it was when the
-		// command ran, and the change may have come after it (a
-		// ForceUnlock, another owner). The Client's memory may narrow what
-		// Redis says, never widen it: the block passes nothing on until
-		// Redis says the ownership still holds (the change was the keep's
-		// own write, whose invalidation reaches each connection that read
-		// the key, or left the ownership alone) with no change heard of
-		// while it said so. A check that finds it lost reports the loss.
-		// A lease whose loss was reported (it no longer holds for the
-		// cohort, or its holder ended) is not checked: Redis is asked
-		// nothing about an ownership the Client gave up.
+	// A Client that detects changes checks every keep's reply once.
+	checked := !co.vouchesBetweenReplies()
+	for checks := 0; vouched && co.current == l && (!checked || co.voids != voids); checks++ {
+		// The reply vouches for the hold as it was when the keep ran, and
+		// the lock may have changed since (a ForceUnlock, another owner)
+		// without a word to the Client: the keep's own write ends the
+		// tracking of the key by each connection that read it, until the
+		// tracker reads it again, and a key whose last change the tracker
+		// has not read yet brings no invalidation at all. The same holds
+		// for a change the Client heard of while the keep (or the last
+		// check) was on its way, whose check is not done. The Client's
+		// memory may narrow what Redis says, never widen it: the block
+		// passes nothing on until Redis says the ownership still holds,
+		// with no change heard of while it said so. A check that finds it
+		// lost reports the loss. A lease whose loss was reported (it no
+		// longer holds for the cohort, or its holder ended) is not
+		// checked: Redis is asked nothing about an ownership the Client
+		// gave up.
+		checked = true
 		voids = co.voids
 		co.mu.Unlock()
 		if h.ended() || checks == keepChecks {

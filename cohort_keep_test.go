@@ -439,3 +439,60 @@ func waiterTakesAfter(t *testing.T, ctx context.Context, c *Client, m *Mutex, ol
 	require.NoError(t, nl.Unlock(ctx))
 	requireNoCohorts(t, c)
 }
+
+// TestMutexKeepReplyWhileKeyUntracked: a keep's own write ends the
+// Client's tracking of the lock's key until its tracker reads the key
+// again, and a key whose last change the tracker has not read yet brings
+// no invalidation at all. So a change after the keep ran (here a
+// ForceUnlock, then another Client's acquisition) may come without a word
+// to the Client, and the keep's reply, however quiet the key, vouches for
+// nothing after it: the pass waits for Redis to say the ownership still
+// holds.
+func TestMutexKeepReplyWhileKeyUntracked(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
+		other := e.client(t)
+		om := other.Mutex(m.Name(), WithLocalPasses(0, 0))
+		raw := e.rueidisClient(t)
+		warm(t, ctx, m)
+		l := mustLock(t, ctx, m.Lock)
+		time.Sleep(100 * time.Millisecond) // the key read for tracking
+		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 1)
+
+		// The tracker's reads of the key do not reach Redis: the next
+		// change of the key is the last one the Client hears of.
+		key, field := m.keys.lock, l.h.trackField()
+		refused := rf.refuse(func(cmd []string) bool { return len(cmd) > 2 && cmd[0] == "HGET" && cmd[1] == key && cmd[2] == field }, -1)
+		co := c.knownCohort(key)
+		require.NotNil(t, co)
+		co.mu.Lock()
+		voids := co.voids
+		co.mu.Unlock()
+		require.NoError(t, raw.Do(ctx, raw.B().Pexpire().Key(key).Milliseconds(time.Minute.Milliseconds()).Build()).Error())
+		eventually(t, 10*time.Second, func() bool {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			return co.voids != voids
+		}, "the change of the key was not heard of")
+
+		r, open := rf.gate(keeps, 1, false)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		select {
+		case <-r.Ran():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Unlock did not ask Redis to keep the lock")
+		}
+		_, err := om.ForceUnlock(ctx)
+		require.NoError(t, err)
+		ol := mustLock(t, ctx, om.TryLock)
+		time.Sleep(200 * time.Millisecond) // an invalidation, if any, arrives
+		open()
+		requireNoPassWhileHeld(t, ctx, leases, errs, om, time.Second, "a keep's reply passed the lock on while the key was untracked")
+		require.ErrorIs(t, <-unlocked, ErrNotHeld)
+		rf.drop(refused)
+		waiterTakesAfter(t, ctx, c, m, ol, leases, errs)
+	})
+}
