@@ -42,16 +42,26 @@ func runC(ctx context.Context, e *env, lib *library) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	push, err := e.idlePushes(ctx, idlePings, func() time.Duration { return holdTime(lib) }, false)
+	if err != nil {
+		return nil, fmt.Errorf("push floor: %w", err)
+	}
+	scriptPush, err := e.idlePushes(ctx, idlePings, func() time.Duration { return holdTime(lib) }, true)
+	if err != nil {
+		return nil, fmt.Errorf("push floor: %w", err)
+	}
 	p50, p99, ping, idlePing := percentile(lats, 50), percentile(lats, 99), percentile(pings, 50), percentile(idle, 50)
 	return metrics{
-		"C.n":            float64(len(lats)),
-		"C.p50":          ms(p50),
-		"C.p99":          ms(p99),
-		"C.ping":         float64(ping) / float64(time.Microsecond),
-		"C.p50/ping":     float64(p50) / float64(ping),
-		"C.p99/ping":     float64(p99) / float64(ping),
-		"C.idleping":     float64(idlePing) / float64(time.Microsecond),
-		"C.p50/idleping": float64(p50) / float64(idlePing),
+		"C.push/idleping":       float64(percentile(push, 50)) / float64(idlePing),
+		"C.scriptpush/idleping": float64(percentile(scriptPush, 50)) / float64(idlePing),
+		"C.n":                   float64(len(lats)),
+		"C.p50":                 ms(p50),
+		"C.p99":                 ms(p99),
+		"C.ping":                float64(ping) / float64(time.Microsecond),
+		"C.p50/ping":            float64(p50) / float64(ping),
+		"C.p99/ping":            float64(p99) / float64(ping),
+		"C.idleping":            float64(idlePing) / float64(time.Microsecond),
+		"C.p50/idleping":        float64(p50) / float64(idlePing),
 	}, nil
 }
 

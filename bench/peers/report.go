@@ -175,13 +175,18 @@ func (r *report) tables() []table {
 			note: "From just before Unlock to the waiter's Lock returning. The holder keeps the lock 10 ms plus " +
 				"a random part of twice the waiter's polling period, so pollers are seen at a random phase. " +
 				"PING: median of the PINGs sent between the hand-offs, which the ×PING columns divide by. " +
-				"Idle PING: median of PINGs each sent after an idle as long as a holder's, as the hand-off's release is.",
+				"Idle PING: median of PINGs each sent after an idle as long as a holder's, as the hand-off's release is. " +
+				"Push floor: median latency of a message after such an idle, from just before SPUBLISH on one connection " +
+				"to a goroutine of another client, woken by its subscription, the least a hand-off by message costs; " +
+				"script push floor: the same message sent from a script that only publishes it.",
 			cols: []column{{key: "C.n", head: "hand-offs", format: fInt}, {key: "C.p50", head: "p50 ms", format: fSig},
 				{key: "C.p99", head: "p99 ms", format: fSig}, {key: "C.ping", head: "PING µs", format: fSig},
 				{key: "C.p50/ping", head: "p50 ×PING", format: fSig},
 				{key: "C.p99/ping", head: "p99 ×PING", format: fSig},
 				{key: "C.idleping", head: "idle PING µs", format: fSig},
-				{key: "C.p50/idleping", head: "p50 ×idle PING", format: fSig}}},
+				{key: "C.p50/idleping", head: "p50 ×idle PING", format: fSig},
+				{key: "C.push/idleping", head: "push floor ×idle PING", format: fSig},
+				{key: "C.scriptpush/idleping", head: "script push floor ×idle PING", format: fSig}}},
 		{scenario: "D", title: "D. Round trips and commands",
 			note: "RT: calls into the Redis driver (a command or a pipeline each, counted by a hook on the client). " +
 				"cmds: every command the server executed (INFO commandstats), those run inside scripts included. " +
