@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -21,13 +22,20 @@ const (
 // floorRelease deletes the key only if it still holds the caller's token.
 var floorRelease = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 
+// floorFencedAcquire is SET NX PX, and when it took the lock, the next
+// fencing token from a counter key of the lock's own (INCR), in one script.
+var floorFencedAcquire = rueidis.NewLuaScript(`if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return redis.call("INCR", KEYS[2]) end return false`)
+
 // floorLocker is the least a Redis lock can do: SET NX PX to acquire,
 // compare-and-delete to release, a short sleep between attempts. It is a
-// rueidis client that takes locks: Close is the client's.
+// rueidis client that takes locks: Close is the client's. A fenced one
+// (floorFencedLib) takes its lock in a script that also counts its
+// fencing token, the least a lock whose holders get rising tokens can do.
 type floorLocker struct {
 	rueidis.Client
-	pfx   string
-	lease time.Duration
+	pfx    string
+	lease  time.Duration
+	fenced bool
 }
 
 func (l *floorLocker) Lock(ctx context.Context, name string) (*held, error) {
@@ -39,8 +47,14 @@ func (l *floorLocker) Lock(ctx context.Context, name string) (*held, error) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	keys, args := []string{key, key + ":fence"}, []string{token, strconv.FormatInt(l.lease.Milliseconds(), 10)}
 	for try := 1; ; try++ {
-		err := l.Do(ctx, set).Error()
+		var err error
+		if l.fenced {
+			err = floorFencedAcquire.Exec(ctx, l.Client, keys, args).Error()
+		} else {
+			err = l.Do(ctx, set).Error()
+		}
 		if err == nil {
 			break
 		}
@@ -83,4 +97,24 @@ func floorLib() *library {
 		key:      plainKey,
 		attempts: sets,
 	}
+}
+
+// floorFencedLib is the floor with fencing tokens: its acquisition is a
+// script (SET NX PX, then INCR of the lock's counter key), its release the
+// floor's. It shows what rising tokens alone cost against the floor.
+func floorFencedLib() *library {
+	l := floorLib()
+	l.id, l.label = "floor-fenced", "floor, fenced (script: SET NX + INCR)"
+	l.note = "floor, fenced: the floor, but each attempt is a script that runs SET key token NX PX lease " +
+		"and, when it took the lock, INCR of a counter key: the least a lock with fencing tokens does."
+	connect := l.connect
+	l.connect = func(cfg clientConfig) (locker, error) {
+		lk, err := connect(cfg)
+		if err != nil {
+			return nil, err
+		}
+		lk.(*floorLocker).fenced = true
+		return lk, nil
+	}
+	return l
 }

@@ -86,7 +86,7 @@ type library struct {
 
 // libraries lists every library, in table order.
 func libraries() []*library {
-	return []*library{redisyncMutex(), redisyncGlobal(), redisyncFair(), redsyncLib(), redislockLib(), rueidislockLib(), floorLib()}
+	return []*library{redisyncMutex(), redisyncGlobal(), redisyncFair(), redsyncLib(), redislockLib(), rueidislockLib(), floorLib(), floorFencedLib()}
 }
 
 // countingClient is a rueidis.Client that counts the calls made through it.

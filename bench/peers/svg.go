@@ -90,7 +90,7 @@ func barColor(id string) string {
 	switch id {
 	case mutexRow, globalRow, fairRow:
 		return "#c2255c"
-	case "floor":
+	case "floor", "floor-fenced":
 		return "#868e96"
 	}
 	return "#1c7ed6"

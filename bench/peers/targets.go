@@ -83,6 +83,8 @@ func (r *report) speedTargets() []target {
 	return []target{
 		{scenario: "A", text: "redisync Mutex cycles/s ÷ floor", goal: "≥ 0.6×", ok: atLeast(0.6), format: ratio,
 			value: func(run int) float64 { return g("A.cycles", mutexRow, run) / g("A.cycles", "floor", run) }},
+		{scenario: "A", text: "floor with fencing tokens cycles/s ÷ floor", goal: "for comparison", format: ratio,
+			value: func(run int) float64 { return g("A.cycles", "floor-fenced", run) / g("A.cycles", "floor", run) }},
 		{scenario: "A", text: "redisync Mutex cycles/s ÷ fastest peer", goal: "≥ 1.3×", ok: atLeast(1.3), format: ratio,
 			value: func(run int) float64 { return g("A.cycles", mutexRow, run) / best("A.cycles", run) }},
 		{scenario: "A", text: "redisync FairMutex cycles/s ÷ Mutex", goal: "≥ 0.9×", ok: atLeast(0.9), format: ratio,
