@@ -377,12 +377,7 @@ func reservingAcquires(cmd []string) bool {
 // finds the lock another's.
 func TestMutexLeadReplyAfterInvalidation(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := withTimeout(t, 30*time.Second)
-		c, rf := e.faultyClient(t)
-		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
-		other := e.client(t)
-		om := other.Mutex(m.Name(), WithLocalPasses(0, 0))
-		warm(t, ctx, m)
+		ctx, c, rf, m, om := crowdBesideOther(t, e)
 		l := mustLock(t, ctx, m.Lock)
 		time.Sleep(100 * time.Millisecond) // the key read for tracking
 		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 2)
@@ -450,13 +445,8 @@ func waiterTakesAfter(t *testing.T, ctx context.Context, c *Client, m *Mutex, ol
 // holds.
 func TestMutexKeepReplyWhileKeyUntracked(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
-		ctx := withTimeout(t, 30*time.Second)
-		c, rf := e.faultyClient(t)
-		m := c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
-		other := e.client(t)
-		om := other.Mutex(m.Name(), WithLocalPasses(0, 0))
+		ctx, c, rf, m, om := crowdBesideOther(t, e)
 		raw := e.rueidisClient(t)
-		warm(t, ctx, m)
 		l := mustLock(t, ctx, m.Lock)
 		time.Sleep(100 * time.Millisecond) // the key read for tracking
 		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 1)
@@ -495,4 +485,18 @@ func TestMutexKeepReplyWhileKeyUntracked(t *testing.T) {
 		rf.drop(refused)
 		waiterTakesAfter(t, ctx, c, m, ol, leases, errs)
 	})
+}
+
+// crowdBesideOther returns, for a test of t, a context, a Client that
+// detects changes over a reply wrapper, a Mutex of it with a budget of two
+// local passes within a minute (its scripts loaded), and the same lock on
+// another Client, without local passes.
+func crowdBesideOther(t *testing.T, e *env) (ctx context.Context, c *Client, rf *replyFaults, m, om *Mutex) {
+	t.Helper()
+	ctx = withTimeout(t, 30*time.Second)
+	c, rf = e.faultyClient(t)
+	m = c.Mutex(t.Name(), WithLocalPasses(2, time.Minute))
+	om = e.client(t).Mutex(m.Name(), WithLocalPasses(0, 0))
+	warm(t, ctx, m)
+	return ctx, c, rf, m, om
 }
