@@ -561,8 +561,8 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	vouched := kept && acked
 	co.mu.Lock()
 	// A Client that detects changes checks every keep's reply once.
-	checked := !co.vouchesBetweenReplies()
-	for checks := 0; vouched && co.current == l && (!checked || co.voids != voids); checks++ {
+	mustCheck := co.vouchesBetweenReplies()
+	for checks := 0; vouched && co.current == l && (mustCheck || co.voids != voids); checks++ {
 		// The reply vouches for the hold as it was when the keep ran, and
 		// the lock may have changed since (a ForceUnlock, another owner)
 		// without a word to the Client: the keep's own write ends the
@@ -578,7 +578,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 		// longer holds for the cohort, or its holder ended) is not
 		// checked: Redis is asked nothing about an ownership the Client
 		// gave up.
-		checked = true
+		mustCheck = false
 		voids = co.voids
 		co.mu.Unlock()
 		if h.ended() || checks == keepChecks {
