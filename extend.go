@@ -22,7 +22,11 @@ import (
 // returns ErrNotHeld wrapping it; a lease that had already ended returns
 // ErrNotHeld with its reason, without a round trip. A lease whose time ran
 // out while its Extend was on its way is reported expired even if the
-// script extended the key; Unlock then still frees the key.
+// script extended the key, and Extend returns ErrNotHeld; so is a lease
+// that runs out after an Extend whose reply never came. Either Extend may
+// have given the lock an end in Redis that no lease holds: the Client
+// releases the lock (every hold of the ownership) when the lease runs out,
+// so that it is not left held for nobody until that end.
 //
 // A lease the watchdog renews (the Client's lease or WithRenewedLease)
 // needs no extension: Extend returns ErrInvalidArgument, as it does for a
@@ -70,18 +74,32 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	switch {
 	case err != nil:
 		// The script may have run, its reply lost or come too late: the
-		// lease keeps the sooner end it took when the call was sent.
+		// lease keeps the sooner end it took when the call was sent, and
+		// the Extend stays unsure (runOut releases what it may have
+		// extended).
 		return redisErr("extend", err)
 	case len(states) != 1:
 		return errors.New("redisync: extend: unexpected reply")
 	case renewedHeld(states[0]):
+		// Settled only if the lease takes the new end: one that ran out
+		// meanwhile was released at its end, after this script ran.
 		if h.extendFrom(sent, d, false) {
+			h.settleExtend()
 			return nil
 		}
 	default:
+		h.settleExtend()
 		h.c.watchdog.settle(ctx, h, states[0], sent, true)
 	}
 	return h.notHeldErr()
+}
+
+// settleExtend notes that an Extend's reply told what it did (see
+// unsureExtends).
+func (h *holder) settleExtend() {
+	h.mu.Lock()
+	h.unsureExtends--
+	h.mu.Unlock()
 }
 
 // notHeldErr is Extend's error for h once it ended: ErrNotHeld with the
@@ -107,6 +125,9 @@ func (h *holder) extendFrom(sent time.Time, d time.Duration, sooner bool) bool {
 	if h.done {
 		h.mu.Unlock()
 		return false
+	}
+	if sooner {
+		h.unsureExtends++ // until its reply settles it
 	}
 	if sooner && !sent.Add(d-d/10).Before(h.deadline()) || !sooner && h.lastOK.After(sent) {
 		h.mu.Unlock()

@@ -256,3 +256,100 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 		})
 	})
 }
+
+// TestLeaseExtendOnItsWayAtTheEnd: an Extend sent just before its fixed
+// lease ends, whose reply comes after the lease ran out or never comes,
+// may have given the lock a new end in Redis, long after the lease's,
+// that no lease of the Client holds. The lease is reported expired at its
+// own end all the same, and the lock is released then: another Client
+// takes it then, not when the extension would end. Re-entries of the
+// ownership go with it.
+func TestLeaseExtendOnItsWayAtTheEnd(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c, rf := e.faultyClient(t)
+		other := e.client(t)
+		const lease, longer = 600 * time.Millisecond, 30 * time.Second
+		// The extension's call: a renewal script of any kind given the
+		// extension's length.
+		extension := func(cmd []string) bool {
+			a := scriptArgs(cmd)
+			return len(a) == 2 && a[1] == strconv.FormatInt(longer.Milliseconds(), 10)
+		}
+		type lockOf func(c *Client, name string) func(context.Context) (*Lease, error)
+		mutex := func(c *Client, name string) func(context.Context) (*Lease, error) {
+			return c.Mutex(name, WithFixedLease(lease)).Lock
+		}
+		for _, kind := range []struct {
+			what string
+			lock lockOf
+		}{
+			{"Mutex", mutex},
+			{"FairMutex", func(c *Client, name string) func(context.Context) (*Lease, error) {
+				return c.FairMutex(name, WithFixedLease(lease)).Lock
+			}},
+			{"RWMutex write", func(c *Client, name string) func(context.Context) (*Lease, error) {
+				return c.RWMutex(name, WithFixedLease(lease)).Lock
+			}},
+			{"Semaphore", func(c *Client, name string) func(context.Context) (*Lease, error) {
+				s := c.Semaphore(name, WithFixedLease(lease))
+				_, err := s.SetSize(ctx, 1)
+				require.NoError(t, err)
+				t.Cleanup(func() { s.Delete(context.Background()) })
+				return func(ctx context.Context) (*Lease, error) { return s.Lock(ctx, 1) }
+			}},
+			{"Mutex re-entered", mutex},
+		} {
+			for _, fault := range []string{"held", "lost"} {
+				t.Run(kind.what+"/"+fault, func(t *testing.T) {
+					l := mustLock(t, ctx, kind.lock(c, t.Name()))
+					var re *Lease
+					if kind.what == "Mutex re-entered" {
+						re = mustLock(t, l.Context(), kind.lock(c, t.Name()))
+					}
+					dl, _ := l.Deadline()
+					// Sent just before the end, as late as a caller may.
+					time.Sleep(time.Until(dl) - 50*time.Millisecond)
+					done := make(chan error, 1)
+					if fault == "held" {
+						r, open := rf.gate(extension, 1, false)
+						defer open()
+						go func() { done <- l.Extend(ctx, longer) }()
+						select {
+						case <-r.Ran():
+						case <-time.After(5 * time.Second):
+							t.Fatal("the extension did not run")
+						}
+						select {
+						case <-l.Lost():
+						case <-time.After(5 * time.Second):
+							t.Fatal("the lease was not reported expired while its extension's reply was held")
+						}
+						open()
+					} else {
+						rf.lose(extension, 1, 0)
+						go func() { done <- l.Extend(ctx, longer) }()
+					}
+					err := <-done
+					require.Error(t, err)
+					select {
+					case <-l.Lost():
+					case <-time.After(5 * time.Second):
+						t.Fatal("the lease was not reported expired")
+					}
+					require.ErrorIs(t, l.Err(), ErrExpired)
+					if re != nil {
+						require.ErrorIs(t, re.Err(), ErrExpired)
+					}
+					// Well before the extension's end.
+					lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					defer cancel()
+					l2, err := kind.lock(other, t.Name())(lctx)
+					require.NoError(t, err, "the lock stayed held after the lease ran out, as the extension set it")
+					require.NoError(t, l2.Unlock(ctx))
+					require.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+				})
+			}
+		}
+	})
+}

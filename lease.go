@@ -296,6 +296,11 @@ type holder struct {
 	// extended, when not 0, is the fixed lease the last Extend gave, from
 	// lastOK (guarded by mu).
 	extended time.Duration
+	// unsureExtends counts the Extends sent whose reply did not settle
+	// what they did: on their way, or whose reply never came or came after
+	// the lease ended (guarded by mu). Redis may have given the lock a
+	// later end than the lease's, which runOut then takes back.
+	unsureExtends int
 	// shared, when not 0, is the shortest expiry that the watchdog holder
 	// of a key shared with other holders found that they had set it to,
 	// shorter than its own lease (a Redisson read lock's hash, whose Java
@@ -404,8 +409,29 @@ func (h *holder) lose(err error) bool {
 // runOut ends a fixed lease whose time is up: reported as ErrExpired, but
 // logged at Debug and counted in Metrics.Expired rather than Metrics.Lost,
 // since running out is often what a fixed lease is for.
+//
+// An Extend whose reply did not settle what it did (see unsureExtends) may
+// have given the lock an end in Redis far past the lease's, which no lease
+// holds: the ownership is released then, in the background, so that the
+// lock is not left held until that end for nobody. Sent after the Extend on
+// the same connection, the release runs after it.
 func (h *holder) runOut() bool {
-	return h.end(ErrExpired, true)
+	if !h.end(ErrExpired, true) {
+		return false
+	}
+	h.mu.Lock()
+	unsure := h.unsureExtends > 0
+	h.mu.Unlock()
+	if unsure {
+		c := h.c
+		c.cleanupUntil(context.Background(), func(ctx context.Context) {
+			e := h.kind.releaseAll(h)
+			if err := h.kind.release.exec(ctx, c.rc, e.Keys, e.Args).Error(); err != nil {
+				c.log.Warn("redisync: release of a fixed lease that ran out while it was extended failed; it expires with the extension", "key", h.key, "err", err)
+			}
+		}, closedChan, nil)
+	}
+	return true
 }
 
 // end is lose, and runOut when ranOut.
