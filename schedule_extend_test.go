@@ -42,6 +42,42 @@ func (w *world) extend(ctx context.Context, sc *schedClient, t *target, l *Lease
 	}
 }
 
+// extendAtEnd extends l, a fixed lease of Client sc, by d just before its
+// end, with its reply held back until the lease ran out (3s at most): the
+// script ran, and gave the lock an end d later that no lease holds. The
+// lease's Client releases the lock when the lease runs out; its caller
+// then often leaves the lease to expire, which checks that the key does
+// not outlive it (leaveToExpire).
+func (w *world) extendAtEnd(sc *schedClient, l *Lease, d time.Duration) error {
+	if dl, ok := l.Deadline(); ok {
+		time.Sleep(time.Until(dl) - 20*time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	renews := []func([]string) bool{runs(renewScript), runs(rwRenewScript), runs(semRenewScript)}
+	owner, ms := l.h.owner, strconv.FormatInt(d.Milliseconds(), 10)
+	r, open := sc.rf.gate(func(cmd []string) bool {
+		args := scriptArgs(cmd)
+		return slices.ContainsFunc(renews, func(m func([]string) bool) bool { return m(cmd) }) &&
+			len(args) == 2 && args[0] == owner && args[1] == ms
+	}, 1, false)
+	defer sc.rf.drop(r)
+	errs := make(chan error, 1)
+	go func() { errs <- l.Extend(ctx, d) }()
+	select {
+	case <-r.Ran():
+		select {
+		case <-l.Lost():
+		case <-time.After(3 * time.Second):
+		}
+		open()
+		return <-errs
+	case err := <-errs:
+		open()
+		return err
+	}
+}
+
 // extended checks the lease l of t, of Client c, after its Extend by d
 // was sent (when says how far it went; err is what it returned, if it
 // did): its Deadline is no later than d from now.

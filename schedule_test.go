@@ -1582,10 +1582,18 @@ func (w *world) acquireOnce(rnd *rand.Rand, sc *schedClient, t *target) {
 	case mid < 2 && t.fixed && t.prim != "group":
 		d := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}[rnd.IntN(3)]
 		ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Second)
-		err := w.extend(ectx, sc, t, l, d)
+		var err error
+		what := t.prim + " extend"
+		if dl, ok := l.Deadline(); ok && sc.rf != nil && time.Until(dl) < 3*time.Second && rnd.IntN(2) == 0 {
+			// At the end, its reply held until the lease ran out.
+			d, what = 2*time.Second, t.prim+" extend at the end, reply held"
+			err = w.extendAtEnd(sc, l, d)
+		} else {
+			err = w.extend(ectx, sc, t, l, d)
+		}
 		ecancel()
 		w.extended(t, l, sc.i, d, err, "returned")
-		w.count(w.attempts, t.prim+" extend")
+		w.count(w.attempts, what)
 		if err != nil {
 			w.count(w.failures, t.prim+" extend: "+errClass(err))
 		} else {
