@@ -1939,8 +1939,10 @@ func (w *world) watchLoss(r *rec) {
 			// lost so, and not explained yet.
 			w.count(w.failures, r.prim+" lost with no fault near: "+errClass(err))
 		} else if near == "" {
-			w.violation("lost-without-fault", "%s %v of c%d (token %d, lease %v, delivered %s) lost at %s with no fault near: %v",
-				r.prim, r.res, r.client, r.token, r.dur, w.rel(r.at), w.rel(now), err)
+			// The lock's hash names the release that freed it (r) or
+			// the owner a ForceUnlock removed (f).
+			w.violation("lost-without-fault", "%s %v of c%d (token %d, owner %s, hold %s, lease %v, delivered %s) lost at %s with no fault near: %v; in Redis: %s",
+				r.prim, r.res, r.client, r.token, r.lease.h.owner, r.lease.hold, r.dur, w.rel(r.at), w.rel(now), err, w.redisState(r.res[0]))
 		}
 	}
 	if now.Sub(r.at) < 100*time.Millisecond {
