@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -38,7 +39,11 @@ import (
 //     of lock is held back while a lease of another kind, renewed in
 //     another batch of the same pass, is force-unlocked and reported
 //     lost: the pass does not renew it once the reply came (check
-//     renewed-after-loss).
+//     renewed-after-loss);
+//   - extendedAtTheEnd: an Extend sent just before a fixed lease ends
+//     runs in Redis, and its reply is held back until the lease ran out:
+//     the lock does not stay held for nobody until the extension's end
+//     (check extended-for-nobody).
 //
 // Its checks excuse what a restart or a failover of the servers did
 // meanwhile. The schedule ends at end (or stop).
@@ -56,7 +61,7 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 		// schedule's end, so that it does not hold the schedule up.
 		for i := 0; !latchOpen(stop) && time.Until(end) > 3*time.Second; i++ {
 			name := fmt.Sprintf("s%d:h%d", n, i)
-			switch (n + i) % 5 { // each schedule begins with another
+			switch (n + i) % 6 { // each schedule begins with another
 			case 0:
 				w.memberHangs(rnd, hc, name)
 			case 1:
@@ -65,6 +70,8 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 				w.leadAfterInvalidation(rnd, hc, name)
 			case 3:
 				w.keepAfterInvalidation(rnd, hc, name)
+			case 4:
+				w.extendedAtTheEnd(rnd, hc, name)
 			default:
 				w.renewedAfterLoss(hc, name)
 			}
@@ -560,4 +567,82 @@ func (w *world) takenMeanwhile(ctx context.Context, om *Mutex, open func(), what
 	time.Sleep(200 * time.Millisecond)
 	open()
 	return ol
+}
+
+// extendedAtTheEnd: the faulty Client holds a Mutex or a FairMutex (with a
+// re-entry, at times) with a fixed lease of 0.4-0.8 s and extends it by 5
+// s 30 ms before its Deadline; the Extend's script runs, and its reply is
+// held back until the lease ran out. The lock must then be free for the
+// plain Client well before the extension would end: the faulty Client
+// releases it when the lease runs out with the Extend unsettled.
+func (w *world) extendedAtTheEnd(rnd *rand.Rand, hc heldClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	began := time.Now()
+	fixed := time.Duration(400+rnd.IntN(400)) * time.Millisecond
+	const by = 5 * time.Second
+	lock, other := hc.faulty.Mutex(name, WithFixedLease(fixed)).Lock, hc.plain.Mutex(name).TryLock
+	if rnd.IntN(2) == 0 {
+		lock, other = hc.faulty.FairMutex(name, WithFixedLease(fixed)).Lock, hc.plain.FairMutex(name).TryLock
+	}
+	l, err := lock(ctx)
+	if err != nil {
+		return
+	}
+	if rnd.IntN(2) == 0 {
+		if re, err := lock(l.Context()); err == nil {
+			defer func() { _ = re.Unlock(ctx) }()
+		}
+	}
+	defer func() { _ = l.Unlock(ctx) }()
+	dl, ok := l.Deadline()
+	if !ok || time.Until(dl) < 60*time.Millisecond {
+		return
+	}
+	time.Sleep(time.Until(dl) - 30*time.Millisecond)
+	owner, ms := l.h.owner, strconv.FormatInt(by.Milliseconds(), 10)
+	r, open := hc.rf.gate(func(cmd []string) bool {
+		args := scriptArgs(cmd)
+		return runs(renewScript)(cmd) && len(args) == 2 && args[0] == owner && args[1] == ms
+	}, 1, false)
+	defer hc.rf.drop(r)
+	done := make(chan error, 1)
+	go func() { done <- l.Extend(ctx, by) }()
+	select {
+	case <-r.Ran():
+	case err := <-done:
+		// Not sent (the lease ran out first) or failed before it ran.
+		open()
+		_ = err
+		return
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+	}
+	open()
+	<-done
+	if l.Err() == nil {
+		return // extended: its reply came before the end
+	}
+	w.count(w.attempts, "extended at the end: an Extend that ran in Redis, its reply held until the fixed lease ran out")
+	// The lease's key outlives its end by a tenth of the lease at most;
+	// the release takes a round trip.
+	var ol *Lease
+	for start := time.Now(); ol == nil && time.Since(start) < 2*time.Second; {
+		if got, err := other(ctx); err == nil {
+			ol = got
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if ol != nil {
+		_ = ol.Unlock(ctx)
+		return
+	}
+	if !w.serverFaulted(began, time.Now()) {
+		st, _ := hc.plain.Mutex(name).Inspect(ctx)
+		w.violation("extended-for-nobody", "%q: a fixed lease (%v, owner %s) ran out while its Extend by %v was on its way (%v), and 2s later another Client still could not take the lock: %+v",
+			name, fixed, owner, by, l.Err(), st)
+	}
 }
