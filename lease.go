@@ -315,6 +315,10 @@ type holder struct {
 	lastOK    time.Time           // when the last successful acquire or renewal was sent
 	tried     time.Time           // when the watchdog last sent a pass that included it
 	releasing int                 // releases in flight: a renewal that finds the key gone is not a loss
+	// freed: a release of one of its holds freed the lock in Redis while
+	// another lease's release was on its way (see finish); the ownership
+	// ends with its last lease.
+	freed bool
 	done      bool                // released or lost: no longer renewed
 	err       error               // the loss reason
 	lostAt    time.Time           // when the loss was noticed
@@ -507,8 +511,14 @@ func (h *holder) endRelease() {
 	h.mu.Lock()
 	h.releasing--
 	alive := !h.done
+	// A lock freed while this release was on its way (see finish): leases
+	// still live once every release was applied hold nothing in Redis.
+	lost := alive && h.freed && h.releasing == 0 && len(h.leases) > 0
 	h.mu.Unlock()
-	if alive {
+	switch {
+	case lost:
+		h.lose(ErrExpired)
+	case alive:
 		h.c.tracker.retrack(h)
 	}
 }
@@ -802,8 +812,10 @@ func (l *Lease) end(reason error) {
 	h.mu.Lock()
 	delete(h.leases, l)
 	// The last lease of an ownership one of whose leases was detached
-	// leaves the detached hold to expire: nobody renews it any more.
-	letGo := h.detached && len(h.leases) == 0 && !h.done
+	// leaves the detached hold to expire: nobody renews it any more. The
+	// last lease of an ownership that a release freed while this lease's
+	// own release was on its way (see finish) ends it.
+	letGo := (h.detached || h.freed) && len(h.leases) == 0 && !h.done
 	if letGo {
 		h.done = true
 	}
@@ -826,18 +838,31 @@ func (l *Lease) fail(reason error) {
 
 // finish ends an ownership whose lock was freed by a release: it is no
 // longer renewed, and leases of it still open learn that they lost it.
+//
+// Leases left (re-entries, a Group's member) had their holds in Redis no
+// more, so they are lost, unless another release of the ownership is on its
+// way (the caller's own is still counted): Unlocks of two of its leases at
+// once may free the lock with the second release to run while the first
+// one's reply is not applied yet, and that lease was released, not lost.
+// The ownership then ends with its last lease (end), or, once no release
+// is on its way, leases still live are lost (endRelease).
 func (h *holder) finish() {
 	h.mu.Lock()
 	rest := len(h.leases)
-	if rest == 0 {
+	wait := rest > 0 && h.releasing > 1
+	switch {
+	case rest == 0:
 		h.done = true
+	case wait:
+		h.freed = true
 	}
 	h.mu.Unlock()
-	if rest > 0 {
+	switch {
+	case rest == 0:
+		h.c.watchdog.remove(h)
+	case !wait:
 		h.lose(ErrExpired)
-		return
 	}
-	h.c.watchdog.remove(h)
 }
 
 // Lost returns a channel that is closed when the lease is lost: the

@@ -209,3 +209,76 @@ func TestReentryAfterUnnoticedLossIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentUnlocksOfOneOwnership: a lease and its re-entry (or a
+// Group member that re-entered it) unlocked at once. The release of the
+// first runs in Redis, and its reply is held back; the second's release
+// then frees the lock. Its reply must not report the first lease lost
+// (its hold was released, by its own Unlock still on its way): that
+// Unlock returns nil, Lost stays open, and once both returned the Client
+// renews nothing for the ownership. Both orders, for a re-entry and for a
+// Group over the lease's Context.
+func TestConcurrentUnlocksOfOneOwnership(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c, rf := e.faultyClient(t)
+		for _, tc := range []struct {
+			what        string
+			group       bool
+			reentryHeld bool // the re-entry's release is the one held back
+		}{
+			{"re-entry, outer held back", false, false},
+			{"re-entry, re-entry held back", false, true},
+			{"group, outer held back", true, false},
+		} {
+			t.Run(tc.what, func(t *testing.T) {
+				m := c.Mutex(t.Name())
+				l := mustLock(t, ctx, m.Lock)
+				var inner *Lease
+				if tc.group {
+					other := c.Mutex(t.Name() + ":other")
+					inner = mustLock(t, l.Context(), NewGroup(m, other).Lock)
+				} else {
+					inner = mustLock(t, l.Context(), m.Lock)
+				}
+				first, second := l, inner
+				if tc.reentryHeld {
+					first, second = inner, l
+				}
+				hold := first.hold
+				if first == inner && tc.group {
+					t.Fatal("a Group's lease has no hold of its own to hold back")
+				}
+				r, open := rf.gate(runsWith(releaseScript, hold), 1, false)
+				defer open()
+				done := make(chan error, 1)
+				go func() { done <- first.Unlock(ctx) }()
+				select {
+				case <-r.Ran():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the first release did not run")
+				}
+				require.NoError(t, second.Unlock(ctx))
+				select {
+				case <-first.Lost():
+					t.Fatalf("a lease whose release is on its way reported lost once the other hold's release freed the lock: %v", first.Err())
+				case <-time.After(300 * time.Millisecond):
+				}
+				open()
+				require.NoError(t, <-done)
+				select {
+				case <-first.Lost():
+					t.Fatalf("Lost closed for a lease whose Unlock returned nil: %v", first.Err())
+				default:
+				}
+				st, err := m.Inspect(ctx)
+				require.NoError(t, err)
+				require.False(t, st.Locked)
+				c.watchdog.mu.Lock()
+				n := len(c.watchdog.holders)
+				c.watchdog.mu.Unlock()
+				require.Zero(t, n, "the Client still renews an ownership whose leases all ended")
+			})
+		}
+	})
+}
