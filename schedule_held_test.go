@@ -43,7 +43,11 @@ import (
 //   - extendedAtTheEnd: an Extend sent just before a fixed lease ends
 //     runs in Redis, and its reply is held back until the lease ran out:
 //     the lock does not stay held for nobody until the extension's end
-//     (check extended-for-nobody).
+//     (check extended-for-nobody);
+//   - unlocksAtOnce: a lease and its re-entry, or a Group over its
+//     Context, unlocked at once, the release that runs first with its
+//     reply held back while the other frees the lock: the first lease is
+//     released, not lost (check lost-while-released).
 //
 // Its checks excuse what a restart or a failover of the servers did
 // meanwhile. The schedule ends at end (or stop).
@@ -61,7 +65,7 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 		// schedule's end, so that it does not hold the schedule up.
 		for i := 0; !latchOpen(stop) && time.Until(end) > 3*time.Second; i++ {
 			name := fmt.Sprintf("s%d:h%d", n, i)
-			switch (n + i) % 6 { // each schedule begins with another
+			switch (n + i) % 7 { // each schedule begins with another
 			case 0:
 				w.memberHangs(rnd, hc, name)
 			case 1:
@@ -72,6 +76,8 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 				w.keepAfterInvalidation(rnd, hc, name)
 			case 4:
 				w.extendedAtTheEnd(rnd, hc, name)
+			case 5:
+				w.unlocksAtOnce(rnd, hc, name)
 			default:
 				w.renewedAfterLoss(hc, name)
 			}
@@ -644,5 +650,66 @@ func (w *world) extendedAtTheEnd(rnd *rand.Rand, hc heldClients, name string) {
 		st, _ := hc.plain.Mutex(name).Inspect(ctx)
 		w.violation("extended-for-nobody", "%q: a fixed lease (%v, owner %s) ran out while its Extend by %v was on its way (%v), and 2s later another Client still could not take the lock: %+v",
 			name, fixed, owner, by, l.Err(), st)
+	}
+}
+
+// unlocksAtOnce: the faulty Client holds a Mutex and re-enters it, or
+// takes a Group over it with the lease's Context; the two are unlocked at
+// once, the release of one (the outer lease, or the re-entry) running
+// first with its reply held back until the other's Unlock freed the lock.
+// The first lease was released, not lost: Lost stays open, and its Unlock
+// returns nil (check lost-while-released).
+func (w *world) unlocksAtOnce(rnd *rand.Rand, hc heldClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	began := time.Now()
+	m := hc.faulty.Mutex(name)
+	l, err := m.Lock(ctx)
+	if err != nil {
+		return
+	}
+	group := rnd.IntN(2) == 0
+	var inner *Lease
+	if group {
+		inner, err = NewGroup(m, hc.faulty.Mutex(name+":g")).Lock(l.Context())
+	} else {
+		inner, err = m.Lock(l.Context())
+	}
+	if err != nil {
+		_ = l.Unlock(ctx)
+		return
+	}
+	first, second := l, inner
+	if !group && rnd.IntN(2) == 0 {
+		first, second = inner, l
+	}
+	r, open := hc.rf.gate(runsWith(releaseScript, first.hold), 1, false)
+	defer hc.rf.drop(r)
+	done := make(chan error, 1)
+	go func() { done <- first.Unlock(ctx) }()
+	select {
+	case <-r.Ran():
+	case err := <-done:
+		open()
+		_ = err
+		_ = second.Unlock(ctx)
+		return
+	}
+	err = second.Unlock(ctx)
+	var lostErr error
+	select {
+	case <-first.Lost():
+		lostErr = first.Err()
+	case <-time.After(200 * time.Millisecond):
+	}
+	open()
+	ferr := <-done
+	if err != nil || w.serverFaulted(began, time.Now()) {
+		return
+	}
+	w.count(w.attempts, "unlocks at once: a lease and its re-entry or Group, the first release's reply held until the other freed the lock")
+	if lostErr != nil || ferr != nil {
+		w.violation("lost-while-released", "%q (group %v): the lease whose release ran first, its reply held, reported lost (%v) once the other's release freed the lock; its Unlock returned %v",
+			name, group, lostErr, ferr)
 	}
 }
