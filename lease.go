@@ -318,11 +318,11 @@ type holder struct {
 	// freed: a release of one of its holds freed the lock in Redis while
 	// another lease's release was on its way (see finish); the ownership
 	// ends with its last lease.
-	freed bool
-	done      bool                // released or lost: no longer renewed
-	err       error               // the loss reason
-	lostAt    time.Time           // when the loss was noticed
-	lost      chan struct{}
+	freed  bool
+	done   bool      // released or lost: no longer renewed
+	err    error     // the loss reason
+	lostAt time.Time // when the loss was noticed
+	lost   chan struct{}
 	// detached is set once a lease of the ownership was detached: its hold
 	// is left to expire, and the ownership is no longer renewed once its
 	// last lease ends.

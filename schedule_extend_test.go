@@ -21,25 +21,8 @@ func (w *world) extend(ctx context.Context, sc *schedClient, t *target, l *Lease
 	if sc.rf == nil {
 		return l.Extend(ctx, d)
 	}
-	renews := []func([]string) bool{runs(renewScript), runs(rwRenewScript), runs(semRenewScript)}
-	owner, ms := l.h.owner, strconv.FormatInt(d.Milliseconds(), 10)
-	r, open := sc.rf.gate(func(cmd []string) bool {
-		args := scriptArgs(cmd)
-		return slices.ContainsFunc(renews, func(m func([]string) bool) bool { return m(cmd) }) &&
-			len(args) == 2 && args[0] == owner && args[1] == ms
-	}, 1, false)
-	defer sc.rf.drop(r)
-	errs := make(chan error, 1)
-	go func() { errs <- l.Extend(ctx, d) }()
-	select {
-	case <-r.Ran():
-		w.extended(t, l, sc.i, d, nil, "while its reply is held back")
-		open()
-		return <-errs
-	case err := <-errs:
-		open()
-		return err
-	}
+	_, err := extendHeld(ctx, sc.rf, l, d, func() { w.extended(t, l, sc.i, d, nil, "while its reply is held back") })
+	return err
 }
 
 // extendAtEnd extends l, a fixed lease of Client sc, by d just before its
@@ -54,27 +37,41 @@ func (w *world) extendAtEnd(sc *schedClient, l *Lease, d time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	_, err := extendHeld(ctx, sc.rf, l, d, func() { untilLost(l, 3*time.Second) })
+	return err
+}
+
+// extendHeld extends l by d on a Client whose replies rf holds back: once
+// the Extend's script ran, held is called while its reply is held back,
+// and then the reply comes. It returns whether the script ran before
+// Extend returned, and what Extend returned.
+func extendHeld(ctx context.Context, rf *replyFaults, l *Lease, d time.Duration, held func()) (bool, error) {
 	renews := []func([]string) bool{runs(renewScript), runs(rwRenewScript), runs(semRenewScript)}
 	owner, ms := l.h.owner, strconv.FormatInt(d.Milliseconds(), 10)
-	r, open := sc.rf.gate(func(cmd []string) bool {
+	r, open := rf.gate(func(cmd []string) bool {
 		args := scriptArgs(cmd)
 		return slices.ContainsFunc(renews, func(m func([]string) bool) bool { return m(cmd) }) &&
 			len(args) == 2 && args[0] == owner && args[1] == ms
 	}, 1, false)
-	defer sc.rf.drop(r)
+	defer rf.drop(r)
 	errs := make(chan error, 1)
 	go func() { errs <- l.Extend(ctx, d) }()
 	select {
 	case <-r.Ran():
-		select {
-		case <-l.Lost():
-		case <-time.After(3 * time.Second):
-		}
+		held()
 		open()
-		return <-errs
+		return true, <-errs
 	case err := <-errs:
 		open()
-		return err
+		return false, err
+	}
+}
+
+// untilLost waits until l is lost, at most within.
+func untilLost(l *Lease, within time.Duration) {
+	select {
+	case <-l.Lost():
+	case <-time.After(within):
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -606,28 +605,10 @@ func (w *world) extendedAtTheEnd(rnd *rand.Rand, hc heldClients, name string) {
 		return
 	}
 	time.Sleep(time.Until(dl) - 30*time.Millisecond)
-	owner, ms := l.h.owner, strconv.FormatInt(by.Milliseconds(), 10)
-	r, open := hc.rf.gate(func(cmd []string) bool {
-		args := scriptArgs(cmd)
-		return runs(renewScript)(cmd) && len(args) == 2 && args[0] == owner && args[1] == ms
-	}, 1, false)
-	defer hc.rf.drop(r)
-	done := make(chan error, 1)
-	go func() { done <- l.Extend(ctx, by) }()
-	select {
-	case <-r.Ran():
-	case err := <-done:
-		// Not sent (the lease ran out first) or failed before it ran.
-		open()
-		_ = err
-		return
+	owner := l.h.owner
+	if ran, _ := extendHeld(ctx, hc.rf, l, by, func() { untilLost(l, 3*time.Second) }); !ran {
+		return // not sent (the lease ran out first), or failed before it ran
 	}
-	select {
-	case <-l.Lost():
-	case <-time.After(3 * time.Second):
-	}
-	open()
-	<-done
 	if l.Err() == nil {
 		return // extended: its reply came before the end
 	}
