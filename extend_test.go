@@ -154,15 +154,6 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 		c, rf := e.faultyClient(t)
 		other := e.client(t)
 		const lease, shorter = 5 * time.Second, 300 * time.Millisecond
-		// The extension's call: a renewal script given the extension's
-		// length (no watchdog renews a fixed lease).
-		extension := func(d time.Duration) func([]string) bool {
-			ms := strconv.FormatInt(d.Milliseconds(), 10)
-			return func(cmd []string) bool {
-				a := scriptArgs(cmd)
-				return len(a) == 2 && a[1] == ms
-			}
-		}
 		for _, fault := range []string{"lost", "held"} {
 			t.Run(fault, func(t *testing.T) {
 				m := c.Mutex(t.Name(), WithFixedLease(lease))
@@ -171,9 +162,9 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 
 				// Longer: the lease keeps its end.
 				if fault == "lost" {
-					rf.lose(extension(2*lease), 1, 0)
+					rf.lose(extensionCall(2*lease), 1, 0)
 				} else {
-					rf.hold(extension(2*lease), 1, time.Second)
+					rf.hold(extensionCall(2*lease), 1, time.Second)
 				}
 				ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 				require.Error(t, l.Extend(ectx, 2*lease))
@@ -183,9 +174,9 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 
 				// Shorter: the end comes closer.
 				if fault == "lost" {
-					rf.lose(extension(shorter), 1, 0)
+					rf.lose(extensionCall(shorter), 1, 0)
 				} else {
-					rf.hold(extension(shorter), 1, time.Second)
+					rf.hold(extensionCall(shorter), 1, time.Second)
 				}
 				sent := time.Now()
 				ectx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
@@ -212,7 +203,7 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 		t.Run("superseded", func(t *testing.T) {
 			m := c.Mutex(t.Name(), WithFixedLease(lease))
 			l := mustLock(t, ctx, m.Lock)
-			r, open := rf.gate(extension(2*lease), 1, false)
+			r, open := rf.gate(extensionCall(2*lease), 1, false)
 			defer open()
 			done := make(chan error, 1)
 			go func() { done <- l.Extend(ctx, 2*lease) }()
@@ -236,7 +227,7 @@ func TestLeaseExtendReplyLost(t *testing.T) {
 		t.Run("in flight", func(t *testing.T) {
 			m := c.Mutex(t.Name(), WithFixedLease(lease))
 			l := mustLock(t, ctx, m.Lock)
-			r, open := rf.gate(extension(shorter), 1, false)
+			r, open := rf.gate(extensionCall(shorter), 1, false)
 			defer open()
 			sent := time.Now()
 			done := make(chan error, 1)
@@ -270,12 +261,7 @@ func TestLeaseExtendOnItsWayAtTheEnd(t *testing.T) {
 		c, rf := e.faultyClient(t)
 		other := e.client(t)
 		const lease, longer = 600 * time.Millisecond, 30 * time.Second
-		// The extension's call: a renewal script of any kind given the
-		// extension's length.
-		extension := func(cmd []string) bool {
-			a := scriptArgs(cmd)
-			return len(a) == 2 && a[1] == strconv.FormatInt(longer.Milliseconds(), 10)
-		}
+		extension := extensionCall(longer)
 		type lockOf func(c *Client, name string) func(context.Context) (*Lease, error)
 		mutex := func(c *Client, name string) func(context.Context) (*Lease, error) {
 			return c.Mutex(name, WithFixedLease(lease)).Lock
@@ -352,4 +338,15 @@ func TestLeaseExtendOnItsWayAtTheEnd(t *testing.T) {
 			}
 		}
 	})
+}
+
+// extensionCall matches an Extend's call by d: a renewal script (of any
+// kind) given the extension's length, which no watchdog renewal of a fixed
+// lease sends.
+func extensionCall(d time.Duration) func([]string) bool {
+	ms := strconv.FormatInt(d.Milliseconds(), 10)
+	return func(cmd []string) bool {
+		a := scriptArgs(cmd)
+		return len(a) == 2 && a[1] == ms
+	}
 }
