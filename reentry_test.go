@@ -280,5 +280,42 @@ func TestConcurrentUnlocksOfOneOwnership(t *testing.T) {
 				require.Zero(t, n, "the Client still renews an ownership whose leases all ended")
 			})
 		}
+		// The first release's reply lost, after the other freed the lock:
+		// its Unlock returns the error, and the lease, whose hold Redis
+		// no longer has, is lost once no release is on its way; a retried
+		// Unlock finds its release landed (see Lease.Unlock).
+		t.Run("outer's reply lost", func(t *testing.T) {
+			m := c.Mutex(t.Name())
+			l := mustLock(t, ctx, m.Lock)
+			inner := mustLock(t, l.Context(), m.Lock)
+			r, open := rf.gate(runsWith(releaseScript, l.hold), 1, true)
+			defer open()
+			done := make(chan error, 1)
+			go func() { done <- l.Unlock(ctx) }()
+			select {
+			case <-r.Ran():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the first release did not run")
+			}
+			require.NoError(t, inner.Unlock(ctx))
+			select {
+			case <-l.Lost():
+				t.Fatalf("reported lost while its release was on its way: %v", l.Err())
+			case <-time.After(300 * time.Millisecond):
+			}
+			open()
+			require.Error(t, <-done)
+			select {
+			case <-l.Lost():
+			case <-time.After(5 * time.Second):
+				t.Fatal("a lease whose hold is gone in Redis was not reported lost")
+			}
+			require.ErrorIs(t, l.Err(), ErrExpired)
+			require.NoError(t, l.Unlock(ctx), "the retry finds its release landed")
+			c.watchdog.mu.Lock()
+			n := len(c.watchdog.holders)
+			c.watchdog.mu.Unlock()
+			require.Zero(t, n)
+		})
 	})
 }
