@@ -153,6 +153,91 @@ func benchParallelCycles(b *testing.B, e *env, deadline bool, worker func(id str
 	reportCommands(b, d, b.N, "op")
 }
 
+// BenchmarkScripts measures the server's side of an uncontended cycle, one
+// call after the other on one connection: redisync's acquire and release
+// scripts on a free Mutex lock, against scripts of the same shape that do
+// less. script-µs/op is the time the server spent in the cycle's scripts
+// (EVALSHA's usec, inner commands included):
+//   - redisync: acquire.lua and release.lua, as Lock and Unlock run them;
+//   - bare: two scripts that only run the inner commands of those two
+//     (HMGET, HSET and PEXPIRE of the lock's hash), with the same keys and
+//     arguments;
+//   - fenced-floor: a script of SET NX PX and INCR (the token), then a
+//     compare-and-delete script;
+//   - floor: SET NX PX, not a script, then the compare-and-delete script;
+//   - empty: two scripts that return at once, with the same keys and
+//     arguments as redisync's.
+func BenchmarkScripts(b *testing.B) {
+	e := standaloneEnv(b)
+	rc := e.rueidisClient(b)
+	c := e.client(b)
+	ctx := context.Background()
+	keys := c.Mutex("bench:scripts").keys
+	lockKeys := []string{keys.lock, keys.queue, keys.waiters}
+	acquireArgs := func(owner string) []string {
+		return []string{owner, "#1", "30000", owner, "30000", "first", "30000", "", "", ""}
+	}
+	releaseArgs := func(owner string) []string { return []string{owner, "#1", "600000", keys.channel} }
+	bare := rueidis.NewLuaScript(`local v = redis.call('HMGET', KEYS[1], 'owner', 'holds', 'token', 't', 'q')
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', ARGV[2], 'token', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {1, '1', 1, 0}`)
+	empty := rueidis.NewLuaScript("return 1")
+	fenced := rueidis.NewLuaScript("redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 30000) return redis.call('INCR', KEYS[2])")
+	cad := rueidis.NewLuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+	floorKeys := []string{"{bench:scripts}:floor", "{bench:scripts}:token"}
+	for _, bc := range []struct {
+		name  string
+		cycle func(owner string) error
+	}{
+		{"redisync", func(owner string) error {
+			if err := acquireScript.exec(ctx, rc, lockKeys, acquireArgs(owner)).Error(); err != nil {
+				return err
+			}
+			return releaseScript.exec(ctx, rc, lockKeys, releaseArgs(owner)).Error()
+		}},
+		{"bare", func(owner string) error {
+			if err := bare.Exec(ctx, rc, lockKeys, acquireArgs(owner)).Error(); err != nil {
+				return err
+			}
+			return bare.Exec(ctx, rc, lockKeys, releaseArgs(owner)).Error()
+		}},
+		{"fenced-floor", func(owner string) error {
+			if err := fenced.Exec(ctx, rc, floorKeys, []string{owner}).Error(); err != nil {
+				return err
+			}
+			return cad.Exec(ctx, rc, floorKeys[:1], []string{owner}).Error()
+		}},
+		{"floor", func(owner string) error {
+			if err := rc.Do(ctx, rc.B().Set().Key(floorKeys[0]).Value(owner).Nx().Px(30*time.Second).Build()).Error(); err != nil {
+				return err
+			}
+			return cad.Exec(ctx, rc, floorKeys[:1], []string{owner}).Error()
+		}},
+		{"empty", func(owner string) error {
+			if err := empty.Exec(ctx, rc, lockKeys, acquireArgs(owner)).Error(); err != nil {
+				return err
+			}
+			return empty.Exec(ctx, rc, lockKeys, releaseArgs(owner)).Error()
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if err := bc.cycle("warm-up"); err != nil { // loads the scripts
+				b.Fatal(err)
+			}
+			before := commandCalls(b, e.server)
+			b.ResetTimer()
+			for n := range b.N {
+				if err := bc.cycle("o:" + strconv.Itoa(n)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			reportCommands(b, commandDelta(b, before, commandCalls(b, e.server)), b.N, "op")
+		})
+	}
+}
+
 // BenchmarkMutexSerial measures one goroutine's Lock+Unlock cycles one
 // after the other, each with a deadline: the latency of an uncontended
 // cycle (two round trips at least).
