@@ -93,6 +93,10 @@ func benchMutexUncontended(b *testing.B, prefix string, deadline bool) {
 	})
 }
 
+// compareAndDelete is the floor's release: the key deleted if it still
+// holds the caller's token.
+var compareAndDelete = rueidis.NewLuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+
 // BenchmarkFloorUncontendedDeadline is BenchmarkMutexUncontendedDeadline's
 // cycle done the least a Redis lock can do it, for comparison: SET NX PX,
 // then a compare-and-delete script, on a rueidis client of its own (with
@@ -105,7 +109,7 @@ func BenchmarkFloorUncontendedDeadline(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer rc.Close()
-	cad := rueidis.NewLuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+	cad := compareAndDelete
 	cycle := func(ctx context.Context, key, token string) error {
 		if err := rc.Do(ctx, rc.B().Set().Key(key).Value(token).Nx().Px(10*time.Second).Build()).Error(); err != nil {
 			return err
@@ -184,7 +188,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {1, '1', 1, 0}`)
 	empty := rueidis.NewLuaScript("return 1")
 	fenced := rueidis.NewLuaScript("redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 30000) return redis.call('INCR', KEYS[2])")
-	cad := rueidis.NewLuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+	cad := compareAndDelete
 	floorKeys := []string{"{bench:scripts}:floor", "{bench:scripts}:token"}
 	for _, bc := range []struct {
 		name  string

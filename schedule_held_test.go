@@ -587,8 +587,16 @@ func (w *world) extendedAtTheEnd(rnd *rand.Rand, hc heldClients, name string) {
 	fixed := time.Duration(400+rnd.IntN(400)) * time.Millisecond
 	const by = 5 * time.Second
 	lock, other := hc.faulty.Mutex(name, WithFixedLease(fixed)).Lock, hc.plain.Mutex(name).TryLock
+	inspect := func(ctx context.Context) string {
+		st, err := hc.plain.Mutex(name).Inspect(ctx)
+		return fmt.Sprintf("%+v %v", st, err)
+	}
 	if rnd.IntN(2) == 0 {
 		lock, other = hc.faulty.FairMutex(name, WithFixedLease(fixed)).Lock, hc.plain.FairMutex(name).TryLock
+		inspect = func(ctx context.Context) string {
+			st, err := hc.plain.FairMutex(name).Inspect(ctx)
+			return fmt.Sprintf("%+v %v", st, err)
+		}
 	}
 	l, err := lock(ctx)
 	if err != nil {
@@ -628,9 +636,8 @@ func (w *world) extendedAtTheEnd(rnd *rand.Rand, hc heldClients, name string) {
 		return
 	}
 	if !w.serverFaulted(began, time.Now()) {
-		st, _ := hc.plain.Mutex(name).Inspect(ctx)
-		w.violation("extended-for-nobody", "%q: a fixed lease (%v, owner %s) ran out while its Extend by %v was on its way (%v), and 2s later another Client still could not take the lock: %+v",
-			name, fixed, owner, by, l.Err(), st)
+		w.violation("extended-for-nobody", "%q: a fixed lease (%v, owner %s) ran out while its Extend by %v was on its way (%v), and 2s later another Client still could not take the lock: %s",
+			name, fixed, owner, by, l.Err(), inspect(ctx))
 	}
 }
 
