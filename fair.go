@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-const defaultWaiterExpiry = 12 * time.Second
+const defaultWaiterExpiry = 24 * time.Second
 
 // WithWaiterExpiry sets how long the places of a Mutex or FairMutex's
 // waiters outlive their Client (its process died, its connection broke) in
-// the lock's queue (default 12s). A live Client renews one deadline per
+// the lock's queue (default 24s). A live Client renews one deadline per
 // lock for all its waiters there every third of it. A release that hands
 // the lock to a dead waiter gives it a lease of the claim window (3s, or
 // the expiry if shorter), which only a live waiter's Client renews: the

@@ -176,10 +176,10 @@ func TestWaiterAfterRestartTakesTheFreeLock(t *testing.T) {
 // TestDeadHeadCostsTheClaimWindow: a release hands the lock to the head of
 // the queue, a waiter whose Client is dead (standalone: its network
 // silent; Cluster: its Client stuck, its watchdog held), well within the
-// default waiter expiry of 12 s, so that its place is still alive. The
+// default waiter expiry of 24 s, so that its place is still alive. The
 // lock is its own only for the claim window, which its Client would have
 // renewed: the next waiter, of another Client, gets the lock once that
-// has passed, about 3 s after the release, not 12. Mutex and FairMutex.
+// has passed, about 3 s after the release, not 24. Mutex and FairMutex.
 func TestDeadHeadCostsTheClaimWindow(t *testing.T) {
 	kinds := []struct {
 		name string

@@ -69,7 +69,7 @@ type sizes struct {
 	gNames, gPerName int // waiters: gNames*gPerName goroutines on gNames names
 	gLeases          int // held leases
 	// gWindow is G's idle window: whole renewal periods of redisync's
-	// waiters (a third of the 12 s waiter expiry), every lock renewed as
+	// waiters (a third of the 24 s waiter expiry), every lock renewed as
 	// often whatever the phase.
 	gSettle, gWindow time.Duration
 
