@@ -109,12 +109,11 @@ func BenchmarkFloorUncontendedDeadline(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer rc.Close()
-	cad := compareAndDelete
 	cycle := func(ctx context.Context, key, token string) error {
 		if err := rc.Do(ctx, rc.B().Set().Key(key).Value(token).Nx().Px(10*time.Second).Build()).Error(); err != nil {
 			return err
 		}
-		return cad.Exec(ctx, rc, []string{key}, []string{token}).Error()
+		return compareAndDelete.Exec(ctx, rc, []string{key}, []string{token}).Error()
 	}
 	if err := cycle(context.Background(), "bench:floor:warm-up", "t"); err != nil {
 		b.Fatal(err)
@@ -176,53 +175,54 @@ func BenchmarkScripts(b *testing.B) {
 	rc := e.rueidisClient(b)
 	c := e.client(b)
 	ctx := context.Background()
-	keys := c.Mutex("bench:scripts").keys
-	lockKeys := []string{keys.lock, keys.queue, keys.waiters}
-	acquireArgs := func(owner string) []string {
-		return []string{owner, "#1", "30000", owner, "30000", "first", "30000", "", "", ""}
+	m := c.Mutex("bench:scripts")
+	// The arguments Lock and Unlock send, for an owner with one hold.
+	w := m.q.wordsOf()
+	lockKeys := w.keys
+	acquiring := func(owner string) []string {
+		return acquireArgs(owner, "#1", w.lease, owner, m.cfg.waiterExpiry, "first", w.short, nil)
 	}
-	releaseArgs := func(owner string) []string { return []string{owner, "#1", "600000", keys.channel} }
+	releasing := func(owner string) []string { return c.releaseExec(m.keys, owner, "#1").Args }
 	bare := rueidis.NewLuaScript(`local v = redis.call('HMGET', KEYS[1], 'owner', 'holds', 'token', 't', 'q')
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', ARGV[2], 'token', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {1, '1', 1, 0}`)
 	empty := rueidis.NewLuaScript("return 1")
 	fenced := rueidis.NewLuaScript("redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 30000) return redis.call('INCR', KEYS[2])")
-	cad := compareAndDelete
 	floorKeys := []string{"{bench:scripts}:floor", "{bench:scripts}:token"}
 	for _, bc := range []struct {
 		name  string
 		cycle func(owner string) error
 	}{
 		{"redisync", func(owner string) error {
-			if err := acquireScript.exec(ctx, rc, lockKeys, acquireArgs(owner)).Error(); err != nil {
+			if err := acquireScript.exec(ctx, rc, lockKeys, acquiring(owner)).Error(); err != nil {
 				return err
 			}
-			return releaseScript.exec(ctx, rc, lockKeys, releaseArgs(owner)).Error()
+			return releaseScript.exec(ctx, rc, lockKeys, releasing(owner)).Error()
 		}},
 		{"bare", func(owner string) error {
-			if err := bare.Exec(ctx, rc, lockKeys, acquireArgs(owner)).Error(); err != nil {
+			if err := bare.Exec(ctx, rc, lockKeys, acquiring(owner)).Error(); err != nil {
 				return err
 			}
-			return bare.Exec(ctx, rc, lockKeys, releaseArgs(owner)).Error()
+			return bare.Exec(ctx, rc, lockKeys, releasing(owner)).Error()
 		}},
 		{"fenced-floor", func(owner string) error {
 			if err := fenced.Exec(ctx, rc, floorKeys, []string{owner}).Error(); err != nil {
 				return err
 			}
-			return cad.Exec(ctx, rc, floorKeys[:1], []string{owner}).Error()
+			return compareAndDelete.Exec(ctx, rc, floorKeys[:1], []string{owner}).Error()
 		}},
 		{"floor", func(owner string) error {
 			if err := rc.Do(ctx, rc.B().Set().Key(floorKeys[0]).Value(owner).Nx().Px(30*time.Second).Build()).Error(); err != nil {
 				return err
 			}
-			return cad.Exec(ctx, rc, floorKeys[:1], []string{owner}).Error()
+			return compareAndDelete.Exec(ctx, rc, floorKeys[:1], []string{owner}).Error()
 		}},
 		{"empty", func(owner string) error {
-			if err := empty.Exec(ctx, rc, lockKeys, acquireArgs(owner)).Error(); err != nil {
+			if err := empty.Exec(ctx, rc, lockKeys, acquiring(owner)).Error(); err != nil {
 				return err
 			}
-			return empty.Exec(ctx, rc, lockKeys, releaseArgs(owner)).Error()
+			return empty.Exec(ctx, rc, lockKeys, releasing(owner)).Error()
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -587,16 +587,10 @@ func (w *world) extendedAtTheEnd(rnd *rand.Rand, hc heldClients, name string) {
 	fixed := time.Duration(400+rnd.IntN(400)) * time.Millisecond
 	const by = 5 * time.Second
 	lock, other := hc.faulty.Mutex(name, WithFixedLease(fixed)).Lock, hc.plain.Mutex(name).TryLock
-	inspect := func(ctx context.Context) string {
-		st, err := hc.plain.Mutex(name).Inspect(ctx)
-		return fmt.Sprintf("%+v %v", st, err)
-	}
+	inspect := described(hc.plain.Mutex(name).Inspect)
 	if rnd.IntN(2) == 0 {
 		lock, other = hc.faulty.FairMutex(name, WithFixedLease(fixed)).Lock, hc.plain.FairMutex(name).TryLock
-		inspect = func(ctx context.Context) string {
-			st, err := hc.plain.FairMutex(name).Inspect(ctx)
-			return fmt.Sprintf("%+v %v", st, err)
-		}
+		inspect = described(hc.plain.FairMutex(name).Inspect)
 	}
 	l, err := lock(ctx)
 	if err != nil {
@@ -638,6 +632,15 @@ func (w *world) extendedAtTheEnd(rnd *rand.Rand, hc heldClients, name string) {
 	if !w.serverFaulted(began, time.Now()) {
 		w.violation("extended-for-nobody", "%q: a fixed lease (%v, owner %s) ran out while its Extend by %v was on its way (%v), and 2s later another Client still could not take the lock: %s",
 			name, fixed, owner, by, l.Err(), inspect(ctx))
+	}
+}
+
+// described makes an Inspect of a lock (a Mutex's or a FairMutex's) the
+// text a violation's report shows.
+func described[S any](inspect func(context.Context) (S, error)) func(context.Context) string {
+	return func(ctx context.Context) string {
+		st, err := inspect(ctx)
+		return fmt.Sprintf("%+v %v", st, err)
 	}
 }
 
