@@ -357,6 +357,44 @@ func TestMutexWatchdogKeepsLeaseAlive(t *testing.T) {
 	})
 }
 
+// TestWatchdogRenewsALeaseTakenWhileIdle: a lock taken after the Client's
+// watchdog went to sleep with nothing to watch is renewed a third into its
+// lease, as every lease is, and a fixed lease taken then is checked as
+// often: the sleeping watchdog is brought forward to the first renewal,
+// not to the lease's end, where it could only report the lease lost.
+func TestWatchdogRenewsALeaseTakenWhileIdle(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.renewalClient(t, WithWatchdogLease(600*time.Millisecond))
+		admin := e.rueidisClient(t)
+		idle := func() {
+			t.Helper()
+			require.Eventually(t, func() bool {
+				c.watchdog.mu.Lock()
+				defer c.watchdog.mu.Unlock()
+				return len(c.watchdog.holders) == 0 && time.Until(c.watchdog.sleepUntil) > time.Minute
+			}, 5*time.Second, time.Millisecond, "the watchdog never slept with nothing to watch")
+		}
+		m := c.Mutex(t.Name())
+		require.NoError(t, mustLock(t, ctx, m.Lock).Unlock(ctx))
+		idle()
+		l := mustLock(t, ctx, m.Lock)
+		select {
+		case <-l.Lost():
+			t.Fatalf("lost: %v", l.Err())
+		case <-time.After(1500 * time.Millisecond): // five leases
+		}
+		require.NoError(t, l.Unlock(ctx))
+
+		idle()
+		fixed := c.Mutex(t.Name()+"/fixed", WithFixedLease(time.Minute))
+		l = mustLock(t, ctx, fixed.Lock)
+		require.NoError(t, admin.Do(ctx, admin.B().Del().Key(fixed.keys.lock).Build()).Error())
+		lostWithin(t, l, time.Now(), 5*time.Second)
+		require.ErrorIs(t, l.Err(), ErrExpired)
+	})
+}
+
 func TestMutexWaiterWakesAtTTLWhenHolderDies(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		takesLockOfDeadHolder(t, e, func(c *Client, opts ...LockOption) func(context.Context) (*Lease, error) {

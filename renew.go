@@ -60,12 +60,19 @@ func newWatchdog(c *Client) *watchdog {
 // add registers a holder. It is called before the acquisition returns, so a
 // lease is never handed out unwatched.
 func (w *watchdog) add(h *holder) {
-	by := h.deadline()
+	// The Client's passes renew every watchdog lease, and check every
+	// fixed one, a third into it: a loop asleep with nothing to watch has
+	// an old pass due by then. Not the deadline: by then it could only
+	// report the lease lost.
+	by := h.lastOK.Add(w.period)
 	if at, _, ok := h.ownRenewal(w.c.cfg.watchdogLease); ok {
 		// A short first lease gets the full one a third into it, as every
 		// lease is renewed a third into it: a holder that unlocks sooner
 		// costs no renewal.
 		by = at
+	}
+	if d := h.deadline(); d.Before(by) {
+		by = d
 	}
 	w.mu.Lock()
 	w.holders[h] = struct{}{}
