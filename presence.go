@@ -37,6 +37,7 @@ type presence struct {
 	mu      sync.Mutex
 	locks   map[string]*presenceEntry // by waiters key
 	orphans []orphanLeave             // leaves that failed, retried at the next passes
+	unsure  []unsureHash              // locks left to repair after their last waiter (see repair)
 	clock   serverClock               // the server's clock, for plain renewals
 	// loop sleeps until its next pass or check; pace is the time between
 	// passes it sleeps with, zero when it sleeps with nothing to renew.
@@ -78,6 +79,18 @@ type orphanLeave struct {
 	leave func(ctx context.Context) error
 	tries int
 }
+
+// unsureHash is a lock whose waiters hash a renewal may have made anew,
+// without expiry, after the Client's last waiter there ended (see repair).
+type unsureHash struct {
+	keys   lockKeys
+	expiry time.Duration
+	tries  int
+}
+
+// unsureTries bounds the passes that run the presence script for an
+// unsureHash without an answer.
+const unsureTries = 10
 
 // orphanTries bounds the retries of a failed leave while the Client has no
 // other waiter on the lock: the place is dead anyway once the Client stops
@@ -145,7 +158,8 @@ func (p *presence) alone(keys lockKeys, joined bool) bool {
 }
 
 // leave counts a waiter out; once none is left, the deadline is no longer
-// renewed.
+// renewed, and a repair the lock was due is made all the same (see
+// repair).
 func (p *presence) leave(keys lockKeys) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -153,6 +167,10 @@ func (p *presence) leave(keys lockKeys) {
 		e.waiters--
 		if e.waiters == 0 {
 			delete(p.locks, keys.waiters)
+			if e.repair {
+				p.unsure = append(p.unsure, unsureHash{keys: e.keys, expiry: e.expiry})
+				p.startOrWake(p.run)
+			}
 		}
 	}
 }
@@ -286,7 +304,7 @@ func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
 			check = e.checkAt
 		}
 	}
-	if !ok && len(p.orphans) > 0 {
+	if !ok && len(p.orphans)+len(p.unsure) > 0 {
 		period, ok = renewRetry, true
 	}
 	return max(period, time.Millisecond), check, ok
@@ -432,6 +450,9 @@ type renewal struct {
 	// deadline is the Client's new deadline there (server ms), for a
 	// plain renewal.
 	deadline int64
+	// tries counts the passes that repaired an unsureHash without an
+	// answer.
+	tries int
 }
 
 // renewScripted renews rs in the presence script, and acts on what it read
@@ -448,7 +469,7 @@ func (p *presence) renewScripted(ctx context.Context, rs []renewal) {
 			// anew where a release had dropped its places: the next pass
 			// takes them for gone (repair).
 			for _, x := range entries[i] {
-				p.repair(x.keys)
+				p.repair(x)
 			}
 			continue
 		}
@@ -499,7 +520,7 @@ func (p *presence) renewPlain(ctx context.Context, rs, read []renewal) {
 			// where a release had dropped its places, or made a hash
 			// without expiry: the next pass takes them for gone, in the
 			// script (repair). The lock is read all the same.
-			p.repair(x.keys)
+			p.repair(x)
 			read = append(read, x)
 		case added > 0:
 			x.touch = "2"
@@ -645,16 +666,25 @@ func (p *presence) mine(owner string) string {
 	return ""
 }
 
-// repair has the next pass renew the lock in the script as if the
+// repair has the next pass renew the lock of x in the script as if the
 // Client's own HSET had just written its fields there anew (touch "2"): a
 // renewal whose reply did not come may have done so, and what it would
 // have said, that places of the Client were gone, is not lost: the
 // Client's waiters there look again.
-func (p *presence) repair(keys lockKeys) {
+//
+// It may also have made the waiters hash anew, without expiry, where the
+// last waiter of the lock had left or been handed the lock after the pass
+// gathered its renewals (the queue's end drops the hash): a lock nobody of
+// the Client waits on any more is repaired all the same (unsure), or the
+// hash would outlive every queue.
+func (p *presence) repair(x renewal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e := p.locks[keys.waiters]; e != nil {
+	if e := p.locks[x.keys.waiters]; e != nil {
 		e.repair = true
+	} else if x.tries < unsureTries {
+		p.unsure = append(p.unsure, unsureHash{keys: x.keys, expiry: x.expiry, tries: x.tries + 1})
+		p.startOrWake(p.run)
 	}
 }
 
@@ -767,6 +797,14 @@ func (p *presence) renewals(now time.Time, period time.Duration, clock serverClo
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	orphans, p.orphans = p.orphans, nil
+	for _, u := range p.unsure {
+		if e := p.locks[u.keys.waiters]; e != nil {
+			e.repair = true // waited on again: repaired as such
+			continue
+		}
+		scripted = append(scripted, renewal{keys: u.keys, expiry: u.expiry, touch: "2", tries: u.tries})
+	}
+	p.unsure = nil
 	for _, e := range p.locks {
 		x := renewal{keys: e.keys, expiry: e.expiry, touch: "0"}
 		if !e.checkAt.IsZero() {

@@ -243,3 +243,63 @@ func TestDeadHeadCostsTheClaimWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestRenewalAfterTheLastWaiterLeftLeavesNoHashWithoutExpiry: a plain
+// renewal that a pass gathered while a waiter waited, and sent after the
+// waiter left (which dropped the lock's waiters hash with its queue), makes
+// the hash anew, without expiry. The script it then runs gives the hash its
+// expiry or drops it; when the renewal's reply is lost, or that script
+// does not run, the Client's next passes still run it, though nobody of
+// the Client waits there any more: no waiters hash is left without
+// expiry.
+func TestRenewalAfterTheLastWaiterLeftLeavesNoHashWithoutExpiry(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		admin := e.rueidisClient(t)
+		for name, fault := range map[string]func(rf *replyFaults, k lockKeys){
+			"renewal's reply lost": func(rf *replyFaults, k lockKeys) {
+				rf.lose(func(cmd []string) bool { return cmd[0] == "HSET" && cmd[1] == k.waiters }, 1, 0)
+			},
+			"repair refused": func(rf *replyFaults, k lockKeys) { rf.refuse(runsWith(presenceScript, k.waiters), 1) },
+		} {
+			t.Run(name, func(t *testing.T) {
+				ctx := context.Background()
+				c, rf := e.faultyClient(t)
+				require.True(t, c.tracker.on, "a Client with client-side caching renews with plain HSETs")
+				held := mustLock(t, ctx, e.client(t).Mutex(t.Name()).Lock)
+				m := c.Mutex(t.Name(), WithWaiterExpiry(900*time.Millisecond))
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				got := m.Acquire(wctx)
+				var x renewal
+				require.Eventually(t, func() bool {
+					c.presence.mu.Lock()
+					defer c.presence.mu.Unlock()
+					en := c.presence.locks[m.keys.waiters]
+					if en != nil {
+						// What a pass gathers for the lock.
+						x = renewal{keys: en.keys, expiry: en.expiry, touch: "0", deadline: time.Now().UnixMilli() + en.expiry.Milliseconds()}
+					}
+					return en != nil
+				}, 5*time.Second, time.Millisecond, "the waiter never queued")
+				cancel()
+				select {
+				case l := <-got:
+					require.ErrorIs(t, l.Err(), context.Canceled)
+				case <-time.After(5 * time.Second):
+					t.Fatal("the cancelled waiter did not return")
+				}
+				require.Eventually(t, func() bool {
+					n, err := admin.Do(ctx, admin.B().Exists().Key(m.keys.waiters, m.keys.queue).Build()).AsInt64()
+					return err == nil && n == 0
+				}, 5*time.Second, time.Millisecond, "the queue of the waiter that left is still there")
+				fault(rf, m.keys)
+				c.presence.renewPlain(ctx, []renewal{x}, nil)
+				require.Eventually(t, func() bool {
+					pttl, err := admin.Do(ctx, admin.B().Pttl().Key(m.keys.waiters).Build()).AsInt64()
+					return err == nil && pttl != -1
+				}, 5*time.Second, 10*time.Millisecond, "a waiters hash the renewal made anew is left without expiry")
+				require.NoError(t, held.Unlock(ctx))
+			})
+		}
+	})
+}
