@@ -1931,10 +1931,16 @@ func (w *world) watchLoss(r *rec) {
 	w.mu.Lock()
 	forced := r.forced
 	w.mu.Unlock()
-	if !r.fixed && r.dur >= 3*time.Second && !forced && (errors.Is(err, ErrTakenOver) || errors.Is(err, ErrExpired) && !errors.Is(err, ErrForceUnlocked)) {
+	gone := errors.Is(err, ErrTakenOver) || errors.Is(err, ErrExpired) && !errors.Is(err, ErrForceUnlocked)
+	unrenewed := errors.Is(err, ErrConnectionLost)
+	if !r.fixed && r.dur >= 3*time.Second && !forced && (gone || unrenewed) {
 		// A renewed lease whose key went while Redis answered, nothing
-		// was held up and nobody forced it: something released it.
-		if near := w.faultsAround(r.at.Add(-5*time.Second), now, 3*time.Second); near == "" && !modeled(r.prim) {
+		// was held up and nobody forced it: something released it. Or
+		// one its watchdog did not renew in time, with no connection
+		// held up, no server down and no lapse of the Client: its
+		// renewals did not come when they were due (every kind shares
+		// the watchdog, so that is judged for all of them).
+		if near := w.faultsAround(r.at.Add(-5*time.Second), now, 3*time.Second); near == "" && !modeled(r.prim) && !unrenewed {
 			// Counted, not judged: shared holds (reader, permits) were seen
 			// lost so, and not explained yet.
 			w.count(w.failures, r.prim+" lost with no fault near: "+errClass(err))
