@@ -46,7 +46,10 @@ import (
 //   - unlocksAtOnce: a lease and its re-entry, or a Group over its
 //     Context, unlocked at once, the release that runs first with its
 //     reply held back while the other frees the lock: the first lease is
-//     released, not lost (check lost-while-released).
+//     released, not lost (check lost-while-released);
+//   - heldAfterIdle, with no fault: a lock taken while its Client's
+//     watchdog sleeps with nothing to watch, held for one and a half
+//     watchdog leases, is renewed in time (check lost-after-idle).
 //
 // Its checks excuse what a restart or a failover of the servers did
 // meanwhile. The schedule ends at end (or stop).
@@ -64,7 +67,7 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 		// schedule's end, so that it does not hold the schedule up.
 		for i := 0; !latchOpen(stop) && time.Until(end) > 3*time.Second; i++ {
 			name := fmt.Sprintf("s%d:h%d", n, i)
-			switch (n + i) % 7 { // each schedule begins with another
+			switch (n + i) % 8 { // each schedule begins with another
 			case 0:
 				w.memberHangs(rnd, hc, name)
 			case 1:
@@ -77,6 +80,8 @@ func (w *world) heldReplies(seed uint64, n int, end time.Time, stop <-chan struc
 				w.extendedAtTheEnd(rnd, hc, name)
 			case 5:
 				w.unlocksAtOnce(rnd, hc, name)
+			case 6:
+				w.heldAfterIdle(hc, name)
 			default:
 				w.renewedAfterLoss(hc, name)
 			}
@@ -702,5 +707,47 @@ func (w *world) unlocksAtOnce(rnd *rand.Rand, hc heldClients, name string) {
 	if lostErr != nil || ferr != nil {
 		w.violation("lost-while-released", "%q (group %v): the lease whose release ran first, its reply held, reported lost (%v) once the other's release freed the lock; its Unlock returned %v",
 			name, group, lostErr, ferr)
+	}
+}
+
+// heldAfterIdle: the lapsing Client takes a lock while its watchdog sleeps
+// with nothing to watch (once it has run: a Client's first lock starts
+// it), and holds it for one and a half of its 1.2 s watchdog leases. The
+// watchdog must renew it in time: a loss, or an Unlock that fails, is a
+// violation (lost-after-idle) unless a server restarted or failed over.
+func (w *world) heldAfterIdle(hc heldClients, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := hc.lapsing.Mutex(name)
+	if l, err := m.Lock(ctx); err != nil || l.Unlock(ctx) != nil {
+		return
+	}
+	wd := hc.lapsing.watchdog
+	idle := func() bool {
+		wd.mu.Lock()
+		defer wd.mu.Unlock()
+		return len(wd.holders) == 0 && time.Until(wd.sleepUntil) > time.Minute
+	}
+	for until := time.Now().Add(3 * time.Second); !idle(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(until) {
+			return
+		}
+	}
+	began := time.Now()
+	l, err := m.Lock(ctx)
+	if err != nil {
+		return
+	}
+	lease := hc.lapsing.cfg.watchdogLease
+	select {
+	case <-l.Lost():
+	case <-time.After(lease + lease/2):
+	}
+	lost := l.Err()
+	uerr := l.Unlock(ctx)
+	w.count(w.attempts, "held after the watchdog slept with nothing to watch")
+	if (lost != nil || uerr != nil) && !w.serverFaulted(began, time.Now()) {
+		w.violation("lost-after-idle", "%q: a lock taken while its Client's watchdog (lease %v) slept with nothing to watch, held %v: lost %v, Unlock %v",
+			name, lease, time.Since(began).Round(time.Millisecond), lost, uerr)
 	}
 }
