@@ -2,6 +2,7 @@ package redisync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -713,8 +714,9 @@ func (w *world) unlocksAtOnce(rnd *rand.Rand, hc heldClients, name string) {
 // heldAfterIdle: the lapsing Client takes a lock while its watchdog sleeps
 // with nothing to watch (once it has run: a Client's first lock starts
 // it), and holds it for one and a half of its 1.2 s watchdog leases. The
-// watchdog must renew it in time: a loss, or an Unlock that fails, is a
-// violation (lost-after-idle) unless a server restarted or failed over.
+// watchdog must renew it in time: a loss, or an Unlock that finds the hold
+// gone, is a violation (lost-after-idle) unless a server restarted or
+// failed over (a Cluster master's restart included).
 func (w *world) heldAfterIdle(hc heldClients, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -746,7 +748,10 @@ func (w *world) heldAfterIdle(hc heldClients, name string) {
 	lost := l.Err()
 	uerr := l.Unlock(ctx)
 	w.count(w.attempts, "held after the watchdog slept with nothing to watch")
-	if (lost != nil || uerr != nil) && !w.serverFaulted(began, time.Now()) {
+	// An Unlock that Redis could not serve (a master loading after its
+	// restart) says nothing of the renewals; one that found the hold gone
+	// does.
+	if (lost != nil || errors.Is(uerr, ErrNotHeld)) && !w.faulted(-1, began, time.Now(), "restart", "failover") {
 		w.violation("lost-after-idle", "%q: a lock taken while its Client's watchdog (lease %v) slept with nothing to watch, held %v: lost %v, Unlock %v",
 			name, lease, time.Since(began).Round(time.Millisecond), lost, uerr)
 	}

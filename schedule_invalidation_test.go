@@ -24,7 +24,7 @@ import (
 // "pass-after-invalidation"). It returns what ends the fault once the
 // crowd is done.
 func (w *world) invalidationInFlight(sc *schedClient, t *target) (end func()) {
-	if sc.rf == nil || t.mutex == nil || !sc.c.tracker.on {
+	if sc.rf == nil || sc.inv == nil || t.mutex == nil || !sc.c.tracker.on {
 		return func() {}
 	}
 	key := t.mutex.keys.lock
@@ -47,6 +47,7 @@ func (w *world) invalidationInFlight(sc *schedClient, t *target) (end func()) {
 			sc.rf.drop(r)
 			open()
 		}()
+		seen := sc.inv.of(key)
 		w.forceFrom(sc, t)
 		h.mu.Lock()
 		renewed := !h.tried.Equal(tried)
@@ -66,9 +67,21 @@ func (w *world) invalidationInFlight(sc *schedClient, t *target) (end func()) {
 			return
 		}
 		// The invalidation's hook ran in the connection's reader before
-		// the read's reply, which the wrapper now holds; a moment more
-		// for its voiding of the blocks to be done.
-		time.Sleep(5 * time.Millisecond)
+		// the read's reply, which the wrapper now holds, when the read is
+		// the one the ForceUnlock's invalidation brought on. Another read
+		// of the key (one a change before the ForceUnlock brought on, or
+		// answered from the cache) may come first: the Client is judged
+		// once an invalidation of the key since the ForceUnlock was sent
+		// is counted, after the Client's own hooks ran (invalidationLog).
+		for patience := time.After(time.Second); sc.inv.of(key) == seen; {
+			select {
+			case <-time.After(time.Millisecond):
+			case <-patience:
+				return
+			case <-done:
+				return
+			}
+		}
 		w.count(w.attempts, "mutex crowd whose lock was forced, the tracking read's reply held back")
 		co := sc.c.knownCohort(key)
 		if co == nil {

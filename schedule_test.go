@@ -751,6 +751,36 @@ type schedClient struct {
 	rf       *replyFaults   // the wrapper of rc New was given, or nil
 	p        proxySet       // nil for a direct Client
 	watchdog time.Duration
+	inv      *invalidationLog // the invalidations of a Client made with New and DetectChanges, or nil
+}
+
+// invalidationLog counts the invalidations a rueidis client received, per
+// key, as the user's OnInvalidations hook of DetectChanges: the Client's
+// own hooks (voidPasses among them) ran before each one is counted.
+type invalidationLog struct {
+	mu  sync.Mutex
+	n   map[string]int
+	all int // invalidations of every key (a flush, a broken connection)
+}
+
+func (v *invalidationLog) record(keys []rueidis.RedisMessage) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if keys == nil {
+		v.all++
+	}
+	for _, m := range keys {
+		if k, err := m.ToString(); err == nil {
+			v.n[k]++
+		}
+	}
+}
+
+// of returns how many invalidations of key were counted.
+func (v *invalidationLog) of(key string) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n[key] + v.all
 }
 
 // target is one lock an actor can take, as a Client sees it.
@@ -1046,6 +1076,8 @@ func (w *world) runSchedule(n int, seed uint64, d time.Duration) {
 				detect = true
 			}
 			if detect {
+				sc.inv = &invalidationLog{n: make(map[string]int)}
+				opt.OnInvalidations = sc.inv.record
 				opts = append(opts, DetectChanges(&opt))
 			}
 			if sc.rc, err = rueidis.NewClient(opt); err == nil {
