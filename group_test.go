@@ -1040,3 +1040,68 @@ func TestGroupMetrics(t *testing.T) {
 		return r.lost[ErrForceUnlocked] == 1 && r.lost[l.Err()] == 1
 	}, "losses not reported: %v", r.lost)
 }
+
+// TestGroupMemberLostWhileCountersRaisedIsNotDelivered: a Group over two
+// Clients takes its locks in order, then raises the fencing counter of the
+// lock with the lower token to the group's. The other member, at the
+// group's token and so not asked by any raise, is lost while that raise's
+// reply is held back (its key deleted, its Client told at once). The
+// Group is not delivered with a lost member: Lock takes the locks again
+// and returns a Lease that holds both.
+func TestGroupMemberLostWhileCountersRaisedIsNotDelivered(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c1, rf := e.faultyClient(t)
+		c2 := e.client(t)
+		require.Equal(t, DetectOnChange, c2.LossDetection())
+		admin := e.rueidisClient(t)
+		// The first lock keeps the token of an earlier owner; the second,
+		// taken fresh, gets the server's clock: the group's token.
+		lo := c1.Mutex(t.Name() + ":lo")
+		require.NoError(t, mustLock(t, ctx, lo.Lock).Unlock(ctx))
+		time.Sleep(5 * time.Millisecond)
+		hi := c2.Mutex(t.Name() + ":hi")
+		r, open := rf.gate(runs(groupFenceScript), 1, false)
+		defer open()
+		type result struct {
+			l   *Lease
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			l, err := NewGroup(lo, hi).Lock(ctx)
+			done <- result{l, err}
+		}()
+		select {
+		case <-r.Ran():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the group never raised the first lock's counter")
+		}
+		require.NoError(t, admin.Do(ctx, admin.B().Del().Key(hi.keys.lock).Build()).Error())
+		require.Eventually(t, func() bool {
+			c2.watchdog.mu.Lock()
+			defer c2.watchdog.mu.Unlock()
+			for h := range c2.watchdog.holders {
+				if h.key == hi.keys.lock {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, time.Millisecond, "the second member's loss was not reported")
+		open()
+		var res result
+		select {
+		case res = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Lock did not return")
+		}
+		require.NoError(t, res.err)
+		require.NoError(t, res.l.Err(), "delivered with a member lost")
+		for _, m := range []*Mutex{lo, hi} {
+			st, err := m.Inspect(ctx)
+			require.NoError(t, err)
+			require.True(t, st.Locked, "%s not held by the group", m.name)
+		}
+		require.NoError(t, res.l.Unlock(ctx))
+	})
+}
