@@ -565,11 +565,7 @@ func (g *Group) takeInOrder(ctx context.Context, try bool) ([]*member, uint64, e
 	}
 	token, raised, err := raiseFences(ctx, ms, 0)
 	for i, ok := range raised {
-		// A member whose loss was reported while the counters were raised
-		// (the one at the group's token is not asked) is not delivered
-		// with the group: Redis said it ended, and the Client's memory of
-		// the raise does not widen that.
-		if (!ok || ms[i].lease.Err() != nil) && err == nil {
+		if !ok && err == nil {
 			err = fmt.Errorf("%w: lock %q of the group was lost while the group was taken", ErrExpired, ms[i].m.name)
 		}
 	}

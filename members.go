@@ -547,7 +547,8 @@ func (m *member) live() bool {
 // of every later token of their locks: the fencing counter of every member
 // with a lower token is raised to T while its owner holds it, with one
 // script per Client and slot, all sent at once. It returns T and, per
-// member, whether its counter is at T (false for members not held, and for
+// member, whether its counter is at T (false for members not held or lost
+// by the time the raises answered, and for
 // members whose raise fewer replicas acknowledged than WithReplicaAck asks
 // for, with ErrNotReplicated among the errors). timeout,
 // if not 0, bounds each script; errors of single scripts are returned only
@@ -568,6 +569,13 @@ func raiseFences(ctx context.Context, ms []*member, timeout time.Duration) (uint
 	eachBucket(buckets, func(b int, idx []int) {
 		errs[b] = raiseBucket(ctx, ms, idx, token, timeout, raised)
 	})
+	for i, m := range ms {
+		// A member whose loss was reported while the counters were raised
+		// (the one at T is asked nothing, and a raise's reply vouches only
+		// for when it ran) no longer counts: the Client's memory of the
+		// raise does not widen what Redis said since.
+		raised[i] = raised[i] && m.live()
+	}
 	return token, raised, errors.Join(errs...)
 }
 
