@@ -37,7 +37,6 @@ type presence struct {
 	mu      sync.Mutex
 	locks   map[string]*presenceEntry // by waiters key
 	orphans []orphanLeave             // leaves that failed, retried at the next passes
-	unsure  []unsureHash              // locks left to repair after their last waiter (see repair)
 	clock   serverClock               // the server's clock, for plain renewals
 	// loop sleeps until its next pass or check; pace is the time between
 	// passes it sleeps with, zero when it sleeps with nothing to renew.
@@ -80,23 +79,13 @@ type orphanLeave struct {
 	tries int
 }
 
-// unsureHash is a lock whose waiters hash a renewal may have made anew,
-// without expiry, after the Client's last waiter there ended (see repair).
-type unsureHash struct {
-	keys   lockKeys
-	expiry time.Duration
-	tries  int
-}
-
-// unsureTries bounds the passes that run the presence script for an
-// unsureHash without an answer.
-const unsureTries = 10
-
 // orphanTries bounds the retries of a failed leave while the Client has no
 // other waiter on the lock: the place is dead anyway once the Client stops
 // renewing its deadline there. While it has one, the deadline it renews
 // keeps the place alive, and a release would hand the lock to a waiter that
-// is gone: the leave is retried at every pass until it succeeds.
+// is gone: the leave is retried at every pass until it succeeds. A hash's
+// settling (settleHash) is bounded alike: a hash it gives up on keeps no
+// expiry.
 const orphanTries = 3
 
 func newPresence(c *Client) *presence {
@@ -168,7 +157,7 @@ func (p *presence) leave(keys lockKeys) {
 		if e.waiters == 0 {
 			delete(p.locks, keys.waiters)
 			if e.repair {
-				p.unsure = append(p.unsure, unsureHash{keys: e.keys, expiry: e.expiry})
+				p.orphans = append(p.orphans, p.settleHash(e.keys, e.expiry))
 				p.startOrWake(p.run)
 			}
 		}
@@ -304,7 +293,7 @@ func (p *presence) schedule() (period time.Duration, check time.Time, ok bool) {
 			check = e.checkAt
 		}
 	}
-	if !ok && len(p.orphans)+len(p.unsure) > 0 {
+	if !ok && len(p.orphans) > 0 {
 		period, ok = renewRetry, true
 	}
 	return max(period, time.Millisecond), check, ok
@@ -450,9 +439,6 @@ type renewal struct {
 	// deadline is the Client's new deadline there (server ms), for a
 	// plain renewal.
 	deadline int64
-	// tries counts the passes that repaired an unsureHash without an
-	// answer.
-	tries int
 }
 
 // renewScripted renews rs in the presence script, and acts on what it read
@@ -675,17 +661,29 @@ func (p *presence) mine(owner string) string {
 // It may also have made the waiters hash anew, without expiry, where the
 // last waiter of the lock had left or been handed the lock after the pass
 // gathered its renewals (the queue's end drops the hash): a lock nobody of
-// the Client waits on any more is repaired all the same (unsure), or the
-// hash would outlive every queue.
+// the Client waits on any more is repaired all the same, as an orphan
+// leave (settleHash), or the hash would outlive every queue.
 func (p *presence) repair(x renewal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e := p.locks[x.keys.waiters]; e != nil {
 		e.repair = true
-	} else if x.tries < unsureTries {
-		p.unsure = append(p.unsure, unsureHash{keys: x.keys, expiry: x.expiry, tries: x.tries + 1})
-		p.startOrWake(p.run)
+		return
 	}
+	p.orphans = append(p.orphans, p.settleHash(x.keys, x.expiry))
+	p.startOrWake(p.run)
+}
+
+// settleHash is the leave, retried at the next passes as an orphan's, of
+// the Client's fields in the waiters hash of a lock it no longer waits on,
+// which a renewal may have written anew, making the hash anew without
+// expiry: the presence script, run as for a repair (touch "2"), drops the
+// hash if nobody waits there, or gives it its expiry.
+func (p *presence) settleHash(keys lockKeys, expiry time.Duration) orphanLeave {
+	return orphanLeave{keys: keys, leave: func(ctx context.Context) error {
+		batch, _ := p.scripts([]renewal{{keys: keys, expiry: expiry, touch: "2"}})
+		return presenceScript.exec(ctx, p.c.rc, batch[0].Keys, batch[0].Args).Error()
+	}}
 }
 
 // serverClock is the server's clock (ms) as read at the instant at, with
@@ -797,14 +795,6 @@ func (p *presence) renewals(now time.Time, period time.Duration, clock serverClo
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	orphans, p.orphans = p.orphans, nil
-	for _, u := range p.unsure {
-		if e := p.locks[u.keys.waiters]; e != nil {
-			e.repair = true // waited on again: repaired as such
-			continue
-		}
-		scripted = append(scripted, renewal{keys: u.keys, expiry: u.expiry, touch: "2", tries: u.tries})
-	}
-	p.unsure = nil
 	for _, e := range p.locks {
 		x := renewal{keys: e.keys, expiry: e.expiry, touch: "0"}
 		if !e.checkAt.IsZero() {
