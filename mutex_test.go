@@ -357,6 +357,13 @@ func TestMutexWatchdogKeepsLeaseAlive(t *testing.T) {
 	})
 }
 
+// idle reports whether w sleeps with nothing to watch.
+func (w *watchdog) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.holders) == 0 && time.Until(w.sleepUntil) > time.Minute
+}
+
 // TestWatchdogRenewsALeaseTakenWhileIdle: a lock taken after the Client's
 // watchdog went to sleep with nothing to watch is renewed a third into its
 // lease, as every lease is, and a fixed lease taken then is checked as
@@ -369,11 +376,7 @@ func TestWatchdogRenewsALeaseTakenWhileIdle(t *testing.T) {
 		admin := e.rueidisClient(t)
 		idle := func() {
 			t.Helper()
-			require.Eventually(t, func() bool {
-				c.watchdog.mu.Lock()
-				defer c.watchdog.mu.Unlock()
-				return len(c.watchdog.holders) == 0 && time.Until(c.watchdog.sleepUntil) > time.Minute
-			}, 5*time.Second, time.Millisecond, "the watchdog never slept with nothing to watch")
+			require.Eventually(t, c.watchdog.idle, 5*time.Second, time.Millisecond, "the watchdog never slept with nothing to watch")
 		}
 		m := c.Mutex(t.Name())
 		require.NoError(t, mustLock(t, ctx, m.Lock).Unlock(ctx))

@@ -724,13 +724,7 @@ func (w *world) heldAfterIdle(hc heldClients, name string) {
 	if l, err := m.Lock(ctx); err != nil || l.Unlock(ctx) != nil {
 		return
 	}
-	wd := hc.lapsing.watchdog
-	idle := func() bool {
-		wd.mu.Lock()
-		defer wd.mu.Unlock()
-		return len(wd.holders) == 0 && time.Until(wd.sleepUntil) > time.Minute
-	}
-	for until := time.Now().Add(3 * time.Second); !idle(); time.Sleep(10 * time.Millisecond) {
+	for until := time.Now().Add(3 * time.Second); !hc.lapsing.watchdog.idle(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(until) {
 			return
 		}
