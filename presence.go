@@ -200,8 +200,27 @@ func (p *presence) orphan(keys lockKeys, leave func(ctx context.Context) error) 
 	p.startOrWake(p.run)
 }
 
-// close stops the loop.
-func (p *presence) close() { p.end(&p.mu) }
+// close stops the loop, then tries once more, within cleanupTimeout, the
+// leaves the passes still retry: a place left in a queue is handed the
+// lock by a release and holds it up until the place's expiry, and a
+// waiters hash left to settle (settleHash) keeps no expiry at all.
+func (p *presence) close() {
+	p.end(&p.mu)
+	p.mu.Lock()
+	orphans := p.orphans
+	p.orphans = nil
+	p.mu.Unlock()
+	if len(orphans) == 0 {
+		return
+	}
+	ctx, cancel := detached(context.Background())
+	defer cancel()
+	for _, o := range orphans {
+		if err := o.leave(ctx); err != nil {
+			p.c.log.Error("redisync: leaving a lock's queue on close failed", "key", o.keys.waiters, "err", err)
+		}
+	}
+}
 
 func (p *presence) run() {
 	timer := time.NewTimer(time.Hour)

@@ -250,16 +250,45 @@ func TestDeadHeadCostsTheClaimWindow(t *testing.T) {
 // the hash anew, without expiry. The script it then runs gives the hash its
 // expiry or drops it; when the renewal's reply is lost, or that script
 // does not run, the Client's next passes still run it, though nobody of
-// the Client waits there any more: no waiters hash is left without
-// expiry.
+// the Client waits there any more, and a Client closed before its next pass
+// runs it as it closes: no waiters hash is left without expiry.
 func TestRenewalAfterTheLastWaiterLeftLeavesNoHashWithoutExpiry(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		admin := e.rueidisClient(t)
-		for name, fault := range map[string]func(rf *replyFaults, k lockKeys){
-			"renewal's reply lost": func(rf *replyFaults, k lockKeys) {
-				rf.lose(func(cmd []string) bool { return cmd[0] == "HSET" && cmd[1] == k.waiters }, 1, 0)
+		lost := func(rf *replyFaults, k lockKeys) {
+			rf.lose(func(cmd []string) bool { return cmd[0] == "HSET" && cmd[1] == k.waiters }, 1, 0)
+		}
+		// A fault is set before the renewal; what it returns, if anything,
+		// runs after it.
+		for name, fault := range map[string]func(t *testing.T, c *Client, rf *replyFaults, k lockKeys) (after func()){
+			"renewal's reply lost": func(_ *testing.T, _ *Client, rf *replyFaults, k lockKeys) func() {
+				lost(rf, k)
+				return nil
 			},
-			"repair refused": func(rf *replyFaults, k lockKeys) { rf.refuse(runsWith(presenceScript, k.waiters), 1) },
+			"repair refused": func(_ *testing.T, _ *Client, rf *replyFaults, k lockKeys) func() {
+				rf.refuse(runsWith(presenceScript, k.waiters), 1)
+				return nil
+			},
+			// The passes' tries fail until the Client closes, which it
+			// does after the first of them: Close is left to run the
+			// script.
+			"closed before the next pass": func(t *testing.T, c *Client, rf *replyFaults, k lockKeys) func() {
+				lost(rf, k)
+				repair := runsWith(presenceScript, k.waiters)
+				r := rf.refuse(func(cmd []string) bool {
+					select {
+					case <-c.closed:
+						return false
+					default:
+						return repair(cmd)
+					}
+				}, -1)
+				return func() {
+					require.Eventually(t, func() bool { return r.Hits() > 0 }, 5*time.Second, time.Millisecond,
+						"no pass tried to settle the hash")
+					require.NoError(t, c.Close())
+				}
+			},
 		} {
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
@@ -292,8 +321,11 @@ func TestRenewalAfterTheLastWaiterLeftLeavesNoHashWithoutExpiry(t *testing.T) {
 					n, err := admin.Do(ctx, admin.B().Exists().Key(m.keys.waiters, m.keys.queue).Build()).AsInt64()
 					return err == nil && n == 0
 				}, 5*time.Second, time.Millisecond, "the queue of the waiter that left is still there")
-				fault(rf, m.keys)
+				after := fault(t, c, rf, m.keys)
 				c.presence.renewPlain(ctx, []renewal{x}, nil)
+				if after != nil {
+					after()
+				}
 				require.Eventually(t, func() bool {
 					pttl, err := admin.Do(ctx, admin.B().Pttl().Key(m.keys.waiters).Build()).AsInt64()
 					return err == nil && pttl != -1

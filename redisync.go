@@ -598,7 +598,9 @@ func (c *Client) ID() string {
 // of what they sent, so that what a script took is given back after it
 // ran: until Redis answers, 5 s at most for an undo, and for a call as
 // long as rueidis waits for a reply (opt.ConnWriteTimeout, 10 s by
-// default, for a connection that stalls). Close is idempotent and returns
+// default, for a connection that stalls). Places in queues that the Client
+// failed to leave, which its background loop was still retrying, are
+// left once more (5 s at most). Close is idempotent and returns
 // nil; later calls on the Client and its primitives return ErrClosed. A Client not made by
 // New or Dial (a zero Client) has nothing to close: ErrInvalidArgument.
 func (c *Client) Close() error {

@@ -787,6 +787,27 @@ func TestOrphanRetriedWhileNothingIsWaited(t *testing.T) {
 	}
 }
 
+// TestOrphanLeftOnClose: a failed leave that the passes still retry when
+// the Client closes is tried once more by Close, which returns after it.
+func TestOrphanLeftOnClose(t *testing.T) {
+	e := standaloneEnv(t)
+	c := e.client(t)
+	var tries, left atomic.Int32
+	c.presence.orphan(c.keysFor(t.Name()), func(context.Context) error {
+		tries.Add(1)
+		select {
+		case <-c.closed:
+			left.Add(1)
+			return nil
+		default:
+			return errors.New("refused")
+		}
+	})
+	require.Eventually(t, func() bool { return tries.Load() > 0 }, 5*time.Second, time.Millisecond, "no pass tried the leave")
+	require.NoError(t, c.Close())
+	require.Equal(t, int32(1), left.Load(), "Close did not try the leave")
+}
+
 // TestGroupWaitTimerBeforeALateMessage: a Group waits for a lock until its
 // holder's lease runs out; the holder releases just before that, and the
 // release's message comes just after the Group's timer. The message was
