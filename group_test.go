@@ -1041,6 +1041,68 @@ func TestGroupMetrics(t *testing.T) {
 	}, "losses not reported: %v", r.lost)
 }
 
+// TestQuorumMemberLostWhileCountersRaisedIsNotCounted: a Quorum of three
+// servers, one of them held by another Client, takes the other two, then
+// raises the fencing counter of the one with the lower token to the
+// quorum's. The other, at the quorum's token and so not asked by the raise,
+// is lost while the raise's reply is held back (its key deleted, its Client
+// told at once). It is not counted towards the majority: the attempt fails,
+// and Lock takes the locks again and returns a Lease that holds both.
+func TestQuorumMemberLostWhileCountersRaisedIsNotCounted(t *testing.T) {
+	servers, _ := quorumEnv(t, 3)
+	ctx := withTimeout(t, 30*time.Second)
+	name := "raised"
+	c0, rf := faultyClientOf(t, []string{servers[0].Addr}, true)
+	c1 := dialWith(t, rueidis.ClientOption{InitAddress: []string{servers[1].Addr}})
+	c2 := dial(t, []string{servers[2].Addr})
+	require.Equal(t, DetectOnChange, c1.LossDetection())
+	other := mustLock(t, ctx, dial(t, []string{servers[2].Addr}).Mutex(name).Lock)
+	// Server 0's lock keeps the token of an earlier owner; server 1's,
+	// taken fresh, gets the server's clock: the quorum's token.
+	require.NoError(t, mustLock(t, ctx, c0.Mutex(name).Lock).Unlock(ctx))
+	time.Sleep(5 * time.Millisecond)
+	r, open := rf.gate(runs(groupFenceScript), 1, false)
+	defer open()
+	type result struct {
+		l   *Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := NewQuorum(name, []*Client{c0, c1, c2}).Lock(ctx)
+		done <- result{l, err}
+	}()
+	select {
+	case <-r.Ran():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the quorum never raised server 0's counter")
+	}
+	_, err := servers[1].Do("DEL", c1.keysFor(name).lock)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c1.watchdog.mu.Lock()
+		defer c1.watchdog.mu.Unlock()
+		return len(c1.watchdog.holders) == 0
+	}, 5*time.Second, time.Millisecond, "server 1's loss was not reported")
+	open()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+	}
+	require.NoError(t, res.err)
+	require.NoError(t, res.l.Err(), "delivered with a lost member counted")
+	for i, c := range []*Client{c0, c1} {
+		st, err := c.Mutex(name).Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked, "server %d not held by the quorum", i)
+		require.LessOrEqual(t, st.Token, res.l.Token())
+	}
+	require.NoError(t, res.l.Unlock(ctx))
+	require.NoError(t, other.Unlock(ctx))
+}
+
 // TestGroupMemberLostWhileCountersRaisedIsNotDelivered: a Group over two
 // Clients takes its locks in order, then raises the fencing counter of the
 // lock with the lower token to the group's. The other member, at the

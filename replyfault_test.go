@@ -74,14 +74,20 @@ func (e *env) faultyClient(t testing.TB, opts ...Option) (*Client, *replyFaults)
 // when detect is false (New without DetectChanges).
 func (e *env) faultyClientDetecting(t testing.TB, detect bool, opts ...Option) (*Client, *replyFaults) {
 	t.Helper()
-	opt := rueidis.ClientOption{InitAddress: e.addrs}
+	return faultyClientOf(t, e.addrs, detect, opts...)
+}
+
+// faultyClientOf is faultyClientDetecting for the server at addrs.
+func faultyClientOf(t testing.TB, addrs []string, detect bool, opts ...Option) (*Client, *replyFaults) {
+	t.Helper()
+	opt := rueidis.ClientOption{InitAddress: addrs}
 	base := []Option{WithLogger(quietLogger())}
 	if detect {
 		base = append(base, DetectChanges(&opt))
 	}
 	rc, err := rueidis.NewClient(opt)
 	if err != nil {
-		t.Fatalf("connecting to %s redis at %v: %v", e.name, e.addrs, err)
+		t.Fatalf("connecting to redis at %v: %v", addrs, err)
 	}
 	rf := withReplyFaults(rc)
 	c, err := New(rf, append(base, opts...)...)
