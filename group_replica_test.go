@@ -113,3 +113,75 @@ func TestGroupFenceReplicaAck(t *testing.T) {
 	}
 	require.ErrorIs(t, gerr, ErrNotReplicated, "the group was delivered with a fence the replica never acknowledged")
 }
+
+// TestGroupMemberLostWhileAckedRaiseIsNotDelivered is
+// TestGroupMemberLostWhileCountersRaisedIsNotDelivered with WithReplicaAck:
+// the raise's WAIT answers late (the replication stream delayed from the
+// moment the raise is sent), and the other member is lost meanwhile. A
+// raise the replica acknowledged vouches for no more than one without
+// replicas: the group is not delivered with the lost member, it is taken
+// again.
+func TestGroupMemberLostWhileAckedRaiseIsNotDelivered(t *testing.T) {
+	e := ownServer(t)
+	p, _ := proxiedReplica(t, e)
+	opts := []Option{WithReplicaAck(1, 5*time.Second), WithLogger(quietLogger())}
+	raises := runs(groupFenceScript)
+	raised := make(chan struct{})
+	var once sync.Once
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs})
+	require.NoError(t, err)
+	spied, err := New(beforeSend{rc, func(cmd []string) {
+		if raises(cmd) {
+			once.Do(func() {
+				p.SetLatency(time.Second)
+				close(raised)
+			})
+		}
+	}}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		spied.Close()
+		rc.Close()
+	})
+	other := e.client(t, opts...)
+	require.Equal(t, DetectOnChange, other.LossDetection())
+	ctx := withTimeout(t, 30*time.Second)
+	// As in TestGroupFenceReplicaAck: the spied Client's lock is raised to
+	// the other's token.
+	lo := spied.Mutex(t.Name() + ":lo")
+	require.NoError(t, mustLock(t, ctx, lo.Lock).Unlock(ctx))
+	time.Sleep(5 * time.Millisecond)
+	hi := other.Mutex(t.Name() + ":hi")
+	type result struct {
+		l   *Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := NewGroup(lo, hi).Lock(ctx)
+		done <- result{l, err}
+	}()
+	select {
+	case <-raised:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the group never raised the first lock's counter")
+	}
+	_, err = e.server.Do("DEL", hi.keys.lock)
+	require.NoError(t, err)
+	awaitLossReported(t, other, hi.keys.lock)
+	p.SetLatency(0)
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+	}
+	require.NoError(t, res.err)
+	require.NoError(t, res.l.Err(), "delivered with a member lost")
+	for _, m := range []*Mutex{lo, hi} {
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked, "%s not held by the group", m.name)
+	}
+	require.NoError(t, res.l.Unlock(ctx))
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
@@ -1041,6 +1042,22 @@ func TestGroupMetrics(t *testing.T) {
 	}, "losses not reported: %v", r.lost)
 }
 
+// awaitLossReported waits until c reported the loss of its lease of key:
+// its watchdog no longer has it.
+func awaitLossReported(t *testing.T, c *Client, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.watchdog.mu.Lock()
+		defer c.watchdog.mu.Unlock()
+		for h := range c.watchdog.holders {
+			if h.key == key {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the loss of %s was not reported", key)
+}
+
 // TestQuorumMemberLostWhileCountersRaisedIsNotCounted: a Quorum of three
 // servers, one of them held by another Client, takes the other two, then
 // raises the fencing counter of the one with the lower token to the
@@ -1079,11 +1096,7 @@ func TestQuorumMemberLostWhileCountersRaisedIsNotCounted(t *testing.T) {
 	}
 	_, err := servers[1].Do("DEL", c1.keysFor(name).lock)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		c1.watchdog.mu.Lock()
-		defer c1.watchdog.mu.Unlock()
-		return len(c1.watchdog.holders) == 0
-	}, 5*time.Second, time.Millisecond, "server 1's loss was not reported")
+	awaitLossReported(t, c1, c1.keysFor(name).lock)
 	open()
 	var res result
 	select {
@@ -1118,11 +1131,13 @@ func TestGroupMemberLostWhileCountersRaisedIsNotDelivered(t *testing.T) {
 		require.Equal(t, DetectOnChange, c2.LossDetection())
 		admin := e.rueidisClient(t)
 		// The first lock keeps the token of an earlier owner; the second,
-		// taken fresh, gets the server's clock: the group's token.
-		lo := c1.Mutex(t.Name() + ":lo")
+		// taken fresh, gets the server's clock: the group's token. The
+		// names are new at every run, whose locks keep their counters.
+		name := t.Name() + ":" + uuid.NewString()
+		lo := c1.Mutex(name + ":lo")
 		require.NoError(t, mustLock(t, ctx, lo.Lock).Unlock(ctx))
 		time.Sleep(5 * time.Millisecond)
-		hi := c2.Mutex(t.Name() + ":hi")
+		hi := c2.Mutex(name + ":hi")
 		r, open := rf.gate(runs(groupFenceScript), 1, false)
 		defer open()
 		type result struct {
@@ -1140,16 +1155,7 @@ func TestGroupMemberLostWhileCountersRaisedIsNotDelivered(t *testing.T) {
 			t.Fatal("the group never raised the first lock's counter")
 		}
 		require.NoError(t, admin.Do(ctx, admin.B().Del().Key(hi.keys.lock).Build()).Error())
-		require.Eventually(t, func() bool {
-			c2.watchdog.mu.Lock()
-			defer c2.watchdog.mu.Unlock()
-			for h := range c2.watchdog.holders {
-				if h.key == hi.keys.lock {
-					return false
-				}
-			}
-			return true
-		}, 5*time.Second, time.Millisecond, "the second member's loss was not reported")
+		awaitLossReported(t, c2, hi.keys.lock)
 		open()
 		var res result
 		select {
