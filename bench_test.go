@@ -165,6 +165,10 @@ func benchParallelCycles(b *testing.B, e *env, deadline bool, worker func(id str
 //   - bare: two scripts that only run the inner commands of those two
 //     (HMGET, HSET and PEXPIRE of the lock's hash), with the same keys and
 //     arguments;
+//   - string: the common cases of those two scripts on a lock of one
+//     string key whose value holds the hash's fields (owner, holds, token,
+//     counter, queue flag, the release that freed it): GET, then SET PX
+//     in each, with the same keys and arguments;
 //   - fenced-floor: a script of SET NX PX and INCR (the token), then a
 //     compare-and-delete script;
 //   - floor: SET NX PX, not a script, then the compare-and-delete script;
@@ -187,9 +191,31 @@ func BenchmarkScripts(b *testing.B) {
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', ARGV[2], 'token', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {1, '1', 1, 0}`)
+	stringAcquire := rueidis.NewLuaScript(`local v = redis.call('GET', KEYS[1])
+local owner, holds, token, t, q = '', '', '0', '', ''
+if v then
+  owner, holds, token, t, q = string.match(v, '^(.-)|(.-)|(%d+)|(%d*)|(%d?)|')
+end
+if owner ~= '' then
+  return {0, redis.call('PTTL', KEYS[1]), 1, token}
+end
+token = string.format('%d', math.max(tonumber(token), tonumber(t) or 0) + 1)
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2] .. '|' .. token .. '||' .. q .. '|', 'PX', ARGV[3])
+return {1, token, 1, 0}`)
+	stringRelease := rueidis.NewLuaScript(`local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local owner, holds, token, t, q = string.match(v, '^(.-)|(.-)|(%d+)|(%d*)|(%d?)|')
+if owner == ARGV[1] and holds == ARGV[2] and q ~= '1' then
+  redis.call('SET', KEYS[1], '||' .. token .. '|' .. t .. '||' .. ARGV[1] .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0`)
 	empty := rueidis.NewLuaScript("return 1")
 	fenced := rueidis.NewLuaScript("redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 30000) return redis.call('INCR', KEYS[2])")
 	floorKeys := []string{"{bench:scripts}:floor", "{bench:scripts}:token"}
+	stringKeys := append([]string{"{bench:scripts}:string"}, lockKeys[1:]...)
 	for _, bc := range []struct {
 		name  string
 		cycle func(owner string) error
@@ -205,6 +231,19 @@ return {1, '1', 1, 0}`)
 				return err
 			}
 			return bare.Exec(ctx, rc, lockKeys, releasing(owner)).Error()
+		}},
+		{"string", func(owner string) error {
+			res, err := stringAcquire.Exec(ctx, rc, stringKeys, acquiring(owner)).ToArray()
+			if err != nil {
+				return err
+			}
+			if took, _ := res[0].AsInt64(); took != 1 {
+				return fmt.Errorf("string layout: the lock was not free: %v", res)
+			}
+			if freed, err := stringRelease.Exec(ctx, rc, stringKeys, releasing(owner)).AsInt64(); err != nil || freed != 1 {
+				return fmt.Errorf("string layout: not released (%d, %v)", freed, err)
+			}
+			return nil
 		}},
 		{"fenced-floor", func(owner string) error {
 			if err := fenced.Exec(ctx, rc, floorKeys, []string{owner}).Error(); err != nil {
