@@ -152,36 +152,10 @@ func TestGroupMemberLostWhileAckedRaiseIsNotDelivered(t *testing.T) {
 	require.NoError(t, mustLock(t, ctx, lo.Lock).Unlock(ctx))
 	time.Sleep(5 * time.Millisecond)
 	hi := other.Mutex(t.Name() + ":hi")
-	type result struct {
-		l   *Lease
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		l, err := NewGroup(lo, hi).Lock(ctx)
-		done <- result{l, err}
-	}()
-	select {
-	case <-raised:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the group never raised the first lock's counter")
-	}
-	_, err = e.server.Do("DEL", hi.keys.lock)
-	require.NoError(t, err)
-	awaitLossReported(t, other, hi.keys.lock)
-	p.SetLatency(0)
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lock did not return")
-	}
-	require.NoError(t, res.err)
-	require.NoError(t, res.l.Err(), "delivered with a member lost")
-	for _, m := range []*Mutex{lo, hi} {
-		st, err := m.Inspect(ctx)
+	l := lockWhileMemberLost(t, ctx, NewGroup(lo, hi).Lock, raised, func() {
+		_, err := e.server.Do("DEL", hi.keys.lock)
 		require.NoError(t, err)
-		require.True(t, st.Locked, "%s not held by the group", m.name)
-	}
-	require.NoError(t, res.l.Unlock(ctx))
+		awaitLossReported(t, other, hi.keys.lock)
+	}, func() { p.SetLatency(0) }, lo, hi)
+	require.NoError(t, l.Unlock(ctx))
 }

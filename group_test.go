@@ -1042,6 +1042,48 @@ func TestGroupMetrics(t *testing.T) {
 	}, "losses not reported: %v", r.lost)
 }
 
+// lockWhileMemberLost runs lock, a Group's or a Quorum's, and once raised
+// is closed (a raise of a member's fencing counter sent, its answer held
+// back) calls lose, which loses another member and waits until its Client
+// reported it, then answer, which lets the raise answer. The Lease that
+// lock then returns must be live and hold every lock of held, with tokens
+// at most its own: a member lost while the counters were raised is not
+// counted.
+func lockWhileMemberLost(t *testing.T, ctx context.Context, lock func(context.Context) (*Lease, error), raised <-chan struct{}, lose, answer func(), held ...*Mutex) *Lease {
+	t.Helper()
+	type result struct {
+		l   *Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := lock(ctx)
+		done <- result{l, err}
+	}()
+	select {
+	case <-raised:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no fencing counter was raised")
+	}
+	lose()
+	answer()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return")
+	}
+	require.NoError(t, res.err)
+	require.NoError(t, res.l.Err(), "delivered with a member lost")
+	for _, m := range held {
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Locked, "%s not held", m.name)
+		require.LessOrEqual(t, st.Token, res.l.Token())
+	}
+	return res.l
+}
+
 // awaitLossReported waits until c reported the loss of its lease of key:
 // its watchdog no longer has it.
 func awaitLossReported(t *testing.T, c *Client, key string) {
@@ -1080,39 +1122,12 @@ func TestQuorumMemberLostWhileCountersRaisedIsNotCounted(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	r, open := rf.gate(runs(groupFenceScript), 1, false)
 	defer open()
-	type result struct {
-		l   *Lease
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		l, err := NewQuorum(name, []*Client{c0, c1, c2}).Lock(ctx)
-		done <- result{l, err}
-	}()
-	select {
-	case <-r.Ran():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the quorum never raised server 0's counter")
-	}
-	_, err := servers[1].Do("DEL", c1.keysFor(name).lock)
-	require.NoError(t, err)
-	awaitLossReported(t, c1, c1.keysFor(name).lock)
-	open()
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lock did not return")
-	}
-	require.NoError(t, res.err)
-	require.NoError(t, res.l.Err(), "delivered with a lost member counted")
-	for i, c := range []*Client{c0, c1} {
-		st, err := c.Mutex(name).Inspect(ctx)
+	l := lockWhileMemberLost(t, ctx, NewQuorum(name, []*Client{c0, c1, c2}).Lock, r.Ran(), func() {
+		_, err := servers[1].Do("DEL", c1.keysFor(name).lock)
 		require.NoError(t, err)
-		require.True(t, st.Locked, "server %d not held by the quorum", i)
-		require.LessOrEqual(t, st.Token, res.l.Token())
-	}
-	require.NoError(t, res.l.Unlock(ctx))
+		awaitLossReported(t, c1, c1.keysFor(name).lock)
+	}, open, c0.Mutex(name), c1.Mutex(name))
+	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, other.Unlock(ctx))
 }
 
@@ -1140,36 +1155,10 @@ func TestGroupMemberLostWhileCountersRaisedIsNotDelivered(t *testing.T) {
 		hi := c2.Mutex(name + ":hi")
 		r, open := rf.gate(runs(groupFenceScript), 1, false)
 		defer open()
-		type result struct {
-			l   *Lease
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			l, err := NewGroup(lo, hi).Lock(ctx)
-			done <- result{l, err}
-		}()
-		select {
-		case <-r.Ran():
-		case <-time.After(5 * time.Second):
-			t.Fatal("the group never raised the first lock's counter")
-		}
-		require.NoError(t, admin.Do(ctx, admin.B().Del().Key(hi.keys.lock).Build()).Error())
-		awaitLossReported(t, c2, hi.keys.lock)
-		open()
-		var res result
-		select {
-		case res = <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("Lock did not return")
-		}
-		require.NoError(t, res.err)
-		require.NoError(t, res.l.Err(), "delivered with a member lost")
-		for _, m := range []*Mutex{lo, hi} {
-			st, err := m.Inspect(ctx)
-			require.NoError(t, err)
-			require.True(t, st.Locked, "%s not held by the group", m.name)
-		}
-		require.NoError(t, res.l.Unlock(ctx))
+		l := lockWhileMemberLost(t, ctx, NewGroup(lo, hi).Lock, r.Ran(), func() {
+			require.NoError(t, admin.Do(ctx, admin.B().Del().Key(hi.keys.lock).Build()).Error())
+			awaitLossReported(t, c2, hi.keys.lock)
+		}, open, lo, hi)
+		require.NoError(t, l.Unlock(ctx))
 	})
 }
