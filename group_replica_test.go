@@ -53,6 +53,28 @@ func (d dedicatedBeforeSend) DoMulti(ctx context.Context, cmds ...rueidis.Comple
 	return d.DedicatedClient.DoMulti(ctx, show(d.before, cmds...)...)
 }
 
+// onFirstRaise returns a Client of e made with opts that calls raise just
+// before it first sends a raise of a fencing counter (group_fence.lua), on
+// a dedicated connection too; closed at the end of the test.
+func onFirstRaise(t *testing.T, e *env, raise func(), opts ...Option) *Client {
+	t.Helper()
+	raises := runs(groupFenceScript)
+	var once sync.Once
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs})
+	require.NoError(t, err)
+	c, err := New(beforeSend{rc, func(cmd []string) {
+		if raises(cmd) {
+			once.Do(raise)
+		}
+	}}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c.Close()
+		rc.Close()
+	})
+	return c
+}
+
 // A Group taken one lock at a time (its locks through two Clients) raises
 // the fencing counter of each member to the group's token T before its
 // Lease is delivered; with WithReplicaAck, the replica must have those
@@ -65,20 +87,7 @@ func TestGroupFenceReplicaAck(t *testing.T) {
 	e := ownServer(t)
 	p, replica := proxiedReplica(t, e)
 	opts := []Option{WithReplicaAck(1, 300*time.Millisecond), WithLogger(quietLogger())}
-	var cut sync.Once
-	raises := runs(groupFenceScript)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs})
-	require.NoError(t, err)
-	spied, err := New(beforeSend{rc, func(cmd []string) {
-		if raises(cmd) {
-			cut.Do(p.Blackhole)
-		}
-	}}, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		spied.Close()
-		rc.Close()
-	})
+	spied := onFirstRaise(t, e, p.Blackhole, opts...)
 	other := e.client(t, opts...)
 	ctx := withTimeout(t, 30*time.Second)
 
@@ -101,7 +110,7 @@ func TestGroupFenceReplicaAck(t *testing.T) {
 	// the raise was sent.
 	require.NoError(t, e.server.Kill())
 	require.NoError(t, p.Close())
-	_, err = replica.Do("REPLICAOF", "NO", "ONE")
+	_, err := replica.Do("REPLICAOF", "NO", "ONE")
 	require.NoError(t, err)
 	after := dial(t, []string{replica.Addr}, WithLogger(quietLogger())).Mutex(t.Name() + ":lo")
 	_, err = after.ForceUnlock(ctx)
@@ -125,24 +134,11 @@ func TestGroupMemberLostWhileAckedRaiseIsNotDelivered(t *testing.T) {
 	e := ownServer(t)
 	p, _ := proxiedReplica(t, e)
 	opts := []Option{WithReplicaAck(1, 5*time.Second), WithLogger(quietLogger())}
-	raises := runs(groupFenceScript)
 	raised := make(chan struct{})
-	var once sync.Once
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: e.addrs})
-	require.NoError(t, err)
-	spied, err := New(beforeSend{rc, func(cmd []string) {
-		if raises(cmd) {
-			once.Do(func() {
-				p.SetLatency(time.Second)
-				close(raised)
-			})
-		}
-	}}, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		spied.Close()
-		rc.Close()
-	})
+	spied := onFirstRaise(t, e, func() {
+		p.SetLatency(time.Second)
+		close(raised)
+	}, opts...)
 	other := e.client(t, opts...)
 	require.Equal(t, DetectOnChange, other.LossDetection())
 	ctx := withTimeout(t, 30*time.Second)
