@@ -697,9 +697,21 @@ func (p *presence) repair(x renewal) {
 // the Client's fields in the waiters hash of a lock it no longer waits on,
 // which a renewal may have written anew, making the hash anew without
 // expiry: the presence script, run as for a repair (touch "2"), drops the
-// hash if nobody waits there, or gives it its expiry.
+// hash if nobody waits there, or gives it its expiry. A lock the Client
+// waits on again by then is repaired as such (repair): the pass's script
+// then tells its waiters that their places may be gone, which the
+// settling, whose answer nobody reads, would hide from them.
 func (p *presence) settleHash(keys lockKeys, expiry time.Duration) orphanLeave {
 	return orphanLeave{keys: keys, leave: func(ctx context.Context) error {
+		p.mu.Lock()
+		e := p.locks[keys.waiters]
+		if e != nil {
+			e.repair = true
+		}
+		p.mu.Unlock()
+		if e != nil {
+			return nil
+		}
 		batch, _ := p.scripts([]renewal{{keys: keys, expiry: expiry, touch: "2"}})
 		return presenceScript.exec(ctx, p.c.rc, batch[0].Keys, batch[0].Args).Error()
 	}}

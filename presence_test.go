@@ -269,6 +269,47 @@ func TestRenewalAfterTheLastWaiterLeftLeavesNoHashWithoutExpiry(t *testing.T) {
 				rf.refuse(runsWith(presenceScript, k.waiters), 1)
 				return nil
 			},
+			// The passes' tries fail until another waiter of the Client
+			// queued on the lock: the pass renews it as a repair, whose
+			// answer (places may be gone) has the waiter look again.
+			"waited on again before the next pass": func(t *testing.T, c *Client, rf *replyFaults, k lockKeys) func() {
+				lost(rf, k)
+				repair := runsWith(presenceScript, k.waiters)
+				var joined atomic.Bool
+				r := rf.refuse(func(cmd []string) bool { return !joined.Load() && repair(cmd) }, -1)
+				return func() {
+					require.Eventually(t, func() bool { return r.Hits() > 0 }, 5*time.Second, time.Millisecond,
+						"no pass tried to settle the hash")
+					var attempts atomic.Int32
+					rf.watch(runsWith(acquireScript, k.lock), func(context.Context) { attempts.Add(1) })
+					wctx, cancel := context.WithCancel(context.Background())
+					got := c.Mutex(t.Name(), WithWaiterExpiry(900*time.Millisecond)).Acquire(wctx)
+					defer func() {
+						cancel()
+						select {
+						case <-got:
+						case <-time.After(5 * time.Second):
+							t.Error("the second waiter did not return")
+						}
+					}()
+					require.Eventually(t, func() bool {
+						c.presence.mu.Lock()
+						defer c.presence.mu.Unlock()
+						return c.presence.locks[k.waiters] != nil
+					}, 5*time.Second, time.Millisecond, "the second waiter did not queue")
+					// Its attempts as it queues and subscribes are over once
+					// none came for a while.
+					n := attempts.Load()
+					for still := time.Now(); time.Since(still) < 300*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+						if m := attempts.Load(); m != n {
+							n, still = m, time.Now()
+						}
+					}
+					joined.Store(true)
+					require.Eventually(t, func() bool { return attempts.Load() > n }, 5*time.Second, time.Millisecond,
+						"the waiter was not told that its place may be gone")
+				}
+			},
 			// The passes' tries fail until the Client closes, which it
 			// does after the first of them: Close is left to run the
 			// script.
