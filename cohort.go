@@ -617,8 +617,14 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 		return false, st, err, ended
 	case kept:
 		// Not to be passed on: nobody waits any more, the replicas did not
-		// acknowledge the block, or the lease is lost.
-		st, err = h.kind.unlock(ctx, h, l.hold)
+		// acknowledge the block, the lease is lost, or the check of the
+		// ownership did not answer before ctx ended. The keep's own call
+		// answered within ctx, and this release is its second half: it gets
+		// the grace of a call on its way, or a check that took ctx's end
+		// would leave the lock kept in Redis, and renewed, for nobody.
+		actx, done := inflight(ctx)
+		defer done()
+		st, err = h.kind.unlock(actx, h, l.hold)
 		return false, st, err, ended
 	}
 	n, _ := res.(int64)

@@ -150,6 +150,49 @@ func TestMutexKeepReplyLost(t *testing.T) {
 	})
 }
 
+// A keep whose check of the ownership (a Client that detects changes
+// checks every keep's reply) does not answer before its Unlock's ctx ends
+// passes nothing on, and its Unlock releases the hold in Redis with the
+// grace of a call on its way: the lock is not left kept, and renewed by
+// the watchdog, for nobody, while the Client's waiter queues behind it.
+func TestMutexKeepCheckPastUnlock(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c, rf := e.faultyClient(t)
+		m := c.Mutex(t.Name(), WithLocalPasses(1, time.Minute))
+		warm(t, ctx, m)
+		l := mustLock(t, ctx, m.Lock) // nobody waits behind it: no tokens
+		_, leases, errs := holdAndQueueFrom(t, ctx, m, l, 1)
+		checks := func(cmd []string) bool {
+			return runsWith(renewScript, l.h.owner)(cmd) && cmd[len(cmd)-1] == "0"
+		}
+		r := rf.hold(checks, 1, time.Hour)
+		uctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(uctx) }()
+		select {
+		case <-r.Ran():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the keep's reply was not checked")
+		}
+		select {
+		case err := <-unlocked:
+			require.NoError(t, err, "the release after the check gave up")
+		case <-time.After(5 * time.Second):
+			t.Fatal("Unlock did not return")
+		}
+		require.ErrorIs(t, l.Err(), ErrReleased)
+		nl := nextLease(t, leases, errs, 5*time.Second, "the Client's waiter is stranded behind a lock kept for nobody")
+		require.NotEqual(t, l.h.owner, nl.h.owner, "a lease whose keep was not checked was passed on")
+		require.Greater(t, nl.Token(), l.Token())
+		requireHeldBy(t, m, nl)
+		require.NoError(t, nl.Unlock(ctx))
+		rf.clear()
+		requireNoCohorts(t, c)
+	})
+}
+
 // Two Unlocks of one lease at once, while a goroutine of the Client waits
 // and no token is left: one passes the lock on (asking Redis for a new
 // budget), the other reports ErrNotHeld, and the successor holds.
