@@ -763,6 +763,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if st != stillHeld && !lostAt.IsZero() {
+		// Redis no longer counts a hold of the ownership: Close has
+		// nothing left to release for it.
+		h.c.watchdog.released(h)
+	}
 	if st == notHeld && !unsure.IsZero() && (lostAt.IsZero() || lostAt.After(unsure)) && unsure.Before(h.vouchedUntil()) {
 		// An earlier attempt, whose reply never came, was sent while the
 		// Client vouched for the hold (before the lease's deadline and any

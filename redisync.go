@@ -592,7 +592,10 @@ func (c *Client) ID() string {
 // Close stops the watchdog and every subscription and goroutine the Client
 // started. Every live Lease reports loss with ErrClosed, and its lock is
 // released in Redis at once (one pipelined batch, bounded by a few seconds)
-// so other clients do not wait for the lease to expire. Acquisitions in
+// so other clients do not wait for the lease to expire; so is the lock of a
+// Lease reported lost with ErrConnectionLost and not unlocked since, whose
+// key may still hold it (a lease or so after the loss, while it may).
+// Acquisitions in
 // progress return ErrClosed. Close also waits for the calls that returned
 // at their context's end while Redis did not answer, and for the undoing
 // of what they sent, so that what a script took is given back after it

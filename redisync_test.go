@@ -101,6 +101,50 @@ func TestCloseLosesAndReleasesLeases(t *testing.T) {
 	})
 }
 
+// A lease reported lost because no renewal answered before its deadline
+// (ErrConnectionLost: here the Client lapsed) may still hold its key: its
+// Unlock would free it, and once the Client closes, which ends every
+// Unlock, Close does, so that nobody waits for the rest of its lease.
+func TestCloseReleasesALeaseLostOnALapse(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		c := e.client(t)
+		m := c.Mutex(t.Name(), WithRenewedLease(5*time.Second), WithLocalPasses(0, 0))
+		other := e.client(t).Mutex(t.Name())
+		// A second lease lapses too, and is unlocked before Close.
+		unlocked := c.Mutex(t.Name()+"-2", WithRenewedLease(5*time.Second), WithLocalPasses(0, 0))
+		l2 := mustLock(t, ctx, unlocked.Lock)
+		l := mustLock(t, ctx, m.Lock)
+		d, ok := l.Deadline()
+		require.True(t, ok)
+		resume := c.stallWatchdog()
+		time.Sleep(time.Until(d) + 20*time.Millisecond)
+		resume()
+		for _, l := range []*Lease{l, l2} {
+			select {
+			case <-l.Lost():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lapse was not reported")
+			}
+			require.ErrorIs(t, l.Err(), ErrConnectionLost)
+		}
+		require.NoError(t, l2.Unlock(ctx), "the Unlock of a lease that lapsed frees its key")
+		c.watchdog.mu.Lock()
+		_, kept := c.watchdog.lapsed[l2.h]
+		c.watchdog.mu.Unlock()
+		require.False(t, kept, "Close would release again a lease whose Unlock released it")
+		st, err := other.Inspect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, l.h.owner, st.Owner, "the key no longer held the lease that lapsed: nothing to test")
+
+		require.NoError(t, c.Close())
+		st, err = other.Inspect(ctx)
+		require.NoError(t, err)
+		require.False(t, st.Locked, "Close left the key of a lease that lapsed held, pttl %v", st.TTL)
+		require.ErrorIs(t, l.Unlock(ctx), ErrClosed)
+	})
+}
+
 // TestClientName: a dialed Client names its connections after its id and
 // WithClientName, on every node it talks to; its id stays a UUID.
 func TestClientName(t *testing.T) {

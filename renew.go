@@ -37,6 +37,11 @@ type watchdog struct {
 
 	mu      sync.Mutex
 	holders map[*holder]struct{}
+	// lapsed holds the holders reported lost because no renewal answered
+	// before their deadline (ErrConnectionLost), whose key may still hold
+	// them, until their Unlock released them or the key must have expired:
+	// Close, after which no Unlock is sent, releases what is left.
+	lapsed map[*holder]time.Time
 	// loop sleeps until the next deadline or renewal is due, an hour with
 	// nothing to watch: a new holder brings its timer forward when it needs
 	// it sooner (see add), and kicks it only while it is awake.
@@ -51,6 +56,7 @@ func newWatchdog(c *Client) *watchdog {
 		c:       c,
 		period:  c.cfg.watchdogLease / 3,
 		holders: make(map[*holder]struct{}),
+		lapsed:  make(map[*holder]time.Time),
 		loop:    newLoop(),
 
 		failures: retryLog{log: c.log, msg: "redisync: lease renewal failed"},
@@ -105,7 +111,8 @@ func (w *watchdog) remove(h *holder) {
 }
 
 // close stops the loop, reports every live lease lost with ErrClosed and
-// releases its lock in one pipelined batch.
+// releases its lock in one pipelined batch, with the locks of the leases
+// that lapsed and were not unlocked since (see lapse).
 func (w *watchdog) close() {
 	w.end(&w.mu)
 	w.mu.Lock()
@@ -113,12 +120,18 @@ func (w *watchdog) close() {
 	for h := range w.holders {
 		hs = append(hs, h)
 	}
+	lapsed := w.lapsed
+	w.lapsed = make(map[*holder]time.Time)
 	w.mu.Unlock()
 	batches := make(map[*leaseKind][]rueidis.LuaExec)
 	for _, h := range hs {
 		if h.lose(ErrClosed) {
 			batches[h.kind] = append(batches[h.kind], h.kind.releaseAll(h))
 		}
+	}
+	for h := range lapsed {
+		// The script frees the lock only while this ownership holds it.
+		batches[h.kind] = append(batches[h.kind], h.kind.releaseAll(h))
 	}
 	ctx, cancel := detached(context.Background())
 	defer cancel()
@@ -211,6 +224,11 @@ func (w *watchdog) run() {
 // none does; see ownRenewal).
 func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool, ownAt time.Time) {
 	w.mu.Lock()
+	for h, until := range w.lapsed {
+		if now.After(until) {
+			delete(w.lapsed, h)
+		}
+	}
 	var late []*holder
 	wait = time.Duration(1<<63 - 1)
 	for h := range w.holders {
@@ -231,12 +249,36 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool, ownAt ti
 	w.mu.Unlock()
 	for _, h := range late {
 		if h.watchdog {
-			h.lose(ErrConnectionLost)
+			if h.lose(ErrConnectionLost) {
+				w.lapse(h, now)
+			}
 		} else {
 			h.runOut()
 		}
 	}
 	return wait, any, ownAt
+}
+
+// lapse keeps h, reported lost at now because no renewal answered before
+// its deadline, for Close to release: its key may still hold it, for its
+// last renewals may have run (and a lease reported lost at its deadline has
+// a tenth of it left in Redis anyway). Its Unlock releases it (see
+// Lease.Unlock), but none is sent once the Client is closed. A renewal sent
+// before the deadline sets the key's expiry a lease from when it runs, and
+// one on its way runs within cleanupTimeout or never: h is forgotten once
+// that much more than a lease passed.
+func (w *watchdog) lapse(h *holder, now time.Time) {
+	w.mu.Lock()
+	w.lapsed[h] = now.Add(h.lease + cleanupTimeout)
+	w.mu.Unlock()
+}
+
+// released forgets a lapsed holder (see lapse) whose Unlock found it no
+// longer holding its lock in Redis: released, or gone.
+func (w *watchdog) released(h *holder) {
+	w.mu.Lock()
+	delete(w.lapsed, h)
+	w.mu.Unlock()
 }
 
 // ownRenewal tells when h needs a renewal pass of its own, between the
