@@ -387,6 +387,14 @@ func (w *scriptWait) run(ctx context.Context, try bool) (_ any, err error) {
 				return nil, ctxErr(ctx, lastErr)
 			}
 			if try || !transient(err) {
+				if transient(err) && w.w.Undo != nil {
+					// A single attempt that failed on the connection may
+					// have taken the lock before its reply was lost: its
+					// outcome is unknown, and nothing retries it to learn
+					// it. What it may have taken is given back, so that it
+					// is not left held, by nobody, until its lease ends.
+					w.c.cleanupBounded(ctx, w.w.Undo)
+				}
 				return nil, err
 			}
 			if err := backoff(err); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisync/redisync"
+	"github.com/redisync/redisync/internal/engine"
 	"github.com/redisync/redisync/internal/testenv"
 )
 
@@ -391,4 +392,55 @@ func TestRedissonRenewedLeaseHolderDies(t *testing.T) {
 	require.NoError(t, got.Unlock(ctx))
 	p.Heal()
 	<-l.Lost()
+}
+
+// TestTryLockWithLostReplyTakesNothing: a TryLock (of a Lock, a
+// FencedLock, a FairLock, a ReadWriteLock's write and read locks) whose script took the lock but
+// whose reply was lost on the connection returns the connection's error
+// and leaves nothing held: no attempt follows to learn the outcome, so
+// what the script may have taken is given back, and another Client takes
+// the lock at once rather than when the lease of nobody's hold runs out.
+func TestTryLockWithLostReplyTakesNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		c, rf := e.faultyClient(t, redisync.WithWatchdogLease(20*time.Second))
+		other := e.client(t)
+		ctx := withTimeout(t, 30*time.Second)
+		name := t.Name()
+		for _, tc := range []struct {
+			what   string
+			script engine.Script
+			try    func() error
+			taken  func() error // another Client's TryLock
+		}{
+			{"lock", redissonLockScript,
+				func() error { _, err := c.Lock(name + "-l").TryLock(ctx); return err },
+				func() error { return tryUnlock(ctx, other.Lock(name+"-l").TryLock) }},
+			{"fenced lock", redissonLockScript,
+				func() error { _, err := c.FencedLock(name + "-fl").TryLock(ctx); return err },
+				func() error { return tryUnlock(ctx, other.FencedLock(name+"-fl").TryLock) }},
+			{"fair lock", redissonFairLockScript,
+				func() error { _, err := c.FairLock(name + "-f").TryLock(ctx); return err },
+				func() error { return tryUnlock(ctx, other.FairLock(name+"-f").TryLock) }},
+			{"write lock", redissonRWWriteScript,
+				func() error { _, err := c.ReadWriteLock(name + "-w").TryLock(ctx); return err },
+				func() error { return tryUnlock(ctx, other.ReadWriteLock(name+"-w").TryLock) }},
+			{"read lock", redissonRWReadScript,
+				func() error { _, err := c.ReadWriteLock(name + "-r").TryRLock(ctx); return err },
+				func() error { return tryUnlock(ctx, other.ReadWriteLock(name+"-r").TryLock) }},
+		} {
+			r := rf.Lose(runs(tc.script), 1, 0)
+			require.ErrorIs(t, tc.try(), testenv.ErrReplyLost, tc.what)
+			require.Equal(t, 1, r.Hits(), tc.what)
+			require.NoError(t, tc.taken(), "%s: the lock its lost reply took is still held", tc.what)
+		}
+	})
+}
+
+// tryUnlock takes a lock with try and releases it.
+func tryUnlock(ctx context.Context, try func(context.Context) (*redisync.Lease, error)) error {
+	l, err := try(ctx)
+	if err != nil {
+		return err
+	}
+	return l.Unlock(ctx)
 }
