@@ -405,11 +405,13 @@ func (w *scriptWait) run(ctx context.Context, try bool) (_ any, err error) {
 		}
 		retry.reset()
 		if l != nil {
-			if ctx.Err() != nil {
+			if err := ctx.Err(); err != nil {
+				// Given back in the background past the call's grace, as
+				// the acquisitions of this package do (acquisition.keep).
 				if l, ok := l.(*Lease); ok {
-					l.abandon(ctx.Err())
+					w.c.cleanup(ctx, func(context.Context) { l.abandon(err) })
 				}
-				return nil, ctx.Err()
+				return nil, err
 			}
 			if fellBack {
 				w.c.fellBack(w.w.Primitive, w.w.Name, w.w.Name)

@@ -444,3 +444,48 @@ func tryUnlock(ctx context.Context, try func(context.Context) (*redisync.Lease, 
 	}
 	return l.Unlock(ctx)
 }
+
+// TestLockGrantAfterItsContextReturnsWithinGrace: a Lock whose acquire
+// reply comes after its context ended, within the grace, gives the lock
+// back, and returns at most the grace (and a margin) after the context
+// ended even while the release's own reply is held back; the lock is free
+// once the release answered.
+func TestLockGrantAfterItsContextReturnsWithinGrace(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		c, rf := e.faultyClient(t)
+		other := e.client(t)
+		name := t.Name()
+		rf.Hold(runs(redissonLockScript), 1, 300*time.Millisecond)
+		released := rf.Hold(func(cmd []string) bool {
+			return runs(redissonUnlockScript)(cmd) || runs(redissonReleaseScript)(cmd)
+		}, 1, 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		ended, _ := ctx.Deadline()
+		_, err := c.Lock(name).Lock(ctx)
+		returned := time.Now()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		select {
+		case <-released.Ran():
+		default:
+			t.Fatal("the lock the late reply took was not given back")
+		}
+		t.Logf("Lock returned %v after its context ended", returned.Sub(ended).Round(time.Millisecond))
+		require.Less(t, returned.Sub(ended), time.Second, "Lock waited for the give-back past its grace")
+		lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer lcancel()
+		require.NoError(t, tryUnlockEventually(lctx, other.Lock(name).TryLock), "the lock was not given back")
+	})
+}
+
+// tryUnlockEventually takes a lock with try, retrying until ctx ends, and
+// releases it.
+func tryUnlockEventually(ctx context.Context, try func(context.Context) (*redisync.Lease, error)) error {
+	for {
+		err := tryUnlock(ctx, try)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
