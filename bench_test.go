@@ -281,6 +281,107 @@ return 0`)
 	}
 }
 
+// BenchmarkHandOffRelease measures the server's side of a hand-off: the
+// release script run on a Mutex lock that one Client holds and another's
+// waiter waits for, so that the release hands the lock to it, with the
+// keys restored before each run (RESTORE, sent apart). script-µs/op is the
+// time the server spent in the script (EVALSHA's usec, inner commands
+// included):
+//   - release: release.lua, as Unlock runs it;
+//   - empty: a script that returns at once, with the same keys and
+//     arguments;
+//
+// each one right after the restore (warm) and after an idle as long as a
+// holder's in bench/peers C (idle: 10 ms), which is when a hand-off's
+// release runs. ns/op counts the restore, and the idle.
+func BenchmarkHandOffRelease(b *testing.B) {
+	e := standaloneEnv(b)
+	rc := e.rueidisClient(b)
+	ctx := context.Background()
+	holder, waiter := e.client(b), e.client(b)
+	name := "bench:handoff-release"
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := waiter.Mutex(name)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _, _ = m.Lock(wctx) }()
+	keys := []string{m.keys.lock, m.keys.queue, m.keys.waiters}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := rc.Do(ctx, rc.B().Zcard().Key(m.keys.queue).Build()).AsInt64()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the waiter did not queue")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	dumps := make([]string, len(keys))
+	for i, k := range keys {
+		if dumps[i], err = rc.Do(ctx, rc.B().Dump().Key(k).Build()).ToString(); err != nil {
+			b.Fatal(k, err)
+		}
+	}
+	args := holder.releaseExec(m.keys, l.h.owner, l.hold).Args
+	// Neither Client acts on the keys from here on: the waiter gives up,
+	// and both close.
+	cancel()
+	holder.Close()
+	waiter.Close()
+	restore := func() {
+		for i, k := range keys {
+			if err := rc.Do(ctx, rc.B().Restore().Key(k).Ttl(0).SerializedValue(dumps[i]).Replace().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	empty := rueidis.NewLuaScript("return 1")
+	for _, bc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"release", func() error {
+			n, err := releaseScript.exec(ctx, rc, keys, args).AsInt64()
+			if err == nil && n != 1 {
+				err = fmt.Errorf("the release answered %d, not 1: no hand-over", n)
+			}
+			return err
+		}},
+		{"empty", func() error { return empty.Exec(ctx, rc, keys, args).Error() }},
+	} {
+		for _, idle := range []time.Duration{0, 10 * time.Millisecond} {
+			label := bc.name + "/warm"
+			if idle > 0 {
+				label = bc.name + "/idle"
+			}
+			b.Run(label, func(b *testing.B) {
+				restore()
+				if err := bc.run(); err != nil { // loads the script
+					b.Fatal(err)
+				}
+				before := commandCalls(b, e.server)
+				b.ResetTimer()
+				for range b.N {
+					restore()
+					time.Sleep(idle)
+					if err := bc.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				reportCommands(b, commandDelta(b, before, commandCalls(b, e.server)), b.N, "op")
+			})
+		}
+	}
+}
+
 // BenchmarkMutexSerial measures one goroutine's Lock+Unlock cycles one
 // after the other, each with a deadline: the latency of an uncontended
 // cycle (two round trips at least).
