@@ -591,21 +591,21 @@ func (c *Client) ID() string {
 
 // Close stops the watchdog and every subscription and goroutine the Client
 // started. Every live Lease reports loss with ErrClosed, and its lock is
-// released in Redis at once (one pipelined batch, bounded by a few seconds)
-// so other clients do not wait for the lease to expire; so is the lock of a
-// Lease reported lost with ErrConnectionLost and not unlocked since, whose
-// key may still hold it (a lease or so after the loss, while it may).
-// Acquisitions in
-// progress return ErrClosed. Close also waits for the calls that returned
-// at their context's end while Redis did not answer, and for the undoing
-// of what they sent, so that what a script took is given back after it
-// ran: until Redis answers, 5 s at most for an undo, and for a call as
-// long as rueidis waits for a reply (opt.ConnWriteTimeout, 10 s by
-// default, for a connection that stalls). Places in queues that the Client
-// failed to leave, which its background loop was still retrying, are
-// left once more (5 s at most). Close is idempotent and returns
-// nil; later calls on the Client and its primitives return ErrClosed. A Client not made by
-// New or Dial (a zero Client) has nothing to close: ErrInvalidArgument.
+// released in Redis at once (one pipelined batch, bounded by a few
+// seconds) so other clients do not wait for the lease to expire; so is the
+// lock of a Lease reported lost with ErrConnectionLost and not unlocked
+// since, whose key may still hold it for up to a lease after the loss.
+// Acquisitions in progress return ErrClosed. Close also waits for the
+// calls that returned at their context's end while Redis did not answer,
+// and for the undoing of what they sent, so that what a script took is
+// given back after it ran: until Redis answers, 5 s at most for an undo,
+// and for a call as long as rueidis waits for a reply
+// (opt.ConnWriteTimeout, 10 s by default, for a connection that stalls).
+// Places in queues that the Client failed to leave, which its background
+// loop was still retrying, are left once more (5 s at most). Close is
+// idempotent and returns nil; later calls on the Client and its primitives
+// return ErrClosed. A Client not made by New or Dial (a zero Client) has
+// nothing to close: ErrInvalidArgument.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
