@@ -167,7 +167,9 @@ func TestMutexKeepCheckPastUnlock(t *testing.T) {
 			return runsWith(renewScript, l.h.owner)(cmd) && cmd[len(cmd)-1] == "0"
 		}
 		r := rf.hold(checks, 1, time.Hour)
-		uctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		// Long enough for the keep's round trip, on a loaded machine too:
+		// its check must be sent within it.
+		uctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- l.Unlock(uctx) }()

@@ -327,6 +327,10 @@ type holder struct {
 	// is left to expire, and the ownership is no longer renewed once its
 	// last lease ends.
 	detached bool
+	// unheld is set once an Unlock of the ownership found that Redis
+	// counts no hold of it any more: a loss reported then or later leaves
+	// nothing for Close to release (see watchdog.lapse).
+	unheld bool
 	// reentered is set once a re-entry of the ownership is about to be
 	// sent (leaseFrom), whether or not it is granted: from then on Redis may
 	// count a hold that no Lease of the Client shows yet, and may have
@@ -759,13 +763,17 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Unlock()
 	h.mu.Lock()
 	lostAt := h.lostAt
+	if err == nil && st != stillHeld {
+		h.unheld = true
+	}
 	h.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	if st != stillHeld && !lostAt.IsZero() {
 		// Redis no longer counts a hold of the ownership: Close has
-		// nothing left to release for it.
+		// nothing left to release for it. A loss reported after lostAt was
+		// read finds unheld set, and keeps nothing.
 		h.c.watchdog.released(h)
 	}
 	if st == notHeld && !unsure.IsZero() && (lostAt.IsZero() || lostAt.After(unsure)) && unsure.Before(h.vouchedUntil()) {

@@ -130,8 +130,14 @@ func (w *watchdog) close() {
 		}
 	}
 	for h := range lapsed {
-		// The script frees the lock only while this ownership holds it.
-		batches[h.kind] = append(batches[h.kind], h.kind.releaseAll(h))
+		// The script frees the lock only while this ownership holds it. A
+		// lease detached since is left to expire.
+		h.mu.Lock()
+		detached := h.detached
+		h.mu.Unlock()
+		if !detached {
+			batches[h.kind] = append(batches[h.kind], h.kind.releaseAll(h))
+		}
 	}
 	ctx, cancel := detached(context.Background())
 	defer cancel()
@@ -264,13 +270,21 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool, ownAt ti
 // last renewals may have run (and a lease reported lost at its deadline has
 // a tenth of it left in Redis anyway). Its Unlock releases it (see
 // Lease.Unlock), but none is sent once the Client is closed. A renewal sent
-// before the deadline sets the key's expiry a lease from when it runs, and
-// one on its way runs within cleanupTimeout or never: h is forgotten once
-// that much more than a lease passed.
+// before the deadline sets the key's expiry a lease from when it runs;
+// one held up on its way may run later still, which the Client cannot
+// know: h is forgotten once cleanupTimeout more than a lease passed, and a
+// key a renewal kept longer than that expires with it. An ownership that
+// an Unlock already found unheld, or one with a detached lease (left to
+// expire, as Detach promises), is not kept.
 func (w *watchdog) lapse(h *holder, now time.Time) {
 	w.mu.Lock()
-	w.lapsed[h] = now.Add(h.lease + cleanupTimeout)
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	h.mu.Lock()
+	skip := h.unheld || h.detached
+	h.mu.Unlock()
+	if !skip {
+		w.lapsed[h] = now.Add(h.lease + cleanupTimeout)
+	}
 }
 
 // released forgets a lapsed holder (see lapse) whose Unlock found it no
