@@ -335,13 +335,15 @@ func BenchmarkHandOffRelease(b *testing.B) {
 	cancel()
 	holder.Close()
 	waiter.Close()
-	restore := func() {
+	restore := func(b *testing.B) {
 		for i, k := range keys {
 			if err := rc.Do(ctx, rc.B().Restore().Key(k).Ttl(0).SerializedValue(dumps[i]).Replace().Build()).Error(); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
+	// Restored without an expiry: deleted at the end.
+	b.Cleanup(func() { rc.Do(context.Background(), rc.B().Del().Key(keys...).Build()) })
 	empty := rueidis.NewLuaScript("return 1")
 	for _, bc := range []struct {
 		name string
@@ -362,14 +364,14 @@ func BenchmarkHandOffRelease(b *testing.B) {
 				label = bc.name + "/idle"
 			}
 			b.Run(label, func(b *testing.B) {
-				restore()
+				restore(b)
 				if err := bc.run(); err != nil { // loads the script
 					b.Fatal(err)
 				}
 				before := commandCalls(b, e.server)
 				b.ResetTimer()
 				for range b.N {
-					restore()
+					restore(b)
 					time.Sleep(idle)
 					if err := bc.run(); err != nil {
 						b.Fatal(err)
