@@ -268,7 +268,7 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 // is given back, in the background.
 func (a *acquisition) keep(ctx context.Context, l *Lease) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
-		a.c.cleanup(ctx, func(context.Context) { l.abandon(err) })
+		l.abandonAfter(ctx, err)
 		return nil, err
 	}
 	return l, nil

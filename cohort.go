@@ -237,7 +237,7 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 			return co.lead(ctx, m)
 		}
 		if err := ctx.Err(); err != nil {
-			c.cleanup(ctx, func(context.Context) { l.abandon(err) })
+			l.abandonAfter(ctx, err)
 			return nil, err
 		}
 		if f := c.cfg.metrics.PassedOn; f != nil {
@@ -261,7 +261,7 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 	co.mu.Unlock()
 	// Its turn came as it gave up: pass it on.
 	if l := <-w.turn; l != nil {
-		c.cleanup(ctx, func(ctx context.Context) { l.abandon(err) })
+		l.abandonAfter(ctx, err)
 	} else {
 		co.endLead()
 	}
@@ -602,26 +602,22 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	}
 	ended = co.forget(l)
 	co.mu.Unlock()
-	switch {
-	case err != nil:
-		// Kept or not: released now. A release that finds the lock moved
+	if err != nil || kept {
+		// Not to be passed on: the keep failed (kept or not), nobody waits
+		// any more, the replicas did not acknowledge the block, the lease
+		// is lost, or the check of the ownership did not answer before ctx
+		// ended. Released now, as the second half of a call made within
+		// ctx: with the grace of a call on its way, or an end of ctx during
+		// the keep would leave the lock kept in Redis, and renewed, for
+		// nobody. A release after a failed keep that finds the lock moved
 		// on reports what the keep did (see Unlock and l.unsure).
-		l.mu.Lock()
-		if l.unsure.IsZero() {
-			l.unsure = sent
+		if err != nil {
+			l.mu.Lock()
+			if l.unsure.IsZero() {
+				l.unsure = sent
+			}
+			l.mu.Unlock()
 		}
-		l.mu.Unlock()
-		actx, done := inflight(ctx)
-		defer done()
-		st, err = h.kind.unlock(actx, h, l.hold)
-		return false, st, err, ended
-	case kept:
-		// Not to be passed on: nobody waits any more, the replicas did not
-		// acknowledge the block, the lease is lost, or the check of the
-		// ownership did not answer before ctx ended. The keep's own call
-		// answered within ctx, and this release is its second half: it gets
-		// the grace of a call on its way, or a check that took ctx's end
-		// would leave the lock kept in Redis, and renewed, for nobody.
 		actx, done := inflight(ctx)
 		defer done()
 		st, err = h.kind.unlock(actx, h, l.hold)

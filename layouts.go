@@ -388,11 +388,8 @@ func (w *scriptWait) run(ctx context.Context, try bool) (_ any, err error) {
 			}
 			if try || !transient(err) {
 				if transient(err) && w.w.Undo != nil {
-					// A single attempt that failed on the connection may
-					// have taken the lock before its reply was lost: its
-					// outcome is unknown, and nothing retries it to learn
-					// it. What it may have taken is given back, so that it
-					// is not left held, by nobody, until its lease ends.
+					// Its outcome is unknown: given back, as
+					// acquisition.run gives back a single attempt's.
 					w.c.cleanupBounded(ctx, w.w.Undo)
 				}
 				return nil, err
@@ -406,10 +403,8 @@ func (w *scriptWait) run(ctx context.Context, try bool) (_ any, err error) {
 		retry.reset()
 		if l != nil {
 			if err := ctx.Err(); err != nil {
-				// Given back in the background past the call's grace, as
-				// the acquisitions of this package do (acquisition.keep).
 				if l, ok := l.(*Lease); ok {
-					w.c.cleanup(ctx, func(context.Context) { l.abandon(err) })
+					l.abandonAfter(ctx, err)
 				}
 				return nil, err
 			}

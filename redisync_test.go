@@ -115,6 +115,9 @@ func TestCloseReleasesALeaseLostOnALapse(t *testing.T) {
 		unlocked := c.Mutex(t.Name()+"-2", WithRenewedLease(5*time.Second), WithLocalPasses(0, 0))
 		l2 := mustLock(t, ctx, unlocked.Lock)
 		l := mustLock(t, ctx, m.Lock)
+		// A re-entry lapses with it; its Unlock leaves the outer hold in
+		// Redis, for Close to release.
+		re := mustLock(t, l.Context(), m.Lock)
 		d, ok := l.Deadline()
 		require.True(t, ok)
 		resume := c.stallWatchdog()
@@ -137,6 +140,11 @@ func TestCloseReleasesALeaseLostOnALapse(t *testing.T) {
 		_, kept := c.watchdog.lapsed[l2.h]
 		c.watchdog.mu.Unlock()
 		require.False(t, kept, "Close would release again a lease whose Unlock released it")
+		require.NoError(t, re.Unlock(ctx), "the Unlock of a re-entry that lapsed releases its hold")
+		c.watchdog.mu.Lock()
+		_, kept = c.watchdog.lapsed[l.h]
+		c.watchdog.mu.Unlock()
+		require.True(t, kept, "a lapsed ownership still held through its outer lease was forgotten")
 		st, err := other.Inspect(ctx)
 		require.NoError(t, err)
 		require.Equal(t, l.h.owner, st.Owner, "the key no longer held the lease that lapsed: nothing to test")

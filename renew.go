@@ -274,15 +274,15 @@ func (w *watchdog) expire(now time.Time) (wait time.Duration, any bool, ownAt ti
 // one held up on its way may run later still, which the Client cannot
 // know: h is forgotten once cleanupTimeout more than a lease passed, and a
 // key a renewal kept longer than that expires with it. An ownership that
-// an Unlock already found unheld, or one with a detached lease (left to
-// expire, as Detach promises), is not kept.
+// an Unlock already found unheld is not kept (one with a detached lease is
+// skipped by close, which it may be detached before).
 func (w *watchdog) lapse(h *holder, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h.mu.Lock()
-	skip := h.unheld || h.detached
+	unheld := h.unheld
 	h.mu.Unlock()
-	if !skip {
+	if !unheld {
 		w.lapsed[h] = now.Add(h.lease + cleanupTimeout)
 	}
 }
