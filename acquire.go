@@ -268,7 +268,7 @@ func (a *acquisition) await(ctx context.Context, w *waiting, wait time.Duration)
 // is given back, in the background.
 func (a *acquisition) keep(ctx context.Context, l *Lease) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
-		l.abandonAfter(ctx, err)
+		a.c.abandonAfter(ctx, l, err)
 		return nil, err
 	}
 	return l, nil

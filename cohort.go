@@ -237,7 +237,7 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 			return co.lead(ctx, m)
 		}
 		if err := ctx.Err(); err != nil {
-			l.abandonAfter(ctx, err)
+			c.abandonAfter(ctx, l, err)
 			return nil, err
 		}
 		if f := c.cfg.metrics.PassedOn; f != nil {
@@ -261,7 +261,7 @@ func (c *Client) acquireLocally(ctx context.Context, m *Mutex) (*Lease, error) {
 	co.mu.Unlock()
 	// Its turn came as it gave up: pass it on.
 	if l := <-w.turn; l != nil {
-		l.abandonAfter(ctx, err)
+		c.abandonAfter(ctx, l, err)
 	} else {
 		co.endLead()
 	}

@@ -404,7 +404,7 @@ func (w *scriptWait) run(ctx context.Context, try bool) (_ any, err error) {
 		if l != nil {
 			if err := ctx.Err(); err != nil {
 				if l, ok := l.(*Lease); ok {
-					l.abandonAfter(ctx, err)
+					w.c.abandonAfter(ctx, l, err)
 				}
 				return nil, err
 			}

@@ -1078,11 +1078,13 @@ func (l *Lease) Name() string {
 // lease already released or failed.
 func (l *Lease) abandon(err error) { l.giveBack(err, false) }
 
-// abandonAfter abandons a lease granted as its acquirer gave up (err: ctx's
-// error, or ErrClosed), in the background (Client.cleanup): the acquirer
-// returns within the grace of its call, whatever Redis does meanwhile.
-func (l *Lease) abandonAfter(ctx context.Context, err error) {
-	l.h.c.cleanup(ctx, func(context.Context) { l.abandon(err) })
+// abandonAfter abandons l, a lease granted as its acquirer gave up (err:
+// ctx's error, or ErrClosed), in the background (cleanup): the acquirer
+// returns within the grace of its call, whatever Redis does meanwhile. l
+// may be a lease of no lock (a Latch's wait), without a holder: the
+// Client is the acquirer's.
+func (c *Client) abandonAfter(ctx context.Context, l *Lease, err error) {
+	c.cleanup(ctx, func(context.Context) { l.abandon(err) })
 }
 
 // reclaim abandons a lease Acquire offered, if nobody claimed it: its ctx
