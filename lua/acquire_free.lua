@@ -11,7 +11,7 @@ if took then
     local t = redis.call('TIME')
     token = next_token(t, last)
     reserved = reservable(t, token, ARGV[9])
-    give(KEYS[1], token, ARGV[1], ARGV[2], ARGV[3], reserved > 0 and 't' or nil, token_field(token, reserved), queued and '1' or '')
+    give(KEYS[1], token, ARGV[1], ARGV[2], ARGV[3], nil, nil, queued and '1' or '', reserved)
   else
     token = take(KEYS[1], nil, last, ARGV[1], ARGV[2], ARGV[3], nil, nil, queued and '1' or '')
   end

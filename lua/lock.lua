@@ -99,9 +99,15 @@ local function write(lock, f, mark, value, queued)
 end
 
 -- Give a free lock to owner with one hold, token and lease ms, writing
--- mark, value and queued as write does.
-local function give(lock, token, owner, hold, lease, mark, value, queued)
-  write(lock, {'owner', owner, 'holds', hold, 'token', token}, mark, value, queued)
+-- mark, value and queued as write does, and in the same HSET, when
+-- reserved is more than 0, the field t of that many tokens reserved after
+-- token (reservable).
+local function give(lock, token, owner, hold, lease, mark, value, queued, reserved)
+  local f = {'owner', owner, 'holds', hold, 'token', token}
+  if reserved and reserved > 0 then
+    f[7], f[8] = 't', token_field(token, reserved)
+  end
+  write(lock, f, mark, value, queued)
   redis.call('PEXPIRE', lock, lease)
 end
 

@@ -234,8 +234,8 @@ end
 -- lock becomes the waiter's, with the lease it asked for, and
 -- 'g:<id> <token> <ms>' tells it, with the server's clock at the release.
 -- A waiter whose entry asks for tokens for its Client's local passes gets
--- them reserved after its token, as a free lock's taker does
--- (reserve_tokens), and their number told after the clock:
+-- them reserved after its token (reservable), written with the ownership
+-- as a free lock's taker has them, and their number told after the clock:
 -- 'g:<id> <token> <ms> <n>'. A waiter that did not ask for that (fixed
 -- leases), or that follows '*', is woken with 'w:<id>' instead and takes the
 -- lock itself. Both go to the waiter's Client alone (tell). '*' is consumed
@@ -254,9 +254,10 @@ local function vacate(lock, last, queue, waiters, channel, retention, mark, valu
   end
   if lease then
     dropped(waiters, h, others)
-    local token = take(lock, t, last, owner, hold, lease, mark, value, others and '1' or '')
+    local token = next_token(t, last)
+    local reserved = reservable(t, token, reserve)
+    give(lock, token, owner, hold, lease, mark, value, others and '1' or '', reserved)
     local told = 'g:' .. h .. ' ' .. token .. ' ' .. now_ms(t)
-    local reserved = reserve_tokens(lock, t, token, reserve)
     if reserved > 0 then
       told = told .. ' ' .. reserved
     end
