@@ -101,12 +101,15 @@ type groupState struct {
 	quorum  bool
 	timeout time.Duration // bounds each release command; 0: the caller's context only
 
-	relMu sync.Mutex // one release at a time
+	// rel holds one token while a release runs: one release at a time. An
+	// Unlock waits for the one running (the release after a loss) only as
+	// long as its context and the grace of its call allow.
+	rel chan struct{}
 
 	mu        sync.Mutex
 	releasing bool // a release began: members ending are not losses
 	lost      bool
-	errored   bool // a release had no answer (guarded by relMu)
+	errored   bool // a release had no answer (guarded by rel)
 }
 
 // newGroupLease makes the Lease of a group whose members are held (a
@@ -115,7 +118,7 @@ type groupState struct {
 // timeout. The Lease reports to Metrics as primitive, and the members not
 // reported yet as "mutex" locks acquired since start.
 func newGroupLease(ctx context.Context, primitive string, c *Client, name string, ms []*member, need int, token uint64, timeout time.Duration, start time.Time) *Lease {
-	gs := &groupState{name: name, members: ms, need: need, quorum: timeout > 0, timeout: timeout}
+	gs := &groupState{name: name, members: ms, need: need, quorum: timeout > 0, timeout: timeout, rel: make(chan struct{}, 1)}
 	// The holder's key names it in log lines and in the context; it has no
 	// '{' or '}', which every lock key has, so it is never a lock's key.
 	desc := "group " + strings.NewReplacer("{", `\x7b`, "}", `\x7d`).Replace(name)
@@ -243,8 +246,23 @@ func (gs *groupState) lossReason(m *member, held int) error {
 // release releases every member that may still be held (the leaseKind
 // unlock of a group holder). If logMsg is set, a failure is logged with it.
 func (gs *groupState) release(ctx context.Context, logMsg string) (releaseState, error) {
-	gs.relMu.Lock()
-	defer gs.relMu.Unlock()
+	select {
+	case gs.rel <- struct{}{}:
+	default:
+		// Another release runs: the one after the group's loss, which may
+		// wait for Redis up to its own bound, or a concurrent Unlock. Its
+		// outcome is this one's, unknown until it returns: past ctx and
+		// its grace, the caller gets ctx's error, as from a release with
+		// no answer, and may call Unlock again.
+		over, stop := graceOver(ctx)
+		defer stop()
+		select {
+		case gs.rel <- struct{}{}:
+		case <-over:
+			return notHeld, ctx.Err()
+		}
+	}
+	defer func() { <-gs.rel }()
 	gs.mu.Lock()
 	lostBefore := gs.lost && logMsg == ""
 	gs.releasing = true
@@ -286,7 +304,7 @@ var errUnknownOutcome = errors.New("redisync: release: outcome unknown")
 
 // outcome reads what the releases of the members found: freed when the
 // group held until released, notHeld and the reason when not, an error
-// when that is unknown. Called with relMu held.
+// when that is unknown. Called holding rel.
 func (gs *groupState) outcome() (st releaseState, reason, err error) {
 	if gs.quorum {
 		return gs.quorumOutcome()
