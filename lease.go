@@ -672,6 +672,11 @@ func (l *Lease) endContext(reason error) {
 // Unlock releases this acquisition. A lease that re-entered its lock
 // releases only its own hold; the lock is free once every hold is released.
 //
+// An Unlock whose ctx has already ended sends nothing and returns ctx's
+// error: the lease still holds, renewed as before, until a retry releases
+// it. A deferred Unlock that must release after a request's context ended
+// passes context.WithoutCancel(ctx).
+//
 // Unlock is safe to retry: after an error from Redis or from ctx, calling
 // it again never releases anyone else's lock, and does not report a false
 // ErrNotHeld for an attempt sent before the lease's Deadline: one that
@@ -707,6 +712,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if !h.kind.spansClients && h.c.isClosed() {
 		return errorf("%w: %w", ErrNotHeld, ErrClosed)
 	}
+	if err := ctx.Err(); err != nil {
+		// Nothing is sent on an ended context: the lease still holds, and
+		// a retry reports what Redis says then.
+		return err
+	}
 	// A Mutex passed on locally (cohort) passes now, or asks Redis to keep
 	// the lock for its waiters (keep), or releases it; ended then lets the
 	// next waiter lead.
@@ -741,6 +751,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	h.beginRelease()
 	defer h.endRelease()
 	sent := time.Now()
+	// A release sent on an ended context (a wait above outlasted it) never
+	// left: it cannot have freed the lock, and makes the lease no less sure.
+	live := ctx.Err() == nil
 	var st releaseState
 	var err error
 	if keep {
@@ -755,7 +768,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	unsure := l.unsure
 	switch {
-	case err != nil && unsure.IsZero():
+	case err != nil && unsure.IsZero() && live:
 		l.unsure = sent
 	case err == nil && !unsure.IsZero():
 		l.unsure = time.Time{}

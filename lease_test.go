@@ -231,3 +231,48 @@ func TestLeaseDetachedUnderReentry(t *testing.T) {
 		}, "the detached hold is still renewed after the last re-entry unlocked")
 	})
 }
+
+// An Unlock whose context had ended sends nothing: it returns the
+// context's error and the lease still holds, renewed by the watchdog, so
+// that a retry reports what Redis says then. When the lock was lost
+// meanwhile (forced, and taken by another owner), the retry returns
+// ErrNotHeld: no release of the first call reached Redis to free it
+// before. A Group's members stay held and renewed the same way.
+func TestUnlockWithEndedContextSendsNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		ctx := withTimeout(t, 30*time.Second)
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		c := e.client(t, WithWatchdogLease(600*time.Millisecond))
+		other := e.client(t)
+		name := "{" + t.Name() + "}"
+
+		l := mustLock(t, ctx, c.Mutex(name+":m").Lock)
+		require.ErrorIs(t, l.Unlock(done), context.Canceled)
+		require.NoError(t, l.Err())
+		forced, err := other.Mutex(name + ":m").ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, forced)
+		ol := mustLock(t, ctx, other.Mutex(name+":m").Lock)
+		select {
+		case <-l.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the forced lease was not reported lost")
+		}
+		err = l.Unlock(ctx)
+		require.ErrorIs(t, err, ErrNotHeld, "a retry of an Unlock that sent nothing reported the lock freed by it")
+		require.NoError(t, ol.Unlock(ctx))
+
+		g := NewGroup(c.Mutex(name+":a"), c.Mutex(name+":b"))
+		gl := mustLock(t, ctx, g.Lock)
+		require.ErrorIs(t, gl.Unlock(done), context.Canceled)
+		// Two leases later, the members are still held: renewed.
+		time.Sleep(1200 * time.Millisecond)
+		require.NoError(t, gl.Err())
+		_, err = other.Mutex(name + ":a").TryLock(ctx)
+		require.ErrorIs(t, err, ErrLocked, "a member of the group was let go by an Unlock that sent nothing")
+		require.NoError(t, gl.Unlock(ctx))
+		ol = mustLock(t, ctx, other.Mutex(name+":a").TryLock)
+		require.NoError(t, ol.Unlock(ctx))
+	})
+}

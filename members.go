@@ -261,6 +261,12 @@ func (gs *groupState) release(ctx context.Context, logMsg string) (releaseState,
 		case <-over:
 			return notHeld, ctx.Err()
 		}
+		if err := ctx.Err(); err != nil {
+			// Its turn came in the grace: a release sent now would leave
+			// nothing, and fail every member as unanswered.
+			<-gs.rel
+			return notHeld, err
+		}
 	}
 	defer func() { <-gs.rel }()
 	gs.mu.Lock()
