@@ -204,8 +204,10 @@ func (l *FairLock) acquire(ctx context.Context, try bool) (*redisync.Lease, erro
 			queued = false
 			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch), Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
-				// The outer lease ended meanwhile: give the hold back.
-				l.releaseHold(owner, how, lease)
+				// The outer lease ended meanwhile, or a late grant was not
+				// confirmed: the hold is given back, in the background
+				// once the call's grace passed.
+				c.cleanup(ctx, func(ctx context.Context) { l.releaseHold(ctx, owner, how, lease) })
 			}
 			return gl, 0, err
 		},
@@ -228,10 +230,9 @@ func (l *FairLock) leave(ctx context.Context, owner, how, waitMs string) {
 	}
 }
 
-// releaseHold gives back one hold taken for a lease that could not be made.
-func (l *FairLock) releaseHold(owner, how string, lease time.Duration) {
-	ctx, cancel := l.c.detached(context.Background())
-	defer cancel()
+// releaseHold gives back one hold taken for a lease that could not be made,
+// with ctx (detached from the acquisition's: see cleanup).
+func (l *FairLock) releaseHold(ctx context.Context, owner, how string, lease time.Duration) {
 	redissonFairUnlockScript.Exec(ctx, l.c.rc, redissonFairUnlockKeys(l.name, l.keys, redissonRequestID()),
 		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, "1", how, "0", nowMs()})
 }

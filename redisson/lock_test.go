@@ -478,6 +478,58 @@ func TestLockGrantAfterItsContextReturnsWithinGrace(t *testing.T) {
 	})
 }
 
+// TestLockUnconfirmedGrantReturnsWithinGrace: a Lock whose acquire reply
+// came late (a third of its lease or more after it was sent) confirms the
+// grant with a renewal before it delivers the Lease. When no renewal
+// answers, it gives up at the grace after its context ended and gives the
+// hold back, in the background: it returns within the grace (and a
+// margin) while that release's own reply is held back, and the lock is
+// free once the release answered. Lock, FairLock and ReadWriteLock's write
+// lock.
+func TestLockUnconfirmedGrantReturnsWithinGrace(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		c, rf := e.faultyClient(t)
+		other := e.client(t)
+		name := t.Name()
+		lease := WithRenewedLease(600 * time.Millisecond)
+		for _, tc := range []struct {
+			what                   string
+			acquire, renew, unlock engine.Script
+			lock                   func(context.Context) error
+			other                  func(context.Context) (*redisync.Lease, error) // another Client's TryLock
+		}{
+			{"lock", redissonLockScript, redissonRenewScript, redissonUnlockScript,
+				func(ctx context.Context) error { _, err := c.Lock(name+"-l", lease).Lock(ctx); return err },
+				other.Lock(name + "-l").TryLock},
+			{"fair lock", redissonFairLockScript, redissonRenewScript, redissonFairUnlockScript,
+				func(ctx context.Context) error { _, err := c.FairLock(name+"-f", lease).Lock(ctx); return err },
+				other.FairLock(name + "-f").TryLock},
+			{"write lock", redissonRWWriteScript, redissonRWRenewScript, redissonRWUnlockScript,
+				func(ctx context.Context) error { _, err := c.ReadWriteLock(name+"-w", lease).Lock(ctx); return err },
+				other.ReadWriteLock(name + "-w").TryLock},
+		} {
+			late := rf.Hold(runs(tc.acquire), 1, 300*time.Millisecond)
+			unconfirmed := rf.Lose(runs(tc.renew), -1, 0)
+			released := rf.Hold(runs(tc.unlock), 1, 3*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+			ended, _ := ctx.Deadline()
+			err := tc.lock(ctx)
+			returned := time.Now()
+			cancel()
+			require.ErrorIs(t, err, context.DeadlineExceeded, tc.what)
+			require.Equal(t, 1, late.Hits(), tc.what)
+			require.Positive(t, unconfirmed.Hits(), "%s: the late grant was not confirmed", tc.what)
+			t.Logf("%s: Lock returned %v after its context ended", tc.what, returned.Sub(ended).Round(time.Millisecond))
+			require.Less(t, returned.Sub(ended), 2*time.Second, "%s: Lock waited for the give-back past its grace", tc.what)
+			rf.Drop(unconfirmed)
+			lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			<-released.Ran()
+			require.NoError(t, tryUnlockEventually(lctx, tc.other), "%s: the hold was not given back", tc.what)
+			lcancel()
+		}
+	})
+}
+
 // tryUnlockEventually takes a lock with try, retrying until ctx ends, and
 // releases it.
 func tryUnlockEventually(ctx context.Context, try func(context.Context) (*redisync.Lease, error)) error {

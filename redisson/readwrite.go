@@ -347,8 +347,10 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch),
 				Lease: lease, Watchdog: watchdog, Sent: sent, Shared: time.Duration(shared) * time.Millisecond})
 			if err != nil {
-				// The outer lease ended meanwhile: give the hold back.
-				l.releaseHold(owner, how, lease, s.write)
+				// The outer lease ended meanwhile, or a late grant was not
+				// confirmed: the hold is given back, in the background
+				// once the call's grace passed.
+				c.cleanup(ctx, func(ctx context.Context) { l.releaseHold(ctx, owner, how, lease, s.write) })
 				return nil, 0, err
 			}
 			switch {
@@ -364,10 +366,9 @@ func (s redissonRWSide) acquire(ctx context.Context, try bool) (*redisync.Lease,
 	return c.wait(ctx, w, try)
 }
 
-// releaseHold gives back one hold taken for a lease that could not be made.
-func (l *ReadWriteLock) releaseHold(owner, how string, lease time.Duration, write bool) {
-	ctx, cancel := l.c.detached(context.Background())
-	defer cancel()
+// releaseHold gives back one hold taken for a lease that could not be made,
+// with ctx (detached from the acquisition's: see cleanup).
+func (l *ReadWriteLock) releaseHold(ctx context.Context, owner, how string, lease time.Duration, write bool) {
 	redissonRWUnlockScript.Exec(ctx, l.c.rc, []string{l.keys.Lock, l.keys.Channel, redissonLatchKey(l.name, redissonRequestID())},
 		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, "1", how, "0", rwSideArg(write)})
 }

@@ -510,8 +510,10 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 			token, _ := res[2].AsInt64()
 			gl, err := grant(&engine.Grant{Kind: kind, Name: l.name, Keys: l.keys, Key: l.keys.Lock, Owner: owner, Hold: redissonHold(l.cfg.latch), Token: token, Lease: lease, Watchdog: watchdog, Sent: sent})
 			if err != nil {
-				// The outer lease ended meanwhile: give the hold back.
-				l.releaseHold(owner, how, lease)
+				// The outer lease ended meanwhile, or a late grant was not
+				// confirmed: the hold is given back, in the background
+				// once the call's grace passed.
+				c.cleanup(ctx, func(ctx context.Context) { l.releaseHold(ctx, owner, how, lease) })
 			}
 			return gl, 0, err
 		},
@@ -520,10 +522,9 @@ func (l *Lock) acquire(ctx context.Context, try bool) (*redisync.Lease, error) {
 	return c.wait(ctx, w, try)
 }
 
-// releaseHold gives back one hold taken for a lease that could not be made.
-func (l *Lock) releaseHold(owner, how string, lease time.Duration) {
-	ctx, cancel := l.c.detached(context.Background())
-	defer cancel()
+// releaseHold gives back one hold taken for a lease that could not be made,
+// with ctx (detached from the acquisition's: see cleanup).
+func (l *Lock) releaseHold(ctx context.Context, owner, how string, lease time.Duration) {
 	redissonUnlockScript.Exec(ctx, l.c.rc, []string{l.keys.Lock, l.keys.Channel, redissonLatchKey(l.name, redissonRequestID())},
 		[]string{strconv.FormatInt(lease.Milliseconds(), 10), owner, "1", how, "0"})
 }
