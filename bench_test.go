@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redisync/redisync/internal/engine"
 	"github.com/redisync/redisync/internal/redistest"
 )
 
@@ -285,12 +286,21 @@ return 0`)
 // release script run on a Mutex lock that one Client holds and another's
 // waiter waits for, so that the release hands the lock to it, with the
 // keys restored before each run (RESTORE, sent apart). script-µs/op is the
-// time the server spent in the script (EVALSHA's usec, inner commands
-// included):
+// time the server spent in the script (EVALSHA's or FCALL's usec, inner
+// commands included):
 //   - release: release.lua, as Unlock runs it;
-//   - empty: a script that returns at once, with the same keys and
-//     arguments;
+//   - function: the same code as a Redis function (FUNCTION LOAD once,
+//     then FCALL): the preludes' functions are defined at the load, not at
+//     every call;
+//   - commands: a script of the commands the release runs here (HMGET,
+//     ZPOPMIN, TIME, HMGET, DEL, HSET, PEXPIRE, SPUBLISH), on the same
+//     keys, without its logic;
+//   - definitions: the release's preludes (lock.lua, prelude.lua,
+//     lock_queue.lua), which define its functions, and nothing after;
+//   - publish: a script that only publishes a message;
+//   - empty: a script that returns at once;
 //
+// all with the same keys and arguments,
 // each one right after the restore (warm) and after an idle as long as a
 // holder's in bench/peers C (idle: 10 ms), which is when a hand-off's
 // release runs. ns/op counts the restore, and the idle.
@@ -344,18 +354,42 @@ func BenchmarkHandOffRelease(b *testing.B) {
 	}
 	// Restored without an expiry: deleted at the end.
 	b.Cleanup(func() { rc.Do(context.Background(), rc.B().Del().Key(keys...).Build()) })
+	lib := "#!lua name=redisync_bench\n" + engine.Source(luaFiles, "lua", "lock", "prelude", "lock_queue") +
+		"redis.register_function('redisync_bench_release', function(KEYS, ARGV)\n" +
+		engine.Source(luaFiles, "lua", "release_last", "release") + "end)\n"
+	if err := rc.Do(ctx, rc.B().FunctionLoad().Replace().FunctionCode(lib).Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rc.Do(context.Background(), rc.B().FunctionDelete().LibraryName("redisync_bench").Build()) })
+	commands := rueidis.NewLuaScript(`redis.call('HMGET', KEYS[1], 'owner', 'holds', 'token', 't', 'q')
+redis.call('ZPOPMIN', KEYS[2])
+redis.call('TIME')
+redis.call('HMGET', KEYS[3], 'c', 'w', 'n')
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[1], 'owner', 'o', 'holds', '#1', 'token', '2', 'r', 'r', 'q', '')
+redis.call('PEXPIRE', KEYS[1], 30000)
+redis.pcall('SPUBLISH', ARGV[4] .. ':c', 'g:c:1 2 3')
+return 1`)
+	definitions := rueidis.NewLuaScript(engine.Source(luaFiles, "lua", "lock", "prelude", "lock_queue") + "return 1")
+	publish := rueidis.NewLuaScript(`redis.pcall('SPUBLISH', ARGV[4] .. ':c', 'g:c:1 2 3') return 1`)
 	empty := rueidis.NewLuaScript("return 1")
+	handedOver := func(n int64, err error) error {
+		if err == nil && n != 1 {
+			err = fmt.Errorf("the release answered %d, not 1: no hand-over", n)
+		}
+		return err
+	}
 	for _, bc := range []struct {
 		name string
 		run  func() error
 	}{
-		{"release", func() error {
-			n, err := releaseScript.exec(ctx, rc, keys, args).AsInt64()
-			if err == nil && n != 1 {
-				err = fmt.Errorf("the release answered %d, not 1: no hand-over", n)
-			}
-			return err
+		{"release", func() error { return handedOver(releaseScript.exec(ctx, rc, keys, args).AsInt64()) }},
+		{"function", func() error {
+			return handedOver(rc.Do(ctx, rc.B().Fcall().Function("redisync_bench_release").Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsInt64())
 		}},
+		{"commands", func() error { return commands.Exec(ctx, rc, keys, args).Error() }},
+		{"definitions", func() error { return definitions.Exec(ctx, rc, keys, args).Error() }},
+		{"publish", func() error { return publish.Exec(ctx, rc, keys, args).Error() }},
 		{"empty", func() error { return empty.Exec(ctx, rc, keys, args).Error() }},
 	} {
 		for _, idle := range []time.Duration{0, 10 * time.Millisecond} {
@@ -715,8 +749,8 @@ func processCPU(tb testing.TB) int64 {
 const serverCPU = "\x00cpu-usec"
 
 // scriptTime is the entry of parseCommandStats' map that holds the time the
-// server spent running scripts (EVALSHA and EVAL, with the commands they
-// call), in microseconds.
+// server spent running scripts (EVALSHA, EVAL and FCALL, with the commands
+// they call), in microseconds.
 const scriptTime = "\x00script-usec"
 
 // parseServerCPU reads used_cpu_sys and used_cpu_user of INFO cpu, in
@@ -749,7 +783,7 @@ func parseCommandStats(info string) (map[string]int64, error) {
 		found := false
 		for f := range strings.SplitSeq(fields, ",") {
 			k, v, _ := strings.Cut(f, "=")
-			if k != "calls" && (k != "usec" || (name != "evalsha" && name != "eval")) {
+			if k != "calls" && (k != "usec" || (name != "evalsha" && name != "eval" && name != "fcall")) {
 				continue
 			}
 			n, err := strconv.ParseInt(v, 10, 64)
