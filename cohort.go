@@ -544,10 +544,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 	sent := time.Now()
 	var res any
 	acked := true
-	// A keep sent on an ended context never left (see Unlock).
-	live := true
 	if c.cfg.ackReplicas == 0 {
-		live = ctx.Err() == nil
 		res, err = releaseScript.exec(ctx, c.rc, e.Keys, e.Args).ToAny()
 	} else {
 		actx, done := inflight(ctx)
@@ -614,7 +611,7 @@ func (co *cohort) keep(ctx context.Context, l *Lease) (passed bool, st releaseSt
 		// the keep would leave the lock kept in Redis, and renewed, for
 		// nobody. A release after a failed keep that finds the lock moved
 		// on reports what the keep did (see Unlock and l.unsure).
-		if err != nil && live {
+		if err != nil {
 			l.mu.Lock()
 			if l.unsure.IsZero() {
 				l.unsure = sent

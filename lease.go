@@ -751,9 +751,6 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	h.beginRelease()
 	defer h.endRelease()
 	sent := time.Now()
-	// A release sent on an ended context (a wait above outlasted it) never
-	// left: it cannot have freed the lock, and makes the lease no less sure.
-	live := ctx.Err() == nil
 	var st releaseState
 	var err error
 	if keep {
@@ -768,7 +765,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	unsure := l.unsure
 	switch {
-	case err != nil && unsure.IsZero() && live:
+	case err != nil && unsure.IsZero():
 		l.unsure = sent
 	case err == nil && !unsure.IsZero():
 		l.unsure = time.Time{}
